@@ -1,0 +1,21 @@
+"""Squall: Apache Storm's guaranteed-processing stream engine, in Python, for Kubernetes."""
+
+from squall.api import BasicBolt, Bolt, OutputStream, Spout, direct
+from squall.errors import (
+    ConfigError,
+    EmitError,
+    FailedException,
+    ReportedFailedException,
+    SquallError,
+    TopologyError,
+)
+from squall.executor.collectors import BasicOutputCollector, OutputCollector, SpoutOutputCollector
+from squall.topology import TopologyBuilder, TopologyContext, TopologySpec, load_spec, validate
+from squall.tuples import Fields, Tuple
+
+__all__ = [
+    "BasicBolt", "BasicOutputCollector", "Bolt", "ConfigError", "EmitError", "FailedException", "Fields",
+    "OutputCollector", "OutputStream", "ReportedFailedException", "Spout", "SpoutOutputCollector",
+    "SquallError", "TopologyBuilder", "TopologyContext", "TopologyError", "TopologySpec", "Tuple", "direct",
+    "load_spec", "validate",
+]

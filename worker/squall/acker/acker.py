@@ -1,0 +1,66 @@
+"""The acker task: applies ``__ack_init`` / ``__ack_ack`` / ``__ack_fail`` / ``__ack_reset_timeout``
+messages to its pending trees and tells each tree's spout task when the tree is decided."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import NamedTuple
+
+import numpy as np
+
+from squall.acker.table import ACK, FAIL, INIT, RESET, PendingTrees
+
+__all__ = ["ACK", "FAIL", "INIT", "RESET", "Acker", "AckerMessage", "Notification"]
+
+
+class AckerMessage(NamedTuple):
+    """A message to an acker task. ``val``: the XOR contribution; ``task``: the spout task (init only)."""
+
+    kind: int
+    root: int
+    val: int
+    task: int = -1
+
+
+class Notification(NamedTuple):
+    """From an acker to a spout task: tree ``root`` was acked (ACK), failed (FAIL) or reset (RESET)."""
+
+    kind: int
+    root: int
+    task: int
+    ms: int = 0
+
+
+class Acker:
+    """One acker task's state; pure, so the runtime feeds it batches and routes what it returns."""
+
+    def __init__(self) -> None:
+        self.trees = PendingTrees()
+        self.expired = 0
+
+    def process(self, kinds: np.ndarray, roots: np.ndarray, vals: np.ndarray, tasks: np.ndarray) -> list[Notification]:
+        out = self.trees.apply(kinds, roots, vals, tasks)
+        notes = [Notification(ACK, r, t, m) for r, t, m in
+                 zip(out.acked_roots.tolist(), out.acked_tasks.tolist(), out.acked_ms.tolist(), strict=True)]
+        notes += [Notification(FAIL, r, t, m) for r, t, m in
+                  zip(out.failed_roots.tolist(), out.failed_tasks.tolist(), out.failed_ms.tolist(), strict=True)]
+        notes += [Notification(RESET, r, t) for r, t in
+                  zip(out.reset_roots.tolist(), out.reset_tasks.tolist(), strict=True)]
+        return notes
+
+    def process_messages(self, messages: Iterable[AckerMessage]) -> list[Notification]:
+        """Apply messages given as :class:`AckerMessage` tuples (the in-process path)."""
+        batch = list(messages)
+        if not batch:
+            return []
+        kinds, roots, vals, tasks = zip(*batch, strict=True)
+        return self.process(np.array(kinds, np.uint8), np.array(roots, np.uint64),
+                            np.array(vals, np.uint64), np.array(tasks, np.int32))
+
+    def rotate(self) -> None:
+        """Called every message timeout: trees untouched for three rotations are forgotten."""
+        self.expired += self.trees.rotate()
+
+    @property
+    def pending(self) -> int:
+        return len(self.trees)

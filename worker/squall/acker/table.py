@@ -1,0 +1,178 @@
+"""The acker's pending trees: an open-addressing hash table in numpy arrays.
+
+A Python dict of root id → record costs well over 100 bytes per tree; this table stores a tree
+in 26 bytes per slot (root, ack val, spout task, start time, generation) at a load factor kept
+between 0.35 and 0.7, and applies a whole batch of acker messages with a few vectorised passes.
+
+Root ids 0 and 1 are reserved (empty slot, deleted slot); spouts never generate them.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+EMPTY, DELETED = 0, 1
+INIT, ACK, FAIL, RESET = 0, 1, 2, 3
+BUCKETS = 3  # a tree is dropped on the third rotation after it was last touched: (2T, 3T]
+MAX_LOAD = 0.7
+
+_U64 = np.uint64
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """Trees decided by one batch: acked, failed, and those whose timeout was reset."""
+
+    acked_roots: np.ndarray
+    acked_tasks: np.ndarray
+    acked_ms: np.ndarray  # time since the tree was first seen
+    failed_roots: np.ndarray
+    failed_tasks: np.ndarray
+    failed_ms: np.ndarray
+    reset_roots: np.ndarray
+    reset_tasks: np.ndarray
+
+
+class PendingTrees:
+    """root id → (ack val, spout task, failed, start time), rotated like Storm's ``RotatingMap``."""
+
+    def __init__(self, capacity: int = 1024, *, clock=time.monotonic) -> None:
+        self._clock = clock
+        self._epoch = clock()
+        self._alloc(max(16, 1 << (capacity - 1).bit_length()))
+        self.live = 0
+        self._used = 0  # live + deleted slots: what lengthens probes
+        self._gen = 0
+
+    def _alloc(self, cap: int) -> None:
+        self.cap = cap
+        self.keys = np.zeros(cap, _U64)
+        self.vals = np.zeros(cap, _U64)
+        self.tasks = np.full(cap, -1, np.int32)  # -1: init not seen yet
+        self.start = np.zeros(cap, np.uint32)  # ms since epoch
+        self.gen = np.zeros(cap, np.uint8)  # low bits: rotation generation; bit 7: failed
+
+    def __len__(self) -> int:
+        return self.live
+
+    @property
+    def nbytes(self) -> int:
+        return sum(a.nbytes for a in (self.keys, self.vals, self.tasks, self.start, self.gen))
+
+    def _now_ms(self) -> int:
+        return int((self._clock() - self._epoch) * 1000) & 0xFFFFFFFF
+
+    def _probe(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """For distinct keys: their slot (or -1), and for missing keys the first empty slot on their path."""
+        mask = _U64(self.cap - 1)
+        idx = ((keys ^ (keys >> _U64(32))) & mask).astype(np.int64)
+        found = np.full(len(keys), -1, np.int64)
+        free = np.full(len(keys), -1, np.int64)
+        todo = np.arange(len(keys))
+        while todo.size:
+            at = idx[todo]
+            k = self.keys[at]
+            hit = k == keys[todo]
+            found[todo[hit]] = at[hit]
+            empty = k == EMPTY
+            free[todo[empty]] = at[empty]
+            todo = todo[~(hit | empty)]
+            idx[todo] = (idx[todo] + 1) & (self.cap - 1)
+        return found, free
+
+    def _insert(self, keys: np.ndarray) -> np.ndarray:
+        """Insert distinct keys known to be absent; return their slots."""
+        slots = np.empty(len(keys), np.int64)
+        todo = np.arange(len(keys))
+        while todo.size:
+            _, free = self._probe(keys[todo])
+            # Two new keys may race for one empty slot: the first wins, the others probe on.
+            claimed, first = np.unique(free, return_index=True)
+            winners = todo[first]
+            self.keys[claimed] = keys[winners]
+            self.vals[claimed] = 0
+            self.tasks[claimed] = -1
+            self.gen[claimed] = self._gen & 0x7F
+            self.start[claimed] = self._now_ms()
+            slots[winners] = claimed
+            todo = np.setdiff1d(todo, winners, assume_unique=True)
+        self.live += len(keys)
+        self._used += len(keys)
+        return slots
+
+    def _delete(self, slots: np.ndarray) -> None:
+        self.keys[slots] = DELETED
+        self.tasks[slots] = -1
+        self.live -= len(slots)
+
+    def _grow_for(self, extra: int) -> None:
+        if self._used + extra <= MAX_LOAD * self.cap:
+            return
+        live = self.keys >= 2
+        keys, vals, tasks = self.keys[live], self.vals[live], self.tasks[live]
+        start, gen = self.start[live], self.gen[live]
+        cap = 16
+        while cap // 2 < len(keys) + extra:  # leave the new table at most half full
+            cap *= 2
+        self._alloc(cap)
+        self.live = self._used = 0
+        slots = self._insert(keys)
+        self.vals[slots], self.tasks[slots], self.start[slots], self.gen[slots] = vals, tasks, start, gen
+
+    def apply(self, kinds: np.ndarray, roots: np.ndarray, vals: np.ndarray, tasks: np.ndarray) -> Outcome:
+        """Apply a batch of acker messages (the order within a batch does not matter: XOR commutes)."""
+        ok = roots >= 2
+        if not ok.all():
+            kinds, roots, vals, tasks = kinds[ok], roots[ok], vals[ok], tasks[ok]
+        order = np.argsort(roots, kind="stable")
+        roots, kinds, vals, tasks = roots[order], kinds[order], vals[order], tasks[order]
+        starts = np.flatnonzero(np.concatenate(([True], roots[1:] != roots[:-1]))) if len(roots) else order[:0]
+        if not len(starts):
+            empty = np.zeros(0, _U64)
+            none = np.zeros(0, np.int32)
+            return Outcome(empty, none, none, empty, none, none, empty, none)
+        uroots = roots[starts]
+        xor = np.bitwise_xor.reduceat(vals, starts)
+        is_init = kinds == INIT
+        init_task = np.maximum.reduceat(np.where(is_init, tasks, -1), starts).astype(np.int32)
+        failed = np.logical_or.reduceat(kinds == FAIL, starts)
+        reset = np.logical_or.reduceat(kinds == RESET, starts)
+
+        self._grow_for(len(uroots))
+        slots, _ = self._probe(uroots)
+        new = slots < 0
+        if new.any():
+            slots[new] = self._insert(uroots[new])
+        self.vals[slots] ^= xor
+        has_init = init_task >= 0
+        self.tasks[slots[has_init]] = init_task[has_init]
+        touch = failed | reset  # as in Storm, a fail or reset moves the tree to the newest bucket
+        self.gen[slots[touch]] = (self.gen[slots[touch]] & 0x80) | (self._gen & 0x7F)
+        self.gen[slots[failed]] |= 0x80
+
+        task = self.tasks[slots]
+        known = task >= 0
+        done = known & (self.vals[slots] == 0)
+        fail = known & ~done & (self.gen[slots] >= 0x80)
+        resets = known & ~done & ~fail & reset
+        now = self._now_ms()
+        age = (now - self.start[slots].astype(np.int64)) & 0xFFFFFFFF
+        outcome = Outcome(uroots[done], task[done], age[done], uroots[fail], task[fail], age[fail],
+                          uroots[resets], task[resets])
+        finished = done | fail
+        if finished.any():
+            self._delete(slots[finished])
+        return outcome
+
+    def rotate(self) -> int:
+        """Advance one bucket; drop trees untouched for ``BUCKETS`` rotations. Returns how many."""
+        self._gen += 1
+        live = self.keys >= 2
+        age = (self._gen - (self.gen & 0x7F).astype(np.int64)) & 0x7F
+        expired = np.flatnonzero(live & (age >= BUCKETS))
+        if len(expired):
+            self._delete(expired)
+        return len(expired)

@@ -1,0 +1,38 @@
+"""The ``squall`` command line. Each subcommand lives in its own module with ``register(subparsers)``."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+
+from squall.errors import SquallError
+
+# Subcommand modules, in the order --help lists them.
+COMMANDS = ["run", "validate"]
+
+
+def parser() -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(prog="squall", description="Storm's guaranteed-processing stream engine, "
+                                  "in Python, for Kubernetes.")
+    top.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR (default INFO)")
+    subparsers = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name in COMMANDS:
+        importlib.import_module(f"squall.cli.{name}").register(subparsers)
+    return top
+
+
+def main(argv: list[str] | None = None) -> int:
+    # Components are named 'module:Class'; like `python -m`, resolve modules from the current directory.
+    if "" not in sys.path and "." not in sys.path:
+        sys.path.insert(0, "")
+    args = parser().parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        return int(args.func(args) or 0)
+    except SquallError as exc:
+        print(f"squall {args.command}: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130

@@ -1,0 +1,60 @@
+"""The acker executor: feeds batches of acker messages to an :class:`~squall.acker.Acker`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from squall.acker.acker import Acker, AckerMessage
+from squall.executor.base import Executor, Transfer
+
+BUDGET = 4096  # acker messages per scheduler round: large batches are what makes the table fast
+
+
+class AckBatch:
+    """Acker messages that arrived from another process, already as arrays (see the transport)."""
+
+    __slots__ = ("kinds", "roots", "vals", "tasks")
+
+    def __init__(self, kinds: np.ndarray, roots: np.ndarray, vals: np.ndarray, tasks: np.ndarray) -> None:
+        self.kinds, self.roots, self.vals, self.tasks = kinds, roots, vals, tasks
+
+    def __len__(self) -> int:
+        return len(self.roots)
+
+
+class AckerExecutor(Executor):
+    kind = "acker"
+
+    def __init__(self, *, task: int, transfer: Transfer) -> None:
+        super().__init__(component="__acker", tasks=(task,), transfer=transfer)
+        self.acker = Acker()
+        self.processed = 0
+
+    def run_once(self, now: float) -> bool:
+        if self.overflow and not self.flush():
+            return False
+        inbox = self.inbox
+        if not inbox:
+            return False
+        messages: list[AckerMessage] = []
+        notes: list[Any] = []
+        n = 0
+        while inbox and n < BUDGET:
+            item = inbox.popleft()
+            if type(item) is AckBatch:
+                notes += self.acker.process(item.kinds, item.roots, item.vals, item.tasks)
+                n += len(item)
+            else:
+                messages.append(item)
+                n += 1
+        if messages:
+            notes += self.acker.process_messages(messages)
+        self.processed += n
+        for note in notes:
+            self.send(note.task, note)
+        return True
+
+    def rotate(self) -> None:
+        self.acker.rotate()

@@ -1,0 +1,82 @@
+"""What every executor shares: a bounded inbox, an overflow of sends that found a full queue, and
+the routing of outgoing items to local inboxes or to the remote transfer.
+
+All executors of a process run on one scheduler thread, so none of this needs locks. A send that
+finds its destination full parks in the sender's overflow (Storm's ``pendingEmits``); an executor
+with a non-empty overflow consumes no more input until it drains: that is the backpressure.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any, Protocol
+
+
+class Remote(Protocol):
+    """The link to other processes (see ``squall.transport``); None when everything is local."""
+
+    def try_send(self, task: int, item: Any) -> bool: ...
+
+
+class Transfer:
+    """Delivers an item to the inbox of the task's executor, or hands it to the remote link."""
+
+    def __init__(self, *, capacity: int, remote: Remote | None = None) -> None:
+        self.capacity = capacity
+        self.inboxes: dict[int, deque] = {}
+        self.remote = remote
+
+    def try_send(self, task: int, item: Any) -> bool:
+        inbox = self.inboxes.get(task)
+        if inbox is None:
+            if self.remote is None:
+                raise KeyError(f"task {task} is not in this process and there is no remote link")
+            return self.remote.try_send(task, item)
+        if len(inbox) >= self.capacity:
+            return False
+        inbox.append(item)
+        return True
+
+
+class Executor:
+    """Base of the spout, bolt and acker executors."""
+
+    kind = "executor"
+
+    def __init__(self, *, component: str, tasks: tuple[int, ...], transfer: Transfer) -> None:
+        self.component = component
+        self.task_ids = tasks
+        self.transfer = transfer
+        self.inbox: deque = deque()
+        self.overflow: deque[tuple[int, Any]] = deque()
+        for task in tasks:
+            transfer.inboxes[task] = self.inbox
+
+    def send(self, task: int, item: Any) -> None:
+        """Send ``item`` to ``task``; never blocks (a full destination parks it in the overflow)."""
+        if self.overflow or not self.transfer.try_send(task, item):
+            self.overflow.append((task, item))
+
+    def flush(self) -> bool:
+        """Move parked sends on in order; True when the overflow is empty."""
+        overflow, try_send = self.overflow, self.transfer.try_send
+        while overflow:
+            task, item = overflow[0]
+            if not try_send(task, item):
+                return False
+            overflow.popleft()
+        return True
+
+    def run_once(self, now: float) -> bool:
+        """Do a bounded slice of work; return whether anything happened."""
+        raise NotImplementedError
+
+    def wake_at(self) -> float | None:
+        """The earliest time this executor has work without new input (None: only on input)."""
+        return None
+
+    def start(self) -> None:
+        """Open or prepare the task instances."""
+
+    def stop(self) -> None:
+        """Close or clean up the task instances."""

@@ -1,0 +1,89 @@
+"""The bolt executor: runs ``execute`` on input tuples while its sends are not backed up."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from squall.api import BasicBolt, Bolt
+from squall.errors import FailedException, ReportedFailedException
+from squall.executor.base import Executor, Transfer
+from squall.executor.collectors import BasicOutputCollector, OutputCollector
+from squall.executor.stats import TaskStats
+from squall.tuples import Tuple
+
+BUDGET = 64  # tuples per scheduler round, so one busy bolt cannot starve the others
+
+
+@dataclass
+class BoltTask:
+    task_id: int
+    bolt: Bolt | BasicBolt
+    stats: TaskStats
+    collector: OutputCollector
+    basic: BasicOutputCollector | None  # set for a BasicBolt
+
+
+class BoltExecutor(Executor):
+    kind = "bolt"
+
+    def __init__(self, *, component: str, tasks: tuple[int, ...], transfer: Transfer,
+                 clock: Callable[[], float], report: Callable[[BaseException, int], None]) -> None:
+        super().__init__(component=component, tasks=tasks, transfer=transfer)
+        self.tasks: dict[int, BoltTask] = {}
+        self.clock = clock
+        self.report = report
+        self.prepared: list[Callable[[], None]] = []
+
+    def add_task(self, task: BoltTask, prepare: Callable[[], None]) -> None:
+        self.tasks[task.task_id] = task
+        self.prepared.append(prepare)
+
+    def start(self) -> None:
+        for prepare in self.prepared:
+            prepare()
+
+    def stop(self) -> None:
+        for task in self.tasks.values():
+            try:
+                task.bolt.cleanup()
+            except Exception as exc:  # noqa: BLE001 - user code may raise anything
+                self.report(exc, task.task_id)
+
+    def run_once(self, now: float) -> bool:
+        if self.overflow and not self.flush():
+            return False
+        inbox, tasks, clock = self.inbox, self.tasks, self.clock
+        n = 0
+        while inbox and n < BUDGET and not self.overflow:
+            tup: Tuple = inbox.popleft()
+            n += 1
+            task = tasks[tup.task]
+            start = tup.received = clock()
+            self._execute(task, tup)
+            elapsed = clock() - start
+            key = (tup.source_component, tup.source_stream)
+            task.stats.executed[key] += 1
+            task.stats.execute_latency[key].observe(elapsed)
+            task.stats.busy_seconds += elapsed
+        return n > 0
+
+    def _execute(self, task: BoltTask, tup: Tuple) -> None:
+        basic = task.basic
+        try:
+            if basic is None:
+                task.bolt.execute(tup)
+                return
+            basic.input = tup
+            try:
+                task.bolt.execute(tup, basic)
+            finally:
+                basic.input = None
+            task.collector.ack(tup)
+        except FailedException as exc:
+            if isinstance(exc, ReportedFailedException):
+                self.report(exc, task.task_id)
+            task.collector.fail(tup)
+        except Exception as exc:  # noqa: BLE001 - a bolt's exception fails its input, the worker goes on
+            self.report(exc, task.task_id)
+            task.collector.fail(tup)

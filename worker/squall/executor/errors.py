@@ -1,0 +1,68 @@
+"""``report_error``: every error is logged; at most N per interval per executor are recorded."""
+
+from __future__ import annotations
+
+import logging
+import time
+import traceback
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+log = logging.getLogger("squall.errors")
+
+
+@dataclass(frozen=True)
+class ReportedError:
+    component: str
+    task: int
+    time: float  # wall clock, seconds since the epoch
+    error: str  # "Type: message"
+    trace: str
+
+
+class ErrorLog:
+    """The last ``keep`` recorded errors of each component in this process, queryable."""
+
+    def __init__(self, keep: int) -> None:
+        self.keep = keep
+        self._errors: dict[str, deque[ReportedError]] = {}
+
+    def add(self, error: ReportedError) -> None:
+        self._errors.setdefault(error.component, deque(maxlen=self.keep)).append(error)
+
+    def recent(self, component: str | None = None) -> list[ReportedError]:
+        if component is not None:
+            return list(self._errors.get(component, ()))
+        return sorted((e for q in self._errors.values() for e in q), key=lambda e: e.time)
+
+
+class ErrorReporter:
+    """Throttles one executor's errors (Storm's ``topology.max.error.report.per.interval``)."""
+
+    def __init__(self, *, component: str, log_: ErrorLog, max_per_interval: int, interval: float,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.component = component
+        self._log = log_
+        self._max = max_per_interval
+        self._interval = interval
+        self._clock = clock
+        self._window_start = -float("inf")
+        self._in_window = 0
+        self.reported = 0
+        self.suppressed = 0
+
+    def report(self, exc: BaseException, *, task: int) -> bool:
+        """Log ``exc``; record it unless throttled. Returns whether it was recorded."""
+        trace = "".join(traceback.format_exception(exc))
+        log.error("component %s task %d reported an error:\n%s", self.component, task, trace.rstrip())
+        now = self._clock()
+        if now - self._window_start >= self._interval:
+            self._window_start, self._in_window = now, 0
+        if self._in_window >= self._max:
+            self.suppressed += 1
+            return False
+        self._in_window += 1
+        self.reported += 1
+        self._log.add(ReportedError(self.component, task, time.time(), f"{type(exc).__name__}: {exc}", trace))
+        return True

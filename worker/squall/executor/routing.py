@@ -1,0 +1,61 @@
+"""Where a task's emits go: for each declared output stream, the groupers of its subscribers."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+from squall.errors import EmitError
+from squall.grouping import make_grouper
+from squall.topology.context import TopologyContext
+from squall.topology.plan import Plan
+from squall.tuples import Fields
+from squall.values import check_values
+
+
+class Router:
+    """One task's outgoing routes. ``targets`` validates the values and picks the destination tasks."""
+
+    def __init__(self, *, plan: Plan, context: TopologyContext, rng: random.Random) -> None:
+        self.component = context.component_id
+        self.task_id = context.task_id
+        self.fields: dict[str, Fields] = {}
+        self.groupers: dict[str, list[Any]] = {}
+        self.direct: dict[str, frozenset[int]] = {}
+        for stream in plan.outputs[self.component]:
+            fields = plan.stream_fields(self.component, stream)
+            self.fields[stream] = fields
+            subs = plan.subscribers.get((self.component, stream), [])
+            groupers = [make_grouper(s, source=(self.component, stream), fields=fields, task_id=self.task_id,
+                                     local_tasks=context.worker_tasks, context=context, rng=rng) for s in subs]
+            self.groupers[stream] = [g for g in groupers if g is not None]
+            self.direct[stream] = frozenset(t for s, g in zip(subs, groupers, strict=True) if g is None for t in s.tasks)
+
+    def stream(self, stream: str, values: list[Any]) -> Fields:
+        """The stream's fields, after checking that ``values`` fit them."""
+        fields = self.fields.get(stream)
+        if fields is None:
+            raise EmitError(f"component {self.component!r} emitted on stream {stream!r}, which it does not "
+                            f"declare (declared: {', '.join(self.fields) or 'none'}); add it to outputs")
+        check_values(values, fields=fields.names, component=self.component, stream=stream)
+        return fields
+
+    def targets(self, stream: str, values: list[Any]) -> list[int]:
+        groupers = self.groupers[stream]
+        if len(groupers) == 1:
+            return groupers[0].choose(values)
+        out: list[int] = []
+        for grouper in groupers:
+            out.extend(grouper.choose(values))
+        return out
+
+    def direct_target(self, stream: str, task: int) -> list[int]:
+        allowed = self.direct[stream]
+        if task not in allowed:
+            if not allowed:
+                raise EmitError(f"component {self.component!r}: emit_direct on stream {stream!r}, which no bolt "
+                                "consumes with a direct grouping; declare it with squall.direct(...) and "
+                                "subscribe with grouping type 'direct'")
+            raise EmitError(f"component {self.component!r}: emit_direct to task {task}, which does not consume "
+                            f"stream {stream!r} with a direct grouping (tasks that do: {sorted(allowed)})")
+        return [task]

@@ -1,0 +1,175 @@
+"""The spout executor: calls ``next_tuple`` while there is room, and turns the acker's verdicts
+and timeouts into ``ack(msg_id)`` / ``fail(msg_id)`` calls."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from squall.acker.acker import ACK, FAIL, Notification
+from squall.api import Spout
+from squall.executor.base import Executor, Transfer
+from squall.executor.collectors import SpoutOutputCollector
+from squall.executor.rotating import RotatingMap
+from squall.executor.stats import TaskStats
+from squall.topology.spec import SpoutWait
+
+log = logging.getLogger("squall.spout")
+
+SPOUT_BUCKETS = 2  # a tree times out after (T, 2T], as in Storm
+BURST = 32  # next_tuple calls per task per scheduler round, while it keeps emitting
+
+
+class WaitStrategy:
+    """Storm's progressive wait: after n idle calls, how long before calling ``next_tuple`` again."""
+
+    def __init__(self, conf: SpoutWait) -> None:
+        self.level1 = conf.level1_count
+        self.level2 = conf.level1_count + conf.level2_count
+        self.sleep = conf.level3_sleep_ms / 1000
+
+    def delay(self, idle: int) -> float:
+        if idle <= self.level1:
+            return 0.0  # retry in the next round
+        if idle <= self.level2:
+            return 1e-6  # a yield: other executors and I/O threads run first
+        return self.sleep
+
+
+@dataclass
+class SpoutTask:
+    task_id: int
+    spout: Spout
+    stats: TaskStats
+    collector: SpoutOutputCollector | None = None
+    pending: int = 0
+    idle: int = 0
+    wake: float = 0.0
+    untracked_acks: list[tuple[Any, str]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class PendingTree:
+    task: SpoutTask
+    msg_id: Any
+    stream: str
+    start: float
+
+
+class SpoutExecutor(Executor):
+    kind = "spout"
+
+    def __init__(self, *, component: str, tasks: tuple[int, ...], transfer: Transfer, max_pending: int | None,
+                 wait: WaitStrategy, clock: Callable[[], float], report: Callable[[BaseException, int], None]) -> None:
+        super().__init__(component=component, tasks=tasks, transfer=transfer)
+        self.tasks: dict[int, SpoutTask] = {}
+        self.pending = RotatingMap(SPOUT_BUCKETS)
+        self.max_pending = max_pending
+        self.wait = wait
+        self.clock = clock
+        self.report = report
+        self.active = True
+        self.opened: list[Callable[[], None]] = []
+
+    def add_task(self, task: SpoutTask, open_: Callable[[], None]) -> None:
+        self.tasks[task.task_id] = task
+        self.opened.append(open_)
+
+    def on_emit(self, task: SpoutTask) -> Callable[[int, Any, str], None]:
+        def track(root: int, msg_id: Any, stream: str) -> None:
+            task.pending += 1
+            self.pending.put(root, PendingTree(task, msg_id, stream, self.clock()))
+        return track
+
+    def start(self) -> None:
+        for open_ in self.opened:
+            open_()
+        for task in self.tasks.values():
+            self._call(task, task.spout.activate)
+
+    def stop(self) -> None:
+        for task in self.tasks.values():
+            self._call(task, task.spout.close)
+
+    def _call(self, task: SpoutTask, fn: Callable[..., None], *args: Any) -> None:
+        """Run user code; an exception is reported instead of killing the executor."""
+        try:
+            fn(*args)
+        except Exception as exc:  # noqa: BLE001 - user code may raise anything
+            self.report(exc, task.task_id)
+
+    def set_active(self, active: bool) -> None:
+        if active == self.active:
+            return
+        self.active = active
+        for task in self.tasks.values():
+            self._call(task, task.spout.activate if active else task.spout.deactivate)
+
+    def _settle(self, tree: PendingTree, acked: bool, *, timed_out: bool = False) -> None:
+        task = tree.task
+        task.pending -= 1
+        if acked:
+            task.stats.acked[tree.stream] += 1
+            task.stats.complete_latency[tree.stream].observe(self.clock() - tree.start)
+            self._call(task, task.spout.ack, tree.msg_id)
+        else:
+            (task.stats.timed_out if timed_out else task.stats.failed)[tree.stream] += 1
+            self._call(task, task.spout.fail, tree.msg_id)
+
+    def rotate(self) -> None:
+        """Called every message timeout: trees pending for two rotations have timed out."""
+        for tree in self.pending.rotate().values():
+            self._settle(tree, acked=False, timed_out=True)
+
+    def run_once(self, now: float) -> bool:
+        progress = False
+        inbox = self.inbox
+        # Verdicts are always taken in, even under backpressure: they are what frees pending slots.
+        while inbox:
+            note: Notification = inbox.popleft()
+            progress = True
+            if note.kind == ACK or note.kind == FAIL:
+                tree = self.pending.pop(note.root)
+                if tree is not None:  # None: it timed out already; a late ack never turns into an ack
+                    self._settle(tree, acked=note.kind == ACK)
+            else:
+                self.pending.touch(note.root)
+        if self.overflow and not self.flush():
+            return progress
+        if not self.active:
+            return progress
+        max_pending = self.max_pending
+        for task in self.tasks.values():
+            if task.wake > now:
+                continue
+            for _ in range(BURST):
+                if max_pending is not None and task.pending >= max_pending:
+                    break
+                before = task.collector.emits
+                self._call(task, task.spout.next_tuple)
+                if task.untracked_acks:
+                    self._ack_untracked(task)
+                if task.collector.emits == before:
+                    task.idle += 1
+                    task.wake = now + self.wait.delay(task.idle)
+                    break
+                task.idle = 0
+                progress = True
+                if self.overflow:
+                    return progress
+        return progress
+
+    def _ack_untracked(self, task: SpoutTask) -> None:
+        acks, task.untracked_acks = task.untracked_acks, []
+        for msg_id, stream in acks:
+            task.stats.acked[stream] += 1
+            self._call(task, task.spout.ack, msg_id)
+
+    def wake_at(self) -> float | None:
+        if not self.active or self.overflow:
+            return None
+        wakes = [t.wake for t in self.tasks.values()
+                 if self.max_pending is None or t.pending < self.max_pending]
+        return min(wakes) if wakes else None

@@ -1,0 +1,114 @@
+"""Stream groupings: which of a consuming component's tasks receive each tuple.
+
+Every grouper answers ``choose(values) -> list of task ids``. The fields grouping hashes the key
+values with CRC-32 of their msgpack encoding, so equal keys reach the same task in every process
+and every run (Python's ``hash`` is salted per process and cannot be used).
+"""
+
+from __future__ import annotations
+
+import random
+import zlib
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+import msgpack
+
+from squall.topology.plan import Subscriber, import_class
+from squall.topology.spec import GroupingType
+from squall.tuples import Fields
+
+
+class CustomStreamGrouping(Protocol):
+    """What a ``custom`` grouping class implements (Storm's ``CustomStreamGrouping``)."""
+
+    def prepare(self, context: Any, stream: tuple[str, str], target_tasks: list[int]) -> None: ...
+
+    def choose_tasks(self, task_id: int, values: list[Any]) -> list[int]: ...
+
+
+def stable_hash(values: Sequence[Any]) -> int:
+    """A hash of tuple values that is the same in every process and every run."""
+    return zlib.crc32(msgpack.packb(values))
+
+
+class Shuffle:
+    """Round-robin over a shuffled list of tasks, reshuffled each pass: even and unpredictable."""
+
+    __slots__ = ("tasks", "order", "pos", "rng")
+
+    def __init__(self, tasks: Sequence[int], rng: random.Random) -> None:
+        self.tasks = list(tasks)
+        self.rng = rng
+        self.order = self.tasks[:]
+        self.pos = len(self.order)
+
+    def choose(self, values: list[Any]) -> list[int]:
+        if self.pos >= len(self.order):
+            self.rng.shuffle(self.order)
+            self.pos = 0
+        task = self.order[self.pos]
+        self.pos += 1
+        return [task]
+
+
+class FieldsHash:
+    __slots__ = ("tasks", "indices")
+
+    def __init__(self, tasks: Sequence[int], indices: list[int]) -> None:
+        self.tasks = list(tasks)
+        self.indices = indices
+
+    def choose(self, values: list[Any]) -> list[int]:
+        return [self.tasks[stable_hash([values[i] for i in self.indices]) % len(self.tasks)]]
+
+
+class Fixed:
+    """The same tasks every time: ``all`` (every task) and ``global`` (the lowest task id)."""
+
+    __slots__ = ("tasks",)
+
+    def __init__(self, tasks: Sequence[int]) -> None:
+        self.tasks = list(tasks)
+
+    def choose(self, values: list[Any]) -> list[int]:
+        return self.tasks
+
+
+class Custom:
+    __slots__ = ("impl", "task_id")
+
+    def __init__(self, impl: CustomStreamGrouping, task_id: int) -> None:
+        self.impl = impl
+        self.task_id = task_id
+
+    def choose(self, values: list[Any]) -> list[int]:
+        return list(self.impl.choose_tasks(self.task_id, values))
+
+
+def make_grouper(sub: Subscriber, *, source: tuple[str, str], fields: Fields, task_id: int,
+                 local_tasks: frozenset[int], context: Any, rng: random.Random) -> Any | None:
+    """The grouper a task uses to send ``source`` (component, stream) tuples to ``sub``.
+
+    Returns None for a direct grouping: those tuples only go where ``emit_direct`` says.
+    """
+    grouping = sub.input.grouping
+    kind = grouping.type
+    if kind == GroupingType.DIRECT.value:
+        return None
+    if kind == GroupingType.FIELDS.value:
+        return FieldsHash(sub.tasks, [fields.index(f) for f in grouping.fields or ()])
+    if kind == GroupingType.ALL.value:
+        return Fixed(sub.tasks)
+    if kind == GroupingType.GLOBAL.value:
+        return Fixed([min(sub.tasks)])
+    if kind == GroupingType.LOCAL_OR_SHUFFLE.value:
+        local = [t for t in sub.tasks if t in local_tasks]
+        return Shuffle(local or sub.tasks, rng)
+    if kind == GroupingType.CUSTOM.value:
+        impl = import_class(grouping.custom_class or "", what=f"bolt {sub.component!r} customClass")()
+        if hasattr(impl, "prepare"):
+            impl.prepare(context, source, list(sub.tasks))
+        return Custom(impl, task_id)
+    # shuffle, and none (which Storm also implements as a random choice)
+    return Shuffle(sub.tasks, rng)

@@ -1,0 +1,239 @@
+"""A process's engine: the executors assigned to it, their timers, and the loop that runs them.
+
+All executors of a process share one scheduler thread: a tuple handed from one executor to
+another in the same process is an append to a deque, never a thread hop or a serialization.
+Other threads (the gRPC transport) only ever talk to the loop through :meth:`Runtime.post`.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from squall.api import BasicBolt
+from squall.executor.acker import AckerExecutor
+from squall.executor.base import Executor, Remote, Transfer
+from squall.executor.bolt import BoltExecutor, BoltTask
+from squall.executor.collectors import AckerRoute, BasicOutputCollector, OutputCollector, SpoutOutputCollector
+from squall.executor.errors import ErrorLog, ErrorReporter
+from squall.executor.routing import Router
+from squall.executor.spout import SpoutExecutor, SpoutTask, WaitStrategy
+from squall.executor.stats import TaskStats
+from squall.topology.context import TopologyContext
+from squall.topology.plan import ExecutorPlan, Plan
+from squall.tuples import NO_FIELDS, SYSTEM_COMPONENT, TICK_STREAM, Tuple
+
+log = logging.getLogger("squall.runtime")
+
+IDLE_WAIT = 0.05  # longest sleep with nothing to do, so posted work and stop requests are seen promptly
+
+
+@dataclass(order=True)
+class Timer:
+    due: float
+    seq: int
+    period: float = field(compare=False)
+    action: Callable[[], None] = field(compare=False)
+
+
+class Runtime:
+    """Runs ``executors`` (and ``acker_tasks``) of ``plan`` in this process."""
+
+    def __init__(self, plan: Plan, *, executors: Iterable[ExecutorPlan], acker_tasks: Iterable[int],
+                 remote: Remote | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+        self.plan = plan
+        spec = plan.spec
+        self.clock = clock
+        self.transfer = Transfer(capacity=spec.executor_queue_size, remote=remote)
+        self.errors = ErrorLog(spec.error_reporting.keep_last)
+        self.stats: dict[int, TaskStats] = {}
+        self.executors: list[Executor] = []
+        self.spouts: list[SpoutExecutor] = []
+        self.ackers: list[AckerExecutor] = []
+        self._timers: list[Timer] = []
+        self._seq = itertools.count()
+        self._posted: list[Callable[[], None]] = []
+        self._posted_lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stop = False
+        self._rng = random.Random()
+
+        executors = list(executors)
+        self.local_tasks = frozenset(t for e in executors for t in e.tasks)
+        self._acker_tasks = plan.acker_tasks
+        for task in acker_tasks:
+            acker = AckerExecutor(task=task, transfer=self.transfer)
+            self.ackers.append(acker)
+            self.executors.append(acker)
+        for ex in executors:
+            self.executors.append(self._spout(ex) if ex.component in plan.spout_names else self._bolt(ex))
+
+        timeout = spec.message_timeout_seconds
+        if self.spouts:
+            self.every(timeout, lambda: [s.rotate() for s in self.spouts])
+        if self.ackers:
+            self.every(timeout, lambda: [a.rotate() for a in self.ackers])
+        for bolt in spec.bolts:
+            bolt_execs = [e for e in self.executors if e.component == bolt.name]
+            if bolt.tick_frequency_seconds and bolt_execs:
+                self.every(bolt.tick_frequency_seconds, lambda execs=bolt_execs: self._tick(execs))
+
+    # -- building ---------------------------------------------------------------------------
+
+    def _reporter(self, component: str) -> Callable[[BaseException, int], None]:
+        conf = self.plan.spec.error_reporting
+        reporter = ErrorReporter(component=component, log_=self.errors, max_per_interval=conf.max_per_interval,
+                                 interval=conf.interval_seconds, clock=self.clock)
+
+        def report(exc: BaseException, task: int) -> None:
+            self.stats[task].errors += 1
+            reporter.report(exc, task=task)
+        return report
+
+    def _acker_route(self, ex: Executor) -> AckerRoute | None:
+        return AckerRoute(self._acker_tasks, ex.send) if self._acker_tasks else None
+
+    def _context(self, task: int) -> TopologyContext:
+        return TopologyContext(plan=self.plan, task_id=task, worker_tasks=self.local_tasks)
+
+    def _spout(self, plan_ex: ExecutorPlan) -> SpoutExecutor:
+        spec = self.plan.spec
+        report = self._reporter(plan_ex.component)
+        ex = SpoutExecutor(component=plan_ex.component, tasks=plan_ex.tasks, transfer=self.transfer,
+                           max_pending=spec.max_spout_pending, wait=WaitStrategy(spec.spout_wait),
+                           clock=self.clock, report=report)
+        cls = self.plan.classes[plan_ex.component]
+        conf = self.plan.component_config(plan_ex.component)
+        for task_id in plan_ex.tasks:
+            stats = self.stats[task_id] = TaskStats()
+            context = self._context(task_id)
+            task = SpoutTask(task_id, cls(), stats)
+            task.collector = SpoutOutputCollector(
+                executor=ex, router=Router(plan=self.plan, context=context, rng=self._rng), stats=stats,
+                rng=self._rng, acker=self._acker_route(ex), on_emit=ex.on_emit(task),
+                on_untracked_ack=lambda msg_id, stream, t=task: t.untracked_acks.append((msg_id, stream)),
+                report=lambda exc, t=task_id: report(exc, t))
+            ex.add_task(task, lambda t=task, c=context: t.spout.open(dict(conf), c, t.collector))
+        self.spouts.append(ex)
+        return ex
+
+    def _bolt(self, plan_ex: ExecutorPlan) -> BoltExecutor:
+        report = self._reporter(plan_ex.component)
+        ex = BoltExecutor(component=plan_ex.component, tasks=plan_ex.tasks, transfer=self.transfer,
+                          clock=self.clock, report=report)
+        cls = self.plan.classes[plan_ex.component]
+        conf = self.plan.component_config(plan_ex.component)
+        for task_id in plan_ex.tasks:
+            stats = self.stats[task_id] = TaskStats()
+            context = self._context(task_id)
+            collector = OutputCollector(executor=ex, router=Router(plan=self.plan, context=context, rng=self._rng),
+                                        stats=stats, rng=self._rng, acker=self._acker_route(ex),
+                                        report=lambda exc, t=task_id: report(exc, t), clock=self.clock)
+            bolt = cls()
+            basic = BasicOutputCollector(collector) if isinstance(bolt, BasicBolt) else None
+            task = BoltTask(task_id, bolt, stats, collector, basic)
+            if basic is None:
+                prepare = lambda b=bolt, c=context, o=collector: b.prepare(dict(conf), c, o)  # noqa: E731
+            else:
+                prepare = lambda b=bolt, c=context: b.prepare(dict(conf), c)  # noqa: E731
+            ex.add_task(task, prepare)
+        return ex
+
+    # -- timers and cross-thread work -------------------------------------------------------
+
+    def every(self, period: float, action: Callable[[], None]) -> None:
+        heapq.heappush(self._timers, Timer(self.clock() + period, next(self._seq), period, action))
+
+    def _tick(self, executors: list[Executor]) -> None:
+        # Tick tuples skip the capacity check: one per period cannot flood a queue.
+        for ex in executors:
+            for task in ex.task_ids:
+                ex.inbox.append(Tuple([], NO_FIELDS, SYSTEM_COMPONENT, TICK_STREAM, -1, {}, task))
+
+    def post(self, action: Callable[[], None]) -> None:
+        """Run ``action`` on the scheduler thread (thread-safe); wakes the loop."""
+        with self._posted_lock:
+            self._posted.append(action)
+        self._wake.set()
+
+    def wake(self) -> None:
+        """Wake the loop from another thread (new input arrived)."""
+        self._wake.set()
+
+    # -- the loop ---------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Open every spout and prepare every bolt (on the calling thread)."""
+        for ex in self.executors:
+            ex.start()
+
+    def step(self) -> bool:
+        """One round: every executor does a slice of work, due timers fire. Returns progress."""
+        now = self.clock()
+        progress = False
+        if self._posted:
+            with self._posted_lock:
+                posted, self._posted = self._posted, []
+            for action in posted:
+                action()
+            progress = True
+        for ex in self.executors:
+            if ex.run_once(now):
+                progress = True
+        timers = self._timers
+        while timers and timers[0].due <= now:
+            timer = heapq.heappop(timers)
+            timer.action()
+            timer.due = max(timer.due + timer.period, now)
+            heapq.heappush(timers, timer)
+            progress = True
+        return progress
+
+    def idle_wait(self) -> None:
+        """Sleep until the next timer, a spout's wait strategy expires, or another thread wakes us."""
+        deadline = self._timers[0].due if self._timers else self.clock() + IDLE_WAIT
+        for ex in self.executors:
+            wake = ex.wake_at()
+            if wake is not None and wake < deadline:
+                deadline = wake
+        delay = min(deadline - self.clock(), IDLE_WAIT)
+        if delay > 0:
+            self._wake.wait(delay)
+        else:
+            time.sleep(0)  # a yield, so the transport threads get the GIL
+        self._wake.clear()
+
+    def run(self, stop: Callable[[], bool] = lambda: False) -> None:
+        """Run the loop on this thread until ``stop()`` is true or :meth:`request_stop` is called."""
+        self._stop = False
+        while not self._stop and not stop():
+            if not self.step():
+                self.idle_wait()
+
+    def request_stop(self) -> None:
+        self._stop = True
+        self._wake.set()
+
+    def set_active(self, active: bool) -> None:
+        for spout in self.spouts:
+            spout.set_active(active)
+
+    def close(self) -> None:
+        """Close spouts and clean up bolts."""
+        for ex in self.executors:
+            ex.stop()
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def pending_trees(self) -> int:
+        return sum(len(s.pending) for s in self.spouts)
+
+    def component_stats(self, component: str) -> list[TaskStats]:
+        return [self.stats[t] for t in self.plan.component_tasks.get(component, ()) if t in self.stats]

@@ -1,0 +1,48 @@
+"""What a running task knows about its topology (Storm's ``TopologyContext``)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from squall.topology.plan import Plan
+
+
+class TopologyContext:
+    """This task's identity and the task ids and declared fields of every component."""
+
+    def __init__(self, *, plan: Plan, task_id: int, worker_tasks: frozenset[int]) -> None:
+        self._plan = plan
+        self.task_id = task_id
+        self.component_id = plan.task_component[task_id]
+        self.topology_name = plan.spec.name
+        self._worker_tasks = worker_tasks
+
+    @property
+    def this_component_tasks(self) -> list[int]:
+        return self.get_component_tasks(self.component_id)
+
+    @property
+    def this_task_index(self) -> int:
+        """This task's index among its component's tasks (0-based): handy for partitioning work."""
+        return self.this_component_tasks.index(self.task_id)
+
+    @property
+    def worker_tasks(self) -> frozenset[int]:
+        """The task ids that run in this worker process."""
+        return self._worker_tasks
+
+    def get_component_tasks(self, component: str) -> list[int]:
+        try:
+            return list(self._plan.component_tasks[component])
+        except KeyError:
+            raise KeyError(f"no component {component!r} in topology {self.topology_name!r}") from None
+
+    def get_component_output_fields(self, component: str, stream: str = "default") -> list[str]:
+        return list(self._plan.stream_fields(component, stream).names)
+
+    def get_this_output_fields(self, stream: str = "default") -> list[str]:
+        return self.get_component_output_fields(self.component_id, stream)
+
+    def get_this_streams(self) -> list[str]:
+        return list(self._plan.outputs[self.component_id])

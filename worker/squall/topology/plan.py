@@ -1,0 +1,201 @@
+"""A validated topology resolved for running: classes, streams, task ids and executors.
+
+Task ids are assigned as Storm does: components in name order, consecutive ids from 1, then
+the acker tasks. Every process derives the same plan from the same spec.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import Any
+
+from squall.api import BasicBolt, Bolt, Component, OutputStream, Spout
+from squall.errors import TopologyError
+from squall.topology.spec import GroupingType, Input, TopologySpec
+from squall.tuples import NO_FIELDS, SYSTEM_COMPONENT, TICK_STREAM, Fields
+
+ACKER_COMPONENT = "__acker"
+
+
+@dataclass(frozen=True)
+class Subscriber:
+    """A bolt consuming a stream, with the grouping it uses and its tasks."""
+
+    component: str
+    input: Input
+    tasks: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class ExecutorPlan:
+    """One executor: a component and the contiguous task ids it runs."""
+
+    component: str
+    tasks: tuple[int, ...]
+
+    @property
+    def id(self) -> str:
+        return f"{self.component}[{self.tasks[0]}-{self.tasks[-1]}]"
+
+
+def import_class(path: str, *, what: str) -> type:
+    """Import ``'module:Class'``; raise :class:`TopologyError` that says how to fix it."""
+    module_name, sep, attr = path.partition(":")
+    if not sep or not module_name or not attr:
+        raise TopologyError(f"{what}: {path!r} is not of the form 'module:Class' (e.g. 'examples.wordcount:SplitSentence')")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise TopologyError(f"{what}: cannot import module {module_name!r} ({exc}); "
+                            "check the spelling and that it is on PYTHONPATH") from None
+    obj: Any = module
+    for part in attr.split("."):
+        obj = getattr(obj, part, None)
+        if obj is None:
+            raise TopologyError(f"{what}: module {module_name!r} has no {attr!r}")
+    if not isinstance(obj, type):
+        raise TopologyError(f"{what}: {path!r} is not a class")
+    return obj
+
+
+def structural_errors(spec: TopologySpec) -> list[str]:
+    """Errors found without importing any user code (the operator's check)."""
+    errors = []
+    seen: set[str] = set()
+    for comp in spec.components():
+        if comp.name in seen:
+            errors.append(f"component {comp.name!r} is defined twice; give each spout and bolt a unique name")
+        seen.add(comp.name)
+        if comp.tasks is not None and comp.tasks < comp.parallelism:
+            errors.append(f"component {comp.name!r}: tasks ({comp.tasks}) is less than parallelism "
+                          f"({comp.parallelism}); set tasks >= parallelism or leave it out")
+    for bolt in spec.bolts:
+        for i, inp in enumerate(bolt.inputs):
+            if inp.component not in seen:
+                errors.append(f"bolt {bolt.name!r} inputs[{i}]: unknown component {inp.component!r} "
+                              f"(components: {', '.join(sorted(seen))})")
+    return errors
+
+
+class Plan:
+    """Everything the runtime needs to know about a topology, derived once from the spec."""
+
+    def __init__(self, spec: TopologySpec) -> None:
+        errors = structural_errors(spec)
+        if errors:
+            raise TopologyError(f"topology {spec.name!r} is invalid:\n  " + "\n  ".join(errors))
+        self.spec = spec
+        self.classes: dict[str, type[Component]] = {}
+        self.outputs: dict[str, dict[str, OutputStream]] = {}
+        for comp in spec.spouts:
+            self.classes[comp.name] = self._resolve(comp.name, comp.class_name, Spout, "Spout")
+        for comp in spec.bolts:
+            self.classes[comp.name] = self._resolve(comp.name, comp.class_name, (Bolt, BasicBolt), "Bolt or BasicBolt")
+        for name, cls in self.classes.items():
+            try:
+                self.outputs[name] = cls.declared_streams()
+            except TypeError as exc:
+                raise TopologyError(f"component {name!r}: {exc}") from None
+        self._fields = {(c, s): Fields(o.fields) for c, streams in self.outputs.items() for s, o in streams.items()}
+        self._fields[(SYSTEM_COMPONENT, TICK_STREAM)] = NO_FIELDS
+
+        self.component_tasks: dict[str, tuple[int, ...]] = {}
+        self.task_component: dict[int, str] = {}
+        next_id = 1
+        for comp in sorted(spec.components(), key=lambda c: c.name):
+            ids = tuple(range(next_id, next_id + comp.num_tasks))
+            next_id += comp.num_tasks
+            self.component_tasks[comp.name] = ids
+            self.task_component.update(dict.fromkeys(ids, comp.name))
+        self.acker_tasks = tuple(range(next_id, next_id + spec.num_ackers))
+        self.component_tasks[ACKER_COMPONENT] = self.acker_tasks
+        self.task_component.update(dict.fromkeys(self.acker_tasks, ACKER_COMPONENT))
+
+        self.executors = [
+            ExecutorPlan(comp.name, chunk)
+            for comp in sorted(spec.components(), key=lambda c: c.name)
+            for chunk in _split(self.component_tasks[comp.name], comp.parallelism)
+        ]
+        self.subscribers: dict[tuple[str, str], list[Subscriber]] = {}
+        errors = []
+        for bolt in spec.bolts:
+            for i, inp in enumerate(bolt.inputs):
+                error = self._check_input(bolt.name, i, inp)
+                if error:
+                    errors.append(error)
+                    continue
+                sub = Subscriber(bolt.name, inp, self.component_tasks[bolt.name])
+                self.subscribers.setdefault((inp.component, inp.stream), []).append(sub)
+        if errors:
+            raise TopologyError(f"topology {spec.name!r} is invalid:\n  " + "\n  ".join(errors))
+        self.spout_names = frozenset(s.name for s in spec.spouts)
+
+    def _resolve(self, name: str, class_name: str, base: type | tuple[type, ...], kind: str) -> type[Component]:
+        cls = self.spec._classes.get(name) or import_class(class_name, what=f"component {name!r} className")
+        if not (isinstance(cls, type) and issubclass(cls, base)):
+            raise TopologyError(f"component {name!r}: className {class_name!r} is not a {kind} subclass; "
+                                f"derive it from squall.{kind.split()[0]}")
+        return cls
+
+    def _check_input(self, bolt: str, i: int, inp: Input) -> str | None:
+        where = f"bolt {bolt!r} inputs[{i}] ({inp.component}/{inp.stream})"
+        streams = self.outputs[inp.component]
+        declared = streams.get(inp.stream)
+        if declared is None:
+            return (f"{where}: component {inp.component!r} does not declare stream {inp.stream!r} "
+                    f"(declared: {', '.join(streams) or 'none'})")
+        kind = inp.grouping.type
+        if kind == GroupingType.DIRECT.value and not declared.direct:
+            return (f"{where}: direct grouping on a stream that is not direct; declare it with "
+                    f"squall.direct(...) in {inp.component!r}.outputs or use another grouping")
+        if declared.direct and kind != GroupingType.DIRECT.value:
+            return f"{where}: stream {inp.stream!r} is direct, so it must be consumed with a direct grouping"
+        if kind == GroupingType.FIELDS.value:
+            missing = [f for f in inp.grouping.fields or () if f not in declared.fields]
+            if missing:
+                return (f"{where}: fields grouping on {', '.join(map(repr, missing))}, which stream "
+                        f"{inp.stream!r} of {inp.component!r} does not declare (declared: "
+                        f"{', '.join(declared.fields) or 'none'})")
+        if kind == GroupingType.CUSTOM.value:
+            try:
+                cls = import_class(inp.grouping.custom_class or "", what=f"{where} customClass")
+            except TopologyError as exc:
+                return str(exc)
+            if not callable(getattr(cls, "choose_tasks", None)):
+                return f"{where}: customClass {inp.grouping.custom_class!r} has no choose_tasks(task_id, values)"
+        return None
+
+    def stream_fields(self, component: str, stream: str) -> Fields:
+        try:
+            return self._fields[(component, stream)]
+        except KeyError:
+            raise KeyError(f"component {component!r} declares no stream {stream!r}") from None
+
+    def component_config(self, component: str) -> dict[str, Any]:
+        """The topology config with the component's own config merged over it."""
+        conf = dict(self.spec.config)
+        if component in self.classes:
+            conf.update(self.spec.component(component).config)
+        return conf
+
+
+def _split(tasks: tuple[int, ...], parts: int) -> list[tuple[int, ...]]:
+    """Split tasks into ``parts`` contiguous chunks whose sizes differ by at most one."""
+    size, extra = divmod(len(tasks), parts)
+    chunks, start = [], 0
+    for i in range(parts):
+        end = start + size + (1 if i < extra else 0)
+        chunks.append(tasks[start:end])
+        start = end
+    return chunks
+
+
+def validate(spec: TopologySpec, *, imports: bool = True) -> None:
+    """Raise :class:`TopologyError` if the topology cannot run (``imports=False``: skip user code)."""
+    if imports:
+        Plan(spec)
+        return
+    errors = structural_errors(spec)
+    if errors:
+        raise TopologyError(f"topology {spec.name!r} is invalid:\n  " + "\n  ".join(errors))

@@ -1,0 +1,204 @@
+"""The topology spec: one model for YAML files, ``TopologyBuilder`` and the Topology CR's ``spec``.
+
+Parsing checks shapes, types and bounds (and rejects unknown keys); :func:`squall.topology.validate`
+then checks what needs the whole topology: names, inputs, streams, fields and classes.
+"""
+
+from __future__ import annotations
+
+import difflib
+from enum import Enum
+from pathlib import Path
+from typing import Any, Self
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
+from pydantic.alias_generators import to_camel
+
+from squall.errors import TopologyError
+
+NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+COMPONENT_PATTERN = r"^[A-Za-z][A-Za-z0-9_.-]*$"
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid",
+                              validate_assignment=True, use_enum_values=True)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The camelCase document this model loads from (the YAML / CR shape)."""
+        return self.model_dump(by_alias=True, mode="json")
+
+
+class GroupingType(str, Enum):
+    SHUFFLE = "shuffle"
+    FIELDS = "fields"
+    ALL = "all"
+    GLOBAL = "global"
+    NONE = "none"
+    DIRECT = "direct"
+    LOCAL_OR_SHUFFLE = "localOrShuffle"
+    CUSTOM = "custom"
+
+
+class Grouping(_Model):
+    """How a stream's tuples are spread over the consuming component's tasks."""
+
+    type: GroupingType
+    fields: list[str] | None = Field(default=None, description="fields grouping: the key fields")
+    custom_class: str | None = Field(default=None, description="custom grouping: 'module:Class'")
+
+    @model_validator(mode="after")
+    def _type_specific_keys(self) -> Self:
+        if self.type == GroupingType.FIELDS.value and not self.fields:
+            raise ValueError("a fields grouping needs 'fields': the non-empty list of key fields")
+        if self.type != GroupingType.FIELDS.value and self.fields is not None:
+            raise ValueError(f"'fields' is only for the fields grouping, not {self.type!r}; remove it")
+        if self.type == GroupingType.CUSTOM.value and not self.custom_class:
+            raise ValueError("a custom grouping needs 'customClass': 'module:Class'")
+        if self.type != GroupingType.CUSTOM.value and self.custom_class is not None:
+            raise ValueError(f"'customClass' is only for the custom grouping, not {self.type!r}; remove it")
+        return self
+
+
+class Input(_Model):
+    """A subscription of a bolt to one stream of another component."""
+
+    component: str
+    stream: str = "default"
+    grouping: Grouping = Field(default_factory=lambda: Grouping(type=GroupingType.SHUFFLE))
+
+
+class ComponentSpec(_Model):
+    name: str = Field(pattern=COMPONENT_PATTERN, max_length=63)
+    class_name: str = Field(description="'module:Class' of the spout or bolt")
+    parallelism: int = Field(default=1, ge=1, description="executors")
+    tasks: int | None = Field(default=None, ge=1, description="tasks; default = parallelism")
+    config: dict[str, Any] = Field(default_factory=dict, description="merged over the topology config")
+
+    @property
+    def num_tasks(self) -> int:
+        return self.tasks if self.tasks is not None else self.parallelism
+
+
+class SpoutSpec(ComponentSpec):
+    pass
+
+
+class BoltSpec(ComponentSpec):
+    inputs: list[Input] = Field(min_length=1)
+    tick_frequency_seconds: float | None = Field(default=None, gt=0)
+
+
+class SpoutWait(_Model):
+    """Storm's progressive wait strategy for a spout with nothing to emit or a full pending map."""
+
+    level1_count: int = Field(default=0, ge=0, description="idle calls retried at once")
+    level2_count: int = Field(default=0, ge=0, description="then idle calls retried after a yield")
+    level3_sleep_ms: float = Field(default=1.0, ge=0, description="then the wait between calls")
+
+
+class ErrorReporting(_Model):
+    """Throttling of ``report_error``: every error is logged, at most this many are recorded."""
+
+    max_per_interval: int = Field(default=5, ge=1)
+    interval_seconds: float = Field(default=10.0, gt=0)
+    keep_last: int = Field(default=10, ge=1, description="recent errors kept per component")
+
+
+class TopologySpec(_Model):
+    """A whole topology: its components, their wiring and the knobs of guaranteed processing."""
+
+    name: str = Field(pattern=NAME_PATTERN, max_length=40)
+    workers: int = Field(default=1, ge=1)
+    ackers: int | None = Field(default=None, ge=0, description="acker tasks; null = one per worker")
+    message_timeout_seconds: int = Field(default=30, ge=1)
+    max_spout_pending: int | None = Field(default=1000, ge=1, description="per spout task; null = no limit")
+    executor_queue_size: int = Field(default=1024, ge=1, description="bounded inbox of each executor")
+    spout_wait: SpoutWait = Field(default_factory=SpoutWait)
+    error_reporting: ErrorReporting = Field(default_factory=ErrorReporting)
+    config: dict[str, Any] = Field(default_factory=dict)
+    spouts: list[SpoutSpec] = Field(min_length=1)
+    bolts: list[BoltSpec] = Field(default_factory=list)
+
+    # Classes handed to TopologyBuilder directly, so a topology built in Python (even from
+    # classes defined in a test function) runs in-process without importing them by name.
+    _classes: dict[str, type] = PrivateAttr(default_factory=dict)
+
+    @property
+    def num_ackers(self) -> int:
+        return self.workers if self.ackers is None else self.ackers
+
+    def components(self) -> list[ComponentSpec]:
+        return [*self.spouts, *self.bolts]
+
+    def component(self, name: str) -> ComponentSpec:
+        for comp in self.components():
+            if comp.name == name:
+                return comp
+        raise KeyError(name)
+
+    @classmethod
+    def from_dict(cls, data: Any, *, source: str = "topology") -> TopologySpec:
+        """Parse a document; raise :class:`TopologyError` naming every bad field."""
+        if not isinstance(data, dict):
+            raise TopologyError(f"{source}: expected a mapping with name, spouts and bolts, got {type(data).__name__}")
+        try:
+            return cls.model_validate(data)
+        except ValidationError as exc:
+            raise TopologyError(f"{source} is invalid:\n" + "\n".join(_describe(e) for e in exc.errors())) from None
+
+
+def load_spec(path: str | Path) -> TopologySpec:
+    """Load and parse a topology YAML file (structure only; see :func:`squall.topology.validate`)."""
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise TopologyError(f"cannot read topology file {path}: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        raise TopologyError(f"{path} is not valid YAML: {exc}") from None
+    return TopologySpec.from_dict(data, source=str(path))
+
+
+def _path(loc: tuple[Any, ...]) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "(top level)"
+
+
+def _model_at(loc: tuple[Any, ...]) -> type[_Model] | None:
+    """The model class that holds the key at ``loc`` (for suggesting spellings)."""
+    model: Any = TopologySpec
+    for part in loc[:-1]:
+        if isinstance(part, int):
+            continue
+        field = next((f for n, f in model.model_fields.items() if part in (n, f.alias)), None)
+        if field is None:
+            return None
+        annotation = field.annotation
+        for arg in getattr(annotation, "__args__", ()) or (annotation,):
+            if isinstance(arg, type) and issubclass(arg, _Model):
+                annotation = arg
+        if not (isinstance(annotation, type) and issubclass(annotation, _Model)):
+            return None
+        model = annotation
+    return model
+
+
+def _describe(error: Any) -> str:
+    loc = tuple(error["loc"])
+    where = _path(loc)
+    if error["type"] == "extra_forbidden":
+        model = _model_at(loc)
+        allowed = [f.alias or n for n, f in model.model_fields.items()] if model else []
+        close = difflib.get_close_matches(str(loc[-1]), allowed, n=1)
+        hint = f"did you mean {close[0]!r}?" if close else f"allowed keys: {', '.join(allowed)}"
+        return f"  {where}: unknown key; {hint}"
+    if error["type"] == "missing":
+        return f"  {where}: required, add it"
+    msg = error["msg"].removeprefix("Value error, ")
+    got = error.get("input")
+    shown = "" if isinstance(got, (dict, list)) else f" (got {got!r})"
+    return f"  {where}: {msg}{shown}"

@@ -1,0 +1,95 @@
+"""The tuple: named values flowing on a stream, plus the ids that tie it into its spout tuple's tree."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+TICK_STREAM = "__tick"
+SYSTEM_COMPONENT = "__system"
+
+
+class Fields:
+    """An ordered list of field names with O(1) lookup of a field's index."""
+
+    __slots__ = ("names", "_index")
+
+    def __init__(self, names: list[str] | tuple[str, ...]) -> None:
+        self.names: tuple[str, ...] = tuple(names)
+        self._index = {name: i for i, name in enumerate(self.names)}
+
+    def index(self, name: str) -> int:
+        try:
+            return self._index[name]
+        except KeyError:
+            raise KeyError(f"no field {name!r}; the stream declares: {', '.join(self.names) or '(none)'}") from None
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._index
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.names)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Fields) and other.names == self.names
+
+    def __hash__(self) -> int:
+        return hash(self.names)
+
+    def __repr__(self) -> str:
+        return f"Fields({list(self.names)!r})"
+
+
+NO_FIELDS = Fields(())
+
+
+class Tuple:
+    """A tuple received by a bolt.
+
+    ``values`` holds the values in declared order; ``tup["word"]`` reads one by field name.
+    ``anchors`` maps each root id of a spout tuple tree this tuple belongs to onto the tuple's
+    edge id in that tree (empty when the tuple is not tracked). ``ack_val`` accumulates the
+    edge ids of the children anchored to it, sent to the acker when the tuple is acked.
+    """
+
+    __slots__ = ("values", "fields", "source_component", "source_stream", "source_task", "anchors",
+                 "task", "ack_val", "done", "received")
+
+    def __init__(self, values: list[Any], fields: Fields, source_component: str, source_stream: str,
+                 source_task: int, anchors: dict[int, int], task: int = 0) -> None:
+        self.values = values
+        self.fields = fields
+        self.source_component = source_component
+        self.source_stream = source_stream
+        self.source_task = source_task
+        self.anchors = anchors
+        self.task = task  # the receiving task
+        self.ack_val = 0
+        self.done = False  # acked or failed; a second ack/fail is ignored
+        self.received = 0.0  # when execute started, for the process latency
+
+    def __getitem__(self, key: str | int) -> Any:
+        if type(key) is int:
+            return self.values[key]
+        return self.values[self.fields.index(key)]
+
+    def get(self, name: str, default: Any = None) -> Any:
+        return self.values[self.fields.index(name)] if name in self.fields else default
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    @property
+    def is_tick(self) -> bool:
+        """True for the tick tuples sent to components that set ``tickFrequencySeconds``."""
+        return self.source_stream == TICK_STREAM and self.source_component == SYSTEM_COMPONENT
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(zip(self.fields.names, self.values, strict=False))
+
+    def __repr__(self) -> str:
+        return (f"Tuple({self.source_component}:{self.source_task}/{self.source_stream} "
+                f"{self.as_dict() if self.fields.names else self.values!r})")

@@ -1,0 +1,57 @@
+"""The value types a tuple may carry: the ones that cross process boundaries safely.
+
+Tuples are checked at emit time in every mode, so a topology that runs in one process
+also runs distributed. The wire encoding (msgpack) supports exactly these types.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from squall.errors import EmitError
+
+_SCALARS = (str, bytes, bool, float, type(None))
+_INT_MIN, _INT_MAX = -(2**63), 2**64 - 1
+
+SUPPORTED = "str, bytes, bool, int (64-bit), float, None, list and dict"
+
+
+def _bad(value: Any) -> str | None:
+    """Describe why ``value`` cannot be carried, or return None when it can."""
+    kind = type(value)
+    if kind in _SCALARS:
+        return None
+    if kind is int:
+        return None if _INT_MIN <= value <= _INT_MAX else f"int {value} does not fit in 64 bits"
+    if kind is list:
+        for item in value:
+            reason = _bad(item)
+            if reason:
+                return reason
+        return None
+    if kind is dict:
+        for key, item in value.items():
+            reason = _bad(key) or _bad(item)
+            if reason:
+                return reason
+        return None
+    return f"{kind.__name__} is not supported"
+
+
+def check_values(values: list[Any], *, fields: tuple[str, ...], component: str, stream: str) -> None:
+    """Raise :class:`EmitError` unless ``values`` matches ``fields`` and holds only supported types."""
+    if len(values) != len(fields):
+        raise EmitError(
+            f"component {component!r} emitted {len(values)} value(s) on stream {stream!r}, "
+            f"which declares {len(fields)} field(s): {', '.join(fields) or '(none)'}"
+        )
+    for name, value in zip(fields, values, strict=True):
+        kind = type(value)
+        if kind in _SCALARS or kind is int and _INT_MIN <= value <= _INT_MAX:
+            continue
+        reason = _bad(value)
+        if reason:
+            raise EmitError(
+                f"component {component!r} emitted field {name!r} on stream {stream!r}: {reason}; "
+                f"tuple values may be {SUPPORTED} (convert the value, e.g. to str or a dict)"
+            )
