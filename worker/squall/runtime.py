@@ -15,7 +15,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from squall.api import BasicBolt
 from squall.executor.acker import AckerExecutor
@@ -32,6 +32,7 @@ from squall.tuples import NO_FIELDS, SYSTEM_COMPONENT, TICK_STREAM, Tuple
 
 log = logging.getLogger("squall.runtime")
 
+INGRESS_FRAMES = 4  # decoded frames buffered per lane before receivers block (backpressure)
 IDLE_WAIT = 0.05  # longest sleep with nothing to do, so posted work and stop requests are seen promptly
 
 
@@ -43,11 +44,21 @@ class Timer:
     action: Callable[[], None] = field(compare=False)
 
 
+class Link(Remote, Protocol):
+    """What the runtime needs of the transport to other processes (``squall.transport.Transport``)."""
+
+    def attach(self, *, try_deliver: Callable[[int, Any], bool], wake: Callable[[], None], frames: int) -> None: ...
+
+    def deliver(self) -> bool: ...
+
+    def flush(self) -> bool: ...
+
+
 class Runtime:
     """Runs ``executors`` (and ``acker_tasks``) of ``plan`` in this process."""
 
     def __init__(self, plan: Plan, *, executors: Iterable[ExecutorPlan], acker_tasks: Iterable[int],
-                 remote: Remote | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+                 remote: Link | None = None, clock: Callable[[], float] = time.monotonic) -> None:
         self.plan = plan
         spec = plan.spec
         self.clock = clock
@@ -64,6 +75,8 @@ class Runtime:
         self._wake = threading.Event()
         self._stop = False
         self._rng = random.Random()
+        self.remote = remote
+        self.heartbeat = clock()
 
         executors = list(executors)
         self.local_tasks = frozenset(t for e in executors for t in e.tasks)
@@ -84,6 +97,8 @@ class Runtime:
             bolt_execs = [e for e in self.executors if e.component == bolt.name]
             if bolt.tick_frequency_seconds and bolt_execs:
                 self.every(bolt.tick_frequency_seconds, lambda execs=bolt_execs: self._tick(execs))
+        if remote is not None:
+            remote.attach(try_deliver=self.transfer.try_send, wake=self.wake, frames=INGRESS_FRAMES)
 
     # -- building ---------------------------------------------------------------------------
 
@@ -169,14 +184,16 @@ class Runtime:
 
     # -- the loop ---------------------------------------------------------------------------
 
-    def start(self) -> None:
-        """Open every spout and prepare every bolt (on the calling thread)."""
+    def start(self, *, active: bool = True) -> None:
+        """Open every spout and prepare every bolt (on the calling thread), then activate the spouts."""
         for ex in self.executors:
             ex.start()
+        if active:
+            self.set_active(True)
 
     def step(self) -> bool:
         """One round: every executor does a slice of work, due timers fire. Returns progress."""
-        now = self.clock()
+        now = self.heartbeat = self.clock()
         progress = False
         if self._posted:
             with self._posted_lock:
@@ -184,9 +201,14 @@ class Runtime:
             for action in posted:
                 action()
             progress = True
+        remote = self.remote
+        if remote is not None and remote.deliver():
+            progress = True
         for ex in self.executors:
             if ex.run_once(now):
                 progress = True
+        if remote is not None:
+            remote.flush()
         timers = self._timers
         while timers and timers[0].due <= now:
             timer = heapq.heappop(timers)

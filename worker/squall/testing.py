@@ -117,7 +117,7 @@ class LocalCluster:
         out = []
         for ex in self.runtime.executors:
             if ex.component == component:
-                out += [getattr(t, "spout", None) or getattr(t, "bolt") for t in ex.tasks.values()]
+                out += [getattr(t, "spout", None) or t.bolt for t in ex.tasks.values()]
         return out
 
     def deactivate(self) -> None:

@@ -9,8 +9,8 @@ import sys
 
 from squall.errors import SquallError
 
-# Subcommand modules, in the order --help lists them.
-COMMANDS = ["run", "validate"]
+# Modules under squall.cli that each register subcommands, in the order --help lists them.
+MODULES = ["run", "process", "validate"]
 
 
 def parser() -> argparse.ArgumentParser:
@@ -18,7 +18,7 @@ def parser() -> argparse.ArgumentParser:
                                   "in Python, for Kubernetes.")
     top.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR (default INFO)")
     subparsers = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for name in COMMANDS:
+    for name in MODULES:
         importlib.import_module(f"squall.cli.{name}").register(subparsers)
     return top
 

@@ -1,4 +1,8 @@
-"""``squall run TOPOLOGY.yaml``: run a topology on this machine, with live progress and a summary."""
+"""``squall run TOPOLOGY.yaml``: run a topology on this machine, with live progress and a summary.
+
+By default it starts the topology's worker and acker processes on 127.0.0.1 (the entrypoints
+pods run); ``--in-process`` runs everything in this process instead (``LocalCluster``).
+"""
 
 from __future__ import annotations
 
@@ -6,11 +10,17 @@ import argparse
 import signal
 import sys
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from pathlib import Path
 
-from squall.executor.stats import Histogram
+from prometheus_client import CollectorRegistry, generate_latest
+
+from squall.metrics import RuntimeCollector
+from squall.scrape import Totals, parse
+from squall.supervisor import Supervisor
 from squall.testing import LocalCluster
 from squall.topology import load_spec, validate
+from squall.topology.spec import TopologySpec
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -18,85 +28,129 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("topology", help="path to the topology YAML")
     p.add_argument("--duration", type=float, metavar="SECONDS", help="stop after this many seconds")
     p.add_argument("--trees", type=int, metavar="N", help="stop after N spout tuple trees were acked")
-    p.add_argument("--in-process", action="store_true", help="run every executor in this process (LocalCluster)")
+    p.add_argument("--in-process", action="store_true",
+                   help="run every executor in this process (LocalCluster) instead of worker/acker processes")
+    p.add_argument("--run-dir", default=".squall/run", help="where process logs go (default .squall/run)")
     p.set_defaults(func=run)
 
 
-@dataclass
-class Snapshot:
-    """What the progress line and the summary show."""
+class Progress:
+    """Prints a progress line per second and the summary table at the end."""
 
-    acked: int
-    failed: int
-    timed_out: int
-    pending: int
-    latency: Histogram
+    def __init__(self, spec: TopologySpec) -> None:
+        self.spec = spec
+        self.spouts = [s.name for s in spec.spouts]
+        self.tty = sys.stderr.isatty()
+        self.start = self.last_t = time.monotonic()
+        self.last_acked = 0.0
+
+    def acked(self, t: Totals) -> float:
+        return sum(t.acked[s] for s in self.spouts)
+
+    def line(self, t: Totals) -> None:
+        now = time.monotonic()
+        acked = self.acked(t)
+        rate = (acked - self.last_acked) / max(now - self.last_t, 1e-9)
+        self.last_acked, self.last_t = acked, now
+        text = (f"acked {acked:>11,.0f}  {rate:>9,.0f}/s  failed {sum(t.failed[s] for s in self.spouts):>7,.0f}  "
+                f"timed out {sum(t.timed_out[s] for s in self.spouts):>7,.0f}  "
+                f"pending {sum(t.pending[s] for s in self.spouts):>6,.0f}  "
+                f"p99 {t.latency.quantile(0.99) * 1000:>6.1f} ms")
+        print(f"\r{text}" if self.tty else text, end="" if self.tty else "\n", file=sys.stderr, flush=True)
+
+    def summary(self, t: Totals) -> str:
+        elapsed = time.monotonic() - self.start
+        rows = [("component", "emitted", "executed", "acked", "failed", "timed out", "errors")]
+        for comp in self.spec.components():
+            n = comp.name
+            rows.append((n, *(f"{v:,.0f}" for v in (t.emitted[n], t.executed[n], t.acked[n], t.failed[n],
+                                                     t.timed_out[n], t.errors[n]))))
+        widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+        table = "\n".join("  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths,
+                                                                                                   strict=True)))
+                          for r in rows)
+        acked = self.acked(t)
+        return (f"{'' if not self.tty else chr(10)}{table}\n\n{acked:,.0f} trees acked in {elapsed:.1f} s "
+                f"({acked / elapsed:,.0f}/s); complete latency p50 {t.latency.quantile(0.5) * 1000:.1f} ms, "
+                f"p99 {t.latency.quantile(0.99) * 1000:.1f} ms")
+
+    def should_stop(self, t: Totals, args: argparse.Namespace) -> bool:
+        if args.trees is not None and self.acked(t) >= args.trees:
+            return True
+        return args.duration is not None and time.monotonic() - self.start >= args.duration
 
 
-def progress_line(prev: Snapshot, cur: Snapshot, dt: float) -> str:
-    rate = (cur.acked - prev.acked) / dt if dt > 0 else 0.0
-    return (f"acked {cur.acked:>10,}  {rate:>9,.0f}/s  failed {cur.failed:>7,}  timed out {cur.timed_out:>7,}  "
-            f"pending {cur.pending:>6,}  p99 {cur.latency.quantile(0.99) * 1000:>6.1f} ms")
+def _on_stop_signals() -> Callable[[], bool]:
+    requested = False
 
+    def handler(*_: object) -> None:
+        nonlocal requested
+        requested = True
 
-def summary_table(rows: list[tuple[str, ...]]) -> str:
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return "\n".join("  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True)))
-                     for r in rows)
+    signal.signal(signal.SIGINT, handler)
+    signal.signal(signal.SIGTERM, handler)
+    return lambda: requested
 
 
 def run(args: argparse.Namespace) -> int:
     spec = load_spec(args.topology)
     validate(spec)
-    return run_in_process(spec, args)
+    stop_requested = _on_stop_signals()
+    progress = Progress(spec)
+    if args.in_process:
+        return _in_process(spec, args, progress, stop_requested)
+    return _processes(spec, args, progress, stop_requested)
 
 
-def run_in_process(spec, args: argparse.Namespace) -> int:
-    stopping = False
-
-    def on_signal(*_: object) -> None:
-        nonlocal stopping
-        stopping = True
-
-    signal.signal(signal.SIGINT, on_signal)
-    signal.signal(signal.SIGTERM, on_signal)
-    tty = sys.stderr.isatty()
+def _in_process(spec: TopologySpec, args: argparse.Namespace, progress: Progress,
+                stop_requested: Callable[[], bool]) -> int:
+    print(f"running {spec.name!r} in this process; Ctrl-C to stop", file=sys.stderr)
     with LocalCluster(spec) as cluster:
-        def snapshot() -> Snapshot:
-            spouts = [cluster.counts(s.name) for s in spec.spouts]
-            latency = Histogram()
-            for s in spec.spouts:
-                latency.merge(cluster.complete_latency(s.name))
-            return Snapshot(sum(c.acked for c in spouts), sum(c.failed for c in spouts),
-                            sum(c.timed_out for c in spouts), cluster.pending(), latency)
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(RuntimeCollector(cluster.runtime, role="local", index=0))
 
-        start = last_t = time.monotonic()
-        last = snapshot()
-        print(f"running {spec.name!r} in process; Ctrl-C to stop", file=sys.stderr)
+        def totals() -> Totals:
+            return parse(generate_latest(registry).decode())
 
         def until(_: LocalCluster) -> bool:
-            nonlocal last, last_t
-            now = time.monotonic()
-            if now - last_t >= 1.0:
-                cur = snapshot()
-                line = progress_line(last, cur, now - last_t)
-                print(f"\r{line}" if tty else line, end="" if tty else "\n", file=sys.stderr, flush=True)
-                last, last_t = cur, now
-            if args.trees is not None and cluster.trees_acked() >= args.trees:
+            if time.monotonic() - progress.last_t >= 1.0:
+                t = totals()
+                progress.line(t)
+                if progress.should_stop(t, args):
+                    return True
+            elif args.trees is not None and cluster.trees_acked() >= args.trees:
                 return True
-            return stopping or (args.duration is not None and now - start >= args.duration)
+            return stop_requested() or progress.should_stop(Totals(), args)
 
         cluster.run(until=until)
-        elapsed = time.monotonic() - start
-        if tty:
-            print(file=sys.stderr)
-        final = snapshot()
-        rows = [("component", "emitted", "executed", "acked", "failed", "timed out", "errors")]
-        for comp in spec.components():
-            c = cluster.counts(comp.name)
-            rows.append((comp.name, f"{c.emitted:,}", f"{c.executed:,}", f"{c.acked:,}", f"{c.failed:,}",
-                         f"{c.timed_out:,}", f"{c.errors:,}"))
-        print(summary_table(rows))
-        print(f"\n{final.acked:,} trees acked in {elapsed:.1f} s ({final.acked / elapsed:,.0f}/s), "
-              f"p50 {final.latency.quantile(0.5) * 1000:.1f} ms, p99 {final.latency.quantile(0.99) * 1000:.1f} ms")
+        print(progress.summary(totals()))
+    return 0
+
+
+def _processes(spec: TopologySpec, args: argparse.Namespace, progress: Progress,
+               stop_requested: Callable[[], bool]) -> int:
+    sup = Supervisor(spec_path=args.topology, spec=spec, run_dir=Path(args.run_dir))
+    print(f"running {spec.name!r}: {spec.workers} worker(s) and {spec.num_ackers} acker(s) on 127.0.0.1; "
+          f"logs in {sup.run_dir}/; Ctrl-C to stop", file=sys.stderr)
+    sup.start()
+    totals = Totals()
+    try:
+        while not stop_requested():
+            time.sleep(1.0)  # the CLI's refresh period; the processes do the work
+            for event in sup.check():
+                print(f"\n{event}" if progress.tty else event, file=sys.stderr)
+            totals = sup.scrape()
+            progress.line(totals)
+            if progress.should_stop(totals, args):
+                break
+    finally:
+        print(("\n" if progress.tty else "") + "stopping: spouts deactivate, in-flight trees drain...",
+              file=sys.stderr)
+        codes = sup.stop()
+        totals = sup.final_totals()
+    bad = {name: code for name, code in codes.items() if code != 0}
+    print(progress.summary(totals))
+    if bad:
+        print(f"processes that did not exit cleanly: {bad}; see their logs in {sup.run_dir}/", file=sys.stderr)
+        return 1
     return 0

@@ -29,7 +29,8 @@ class Router:
             groupers = [make_grouper(s, source=(self.component, stream), fields=fields, task_id=self.task_id,
                                      local_tasks=context.worker_tasks, context=context, rng=rng) for s in subs]
             self.groupers[stream] = [g for g in groupers if g is not None]
-            self.direct[stream] = frozenset(t for s, g in zip(subs, groupers, strict=True) if g is None for t in s.tasks)
+            self.direct[stream] = frozenset(
+                t for s, g in zip(subs, groupers, strict=True) if g is None for t in s.tasks)
 
     def stream(self, stream: str, values: list[Any]) -> Fields:
         """The stream's fields, after checking that ``values`` fit them."""

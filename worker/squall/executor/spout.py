@@ -70,7 +70,7 @@ class SpoutExecutor(Executor):
         self.wait = wait
         self.clock = clock
         self.report = report
-        self.active = True
+        self.active = False  # the runtime activates spouts once the process is ready
         self.opened: list[Callable[[], None]] = []
 
     def add_task(self, task: SpoutTask, open_: Callable[[], None]) -> None:
@@ -86,8 +86,6 @@ class SpoutExecutor(Executor):
     def start(self) -> None:
         for open_ in self.opened:
             open_()
-        for task in self.tasks.values():
-            self._call(task, task.spout.activate)
 
     def stop(self) -> None:
         for task in self.tasks.values():

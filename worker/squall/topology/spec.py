@@ -7,7 +7,7 @@ then checks what needs the whole topology: names, inputs, streams, fields and cl
 from __future__ import annotations
 
 import difflib
-from enum import Enum
+from enum import StrEnum
 from pathlib import Path
 from typing import Any, Self
 
@@ -30,7 +30,7 @@ class _Model(BaseModel):
         return self.model_dump(by_alias=True, mode="json")
 
 
-class GroupingType(str, Enum):
+class GroupingType(StrEnum):
     SHUFFLE = "shuffle"
     FIELDS = "fields"
     ALL = "all"
@@ -106,6 +106,14 @@ class ErrorReporting(_Model):
     keep_last: int = Field(default=10, ge=1, description="recent errors kept per component")
 
 
+class Transfer(_Model):
+    """Batching of tuples and acker messages between processes."""
+
+    batch_size: int = Field(default=256, ge=1, le=65536, description="items per frame at most")
+    flush_interval_ms: float = Field(default=1.0, gt=0, le=1.0, description="a partial batch waits at most this")
+    max_frame_bytes: int = Field(default=16 * 1024 * 1024, ge=65536, description="larger frames are refused")
+
+
 class TopologySpec(_Model):
     """A whole topology: its components, their wiring and the knobs of guaranteed processing."""
 
@@ -117,6 +125,7 @@ class TopologySpec(_Model):
     executor_queue_size: int = Field(default=1024, ge=1, description="bounded inbox of each executor")
     spout_wait: SpoutWait = Field(default_factory=SpoutWait)
     error_reporting: ErrorReporting = Field(default_factory=ErrorReporting)
+    transfer: Transfer = Field(default_factory=Transfer)
     config: dict[str, Any] = Field(default_factory=dict)
     spouts: list[SpoutSpec] = Field(min_length=1)
     bolts: list[BoltSpec] = Field(default_factory=list)

@@ -1,0 +1,33 @@
+"""``squall worker`` and ``squall acker``: the process entrypoints pods run (configured by environment)."""
+
+from __future__ import annotations
+
+import argparse
+
+ENV_HELP = """configuration (environment):
+  SQUALL_TOPOLOGY        path to the topology YAML (required)
+  SQUALL_{ROLE}_INDEX    this process's index (default: the -N ordinal of HOSTNAME)
+  SQUALL_WORKERS         number of worker processes (default: spec.workers)
+  SQUALL_ACKERS          number of acker processes (default: spec.ackers, or workers)
+  SQUALL_WORKER_PEERS    template with {i} or comma list of worker addresses
+                         (default {topology}-worker-{i}.{topology}-worker:7070)
+  SQUALL_ACKER_PEERS     the same for ackers
+  SQUALL_GRPC_PORT       gRPC port (default 7070); SQUALL_METRICS_PORT (default 9090)
+  SQUALL_BIND_HOST       listen address (default 0.0.0.0)
+  SQUALL_MESSAGE_TIMEOUT_SECONDS, SQUALL_MAX_SPOUT_PENDING  override the spec
+"""
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    for role, what in (("worker", "run this process's spout and bolt executors"),
+                       ("acker", "run this process's acker task")):
+        p = subparsers.add_parser(role, help=f"{what} (a pod's entrypoint)",
+                                  epilog=ENV_HELP.replace("{ROLE}", role.upper()),
+                                  formatter_class=argparse.RawDescriptionHelpFormatter)
+        p.set_defaults(func=lambda _args, r=role: _run(r))
+
+
+def _run(role: str) -> int:
+    from squall.process import main
+
+    return main(role)

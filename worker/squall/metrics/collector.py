@@ -1,0 +1,160 @@
+"""Exposes the runtime's counters as Prometheus metrics.
+
+The hot path only bumps plain integers (``TaskStats``); this collector turns them into metric
+families when Prometheus scrapes, so metrics cost nothing between scrapes.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+
+from squall.executor.stats import LATENCY_BUCKETS, Histogram
+
+if TYPE_CHECKING:
+    from squall.runtime import Runtime
+    from squall.transport import Transport
+
+TASK = ["topology", "component", "task", "stream"]
+EXECUTED = ["topology", "component", "task", "stream", "source_component"]
+
+
+def _buckets(h: Histogram) -> list[tuple[str, float]]:
+    counts, out, total = list(h.counts), [], 0
+    for bound, n in zip([*LATENCY_BUCKETS, float("inf")], counts, strict=True):
+        total += n
+        out.append(("+Inf" if bound == float("inf") else repr(bound), total))
+    return out
+
+
+class RuntimeCollector:
+    """A prometheus-client collector over one process's :class:`~squall.runtime.Runtime`."""
+
+    def __init__(self, runtime: Runtime, *, role: str, index: int, transport: Transport | None = None) -> None:
+        self.runtime = runtime
+        self.transport = transport
+        self.role, self.index = role, index
+        self.topology = runtime.plan.spec.name
+        self._busy: dict[int, tuple[float, float]] = {}  # task → (busy seconds, at) at the last scrape
+
+    def describe(self) -> list[Metric]:
+        return []  # unchecked collector: families are built at scrape time
+
+    def collect(self) -> Iterator[Metric]:
+        yield from self._tasks()
+        yield from self._queues()
+        yield from self._transport()
+        info = GaugeMetricFamily("squall_process_info", "This process's role in the topology",
+                                 labels=["topology", "role", "index"])
+        info.add_metric([self.topology, self.role, str(self.index)], 1)
+        yield info
+
+    def _tasks(self) -> Iterator[Metric]:
+        topo, rt = self.topology, self.runtime
+        emitted = CounterMetricFamily("squall_emitted", "Emit calls", labels=TASK)
+        transferred = CounterMetricFamily("squall_transferred", "Tuples sent to tasks", labels=TASK)
+        acked = CounterMetricFamily("squall_acked", "Spouts: tuple trees acked; bolts: input tuples acked",
+                                    labels=TASK)
+        failed = CounterMetricFamily("squall_failed", "Spouts: trees failed; bolts: input tuples failed",
+                                     labels=[*TASK, "reason"])
+        executed = CounterMetricFamily("squall_executed", "Input tuples executed by bolts", labels=EXECUTED)
+        errors = CounterMetricFamily("squall_errors", "Errors reported by a task",
+                                     labels=["topology", "component", "task"])
+        complete = HistogramMetricFamily("squall_complete_latency_seconds",
+                                         "Spout emit to tree completion", labels=TASK)
+        execute = HistogramMetricFamily("squall_execute_latency_seconds", "Time in Bolt.execute", labels=EXECUTED)
+        process = HistogramMetricFamily("squall_process_latency_seconds", "Execute start to ack", labels=EXECUTED)
+        capacity = GaugeMetricFamily("squall_capacity", "Share of time a bolt task spent executing since the "
+                                     "last scrape (Storm's capacity; near 1 means the bolt is a bottleneck)",
+                                     labels=["topology", "component", "task"])
+        pending = GaugeMetricFamily("squall_pending_trees", "Tuple trees emitted and not yet decided",
+                                    labels=["topology", "component", "task"])
+        max_pending = GaugeMetricFamily("squall_max_spout_pending", "maxSpoutPending per spout task (0: no limit)",
+                                        labels=["topology", "component", "task"])
+        now = time.monotonic()
+        for task, stats in list(rt.stats.items()):
+            comp, t = rt.plan.task_component[task], str(task)
+            for stream, n in list(stats.emitted.items()):
+                emitted.add_metric([topo, comp, t, stream], n)
+            for stream, n in list(stats.transferred.items()):
+                transferred.add_metric([topo, comp, t, stream], n)
+            for stream, n in list(stats.acked.items()):
+                acked.add_metric([topo, comp, t, stream], n)
+            for stream, n in list(stats.failed.items()):
+                failed.add_metric([topo, comp, t, stream, "explicit"], n)
+            for stream, n in list(stats.timed_out.items()):
+                failed.add_metric([topo, comp, t, stream, "timeout"], n)
+            for (src, stream), n in list(stats.executed.items()):
+                executed.add_metric([topo, comp, t, stream, src], n)
+            for stream, h in list(stats.complete_latency.items()):
+                complete.add_metric([topo, comp, t, stream], _buckets(h), h.sum)
+            for (src, stream), h in list(stats.execute_latency.items()):
+                execute.add_metric([topo, comp, t, stream, src], _buckets(h), h.sum)
+            for (src, stream), h in list(stats.process_latency.items()):
+                process.add_metric([topo, comp, t, stream, src], _buckets(h), h.sum)
+            errors.add_metric([topo, comp, t], stats.errors)
+            if comp not in rt.plan.spout_names:
+                busy, at = self._busy.get(task, (stats.busy_seconds, now - 1e-9))
+                capacity.add_metric([topo, comp, t], min(1.0, (stats.busy_seconds - busy) / max(now - at, 1e-9)))
+                self._busy[task] = (stats.busy_seconds, now)
+        limit = rt.plan.spec.max_spout_pending or 0
+        for spout in rt.spouts:
+            for task in list(spout.tasks.values()):
+                pending.add_metric([topo, spout.component, str(task.task_id)], task.pending)
+                max_pending.add_metric([topo, spout.component, str(task.task_id)], limit)
+        for acker in rt.ackers:
+            pending.add_metric([topo, "__acker", str(acker.task_ids[0])], acker.acker.pending)
+        yield from (emitted, transferred, acked, failed, executed, errors, complete, execute, process, capacity,
+                    pending, max_pending)
+
+    def _queues(self) -> Iterator[Metric]:
+        depth = GaugeMetricFamily("squall_queue_depth", "Items waiting in an executor's inbox",
+                                  labels=["topology", "component", "executor"])
+        overflow = GaugeMetricFamily("squall_overflow_depth", "Sends an executor parked because the destination "
+                                     "was full (backpressure when > 0)", labels=["topology", "component", "executor"])
+        capacity = self.runtime.transfer.capacity
+        for ex in self.runtime.executors:
+            name = f"{ex.task_ids[0]}-{ex.task_ids[-1]}"
+            depth.add_metric([self.topology, ex.component, name], len(ex.inbox))
+            overflow.add_metric([self.topology, ex.component, name], len(ex.overflow))
+        limit = GaugeMetricFamily("squall_queue_capacity", "Capacity of each executor inbox", labels=["topology"])
+        limit.add_metric([self.topology], capacity)
+        yield from (depth, overflow, limit)
+
+    def _transport(self) -> Iterator[Metric]:
+        tr = self.transport
+        if tr is None:
+            return
+        topo = self.topology
+        sent_b = CounterMetricFamily("squall_transport_batches_sent", "Frames sent to a peer",
+                                     labels=["topology", "peer", "lane"])
+        sent_bytes = CounterMetricFamily("squall_transport_bytes_sent", "Bytes sent to a peer",
+                                         labels=["topology", "peer", "lane"])
+        dropped = CounterMetricFamily("squall_transport_dropped_frames", "Frames dropped while a peer was "
+                                      "unreachable (their trees time out and replay)",
+                                      labels=["topology", "peer", "lane"])
+        reconnects = CounterMetricFamily("squall_transport_reconnects", "Reconnections to a peer",
+                                         labels=["topology", "peer", "lane"])
+        for (peer, lane), link in tr.links.items():
+            s = link.stats
+            sent_b.add_metric([topo, peer, lane], s.batches)
+            sent_bytes.add_metric([topo, peer, lane], s.bytes)
+            dropped.add_metric([topo, peer, lane], s.dropped)
+            reconnects.add_metric([topo, peer, lane], s.reconnects)
+        recv_b = CounterMetricFamily("squall_transport_batches_received", "Frames received from a peer",
+                                     labels=["topology", "peer", "lane"])
+        recv_bytes = CounterMetricFamily("squall_transport_bytes_received", "Bytes received from a peer",
+                                         labels=["topology", "peer", "lane"])
+        malformed = CounterMetricFamily("squall_transport_malformed_frames", "Frames rejected as malformed "
+                                        "(their stream was closed)", labels=["topology"])
+        if tr.receiver is not None:
+            rs = tr.receiver.stats
+            for (peer, lane), n in list(rs.batches.items()):
+                recv_b.add_metric([topo, peer, lane], n)
+            for (peer, lane), n in list(rs.bytes.items()):
+                recv_bytes.add_metric([topo, peer, lane], n)
+            malformed.add_metric([topo], rs.malformed)
+        yield from (sent_b, sent_bytes, dropped, reconnects, recv_b, recv_bytes, malformed)

@@ -1,0 +1,50 @@
+"""``/metrics`` (Prometheus text format) and ``/healthz`` on one small HTTP server thread."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+
+class MetricsServer:
+    """Serves ``registry`` on ``/metrics`` and ``healthy()`` on ``/healthz`` (200 or 503)."""
+
+    def __init__(self, *, registry: CollectorRegistry, host: str, port: int, healthy: Callable[[], bool]) -> None:
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 - the http.server API
+                if self.path.split("?")[0] == "/metrics":
+                    self._reply(200, generate_latest(outer.registry), CONTENT_TYPE_LATEST)
+                elif self.path == "/healthz":
+                    ok = outer.healthy()
+                    self._reply(200 if ok else 503, b"ok\n" if ok else b"unhealthy\n", "text/plain")
+                else:
+                    self._reply(404, b"try /metrics or /healthz\n", "text/plain")
+
+            def _reply(self, code: int, body: bytes, ctype: str) -> None:
+                self.send_response(code)
+                self.send_header("Content-Type", ctype)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: object) -> None:
+                pass  # scrapes every few seconds would drown the log
+
+        self.registry = registry
+        self.healthy = healthy
+        self._http = ThreadingHTTPServer((host, port), Handler)
+        self._http.daemon_threads = True
+        self.port = self._http.server_address[1]
+        self._thread = threading.Thread(target=self._http.serve_forever, name="metrics", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._http.shutdown()
+        self._http.server_close()

@@ -1,0 +1,208 @@
+"""One worker or acker process: the entrypoint a Kubernetes pod (or ``squall run``) starts.
+
+Configured by the topology spec file and environment variables only (see docs/processes.md):
+which process it is, how many there are, and where its peers listen.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import signal
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from prometheus_client import CollectorRegistry, generate_latest
+
+from squall.errors import ConfigError
+from squall.metrics import MetricsServer, RuntimeCollector
+from squall.runtime import Runtime
+from squall.topology.assignment import assign
+from squall.topology.plan import Plan
+from squall.topology.spec import TopologySpec, load_spec
+from squall.transport import Transport
+from squall.transport.codec import Decoder
+
+log = logging.getLogger("squall.process")
+
+WORKER, ACKER = "worker", "acker"
+DEFAULT_PEERS = {WORKER: "{topology}-worker-{i}.{topology}-worker:7070",
+                 ACKER: "{topology}-acker-{i}.{topology}-acker:7070"}
+HEALTHY_WITHIN = 10.0  # seconds since the scheduler loop last ran
+
+
+def _int(env: dict[str, str], name: str, *, minimum: int = 0) -> int | None:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return None
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ConfigError(f"{name}={raw!r} is not an integer") from None
+    if value < minimum:
+        raise ConfigError(f"{name}={value} must be >= {minimum}")
+    return value
+
+
+def _ordinal(env: dict[str, str], role: str) -> int:
+    """The index from SQUALL_<ROLE>_INDEX, or from a StatefulSet hostname such as wordcount-worker-3."""
+    index = _int(env, f"SQUALL_{role.upper()}_INDEX")
+    if index is not None:
+        return index
+    match = re.search(r"-(\d+)$", env.get("HOSTNAME", ""))
+    if not match:
+        raise ConfigError(f"set SQUALL_{role.upper()}_INDEX, or run with a StatefulSet hostname ending in "
+                          f"-<ordinal> (HOSTNAME={env.get('HOSTNAME', '')!r})")
+    return int(match.group(1))
+
+
+def peer_addresses(template: str, count: int, *, topology: str, namespace: str, var: str) -> list[str]:
+    """Addresses of ``count`` peers from a template with ``{i}`` or a comma-separated list."""
+    if "{i}" in template:
+        try:
+            return [template.format(i=i, topology=topology, namespace=namespace) for i in range(count)]
+        except (KeyError, IndexError, ValueError) as exc:
+            raise ConfigError(f"{var}: bad template {template!r} ({exc}); use {{i}}, {{topology}}, "
+                              "{namespace}") from None
+    addresses = [a.strip() for a in template.split(",") if a.strip()]
+    if len(addresses) != count:
+        raise ConfigError(f"{var} lists {len(addresses)} address(es) but there are {count}; give one per "
+                          "process or a template containing {i}")
+    return addresses
+
+
+@dataclass(frozen=True)
+class ProcessConfig:
+    role: str
+    index: int
+    spec: TopologySpec
+    worker_addresses: list[str]
+    acker_addresses: list[str]
+    bind_host: str
+    grpc_port: int
+    metrics_port: int
+
+    @classmethod
+    def from_env(cls, role: str, env: dict[str, str] | None = None) -> ProcessConfig:
+        env = dict(os.environ if env is None else env)
+        path = env.get("SQUALL_TOPOLOGY")
+        if not path:
+            raise ConfigError("SQUALL_TOPOLOGY is not set: point it at the topology YAML file")
+        spec = load_spec(path)
+        overrides: dict[str, Any] = {}
+        for var, field, minimum in (("SQUALL_WORKERS", "workers", 1), ("SQUALL_ACKERS", "ackers", 0),
+                                    ("SQUALL_MESSAGE_TIMEOUT_SECONDS", "message_timeout_seconds", 1),
+                                    ("SQUALL_MAX_SPOUT_PENDING", "max_spout_pending", 1)):
+            value = _int(env, var, minimum=minimum)
+            if value is not None:
+                overrides[field] = value
+        spec = TopologySpec.from_dict({**spec.to_dict(), **{TopologySpec.model_fields[k].alias: v
+                                                            for k, v in overrides.items()}},
+                                      source=f"{path} with environment overrides")
+        index = _ordinal(env, role)
+        count = spec.workers if role == WORKER else spec.num_ackers
+        if index >= count:
+            raise ConfigError(f"{role} index {index} is out of range: the topology has {count} {role}(s)")
+        namespace = env.get("SQUALL_NAMESPACE", "default")
+        workers = peer_addresses(env.get("SQUALL_WORKER_PEERS", DEFAULT_PEERS[WORKER]), spec.workers,
+                                 topology=spec.name, namespace=namespace, var="SQUALL_WORKER_PEERS")
+        ackers = peer_addresses(env.get("SQUALL_ACKER_PEERS", DEFAULT_PEERS[ACKER]), spec.num_ackers,
+                                topology=spec.name, namespace=namespace, var="SQUALL_ACKER_PEERS")
+        return cls(role=role, index=index, spec=spec, worker_addresses=workers, acker_addresses=ackers,
+                   bind_host=env.get("SQUALL_BIND_HOST", "0.0.0.0"),
+                   grpc_port=_int(env, "SQUALL_GRPC_PORT") or 7070,
+                   metrics_port=_int(env, "SQUALL_METRICS_PORT") or 9090)
+
+    @property
+    def name(self) -> str:
+        return f"{self.role}-{self.index}"
+
+
+class Process:
+    """Builds the runtime, transport and metrics of one process, and runs it until SIGTERM."""
+
+    def __init__(self, cfg: ProcessConfig) -> None:
+        self.cfg = cfg
+        plan = Plan(cfg.spec)
+        assignment = assign(plan)
+        owner = {task: f"{role}-{i}" for task, (role, i) in assignment.task_owner().items()}
+        if cfg.role == WORKER:
+            executors, acker_tasks = assignment.executors[cfg.index], ()
+        else:
+            executors, acker_tasks = (), assignment.acker_tasks[cfg.index]
+        mine = {t for ex in executors for t in ex.tasks} | set(acker_tasks)
+        if cfg.role == ACKER:  # an acker only ever talks to the spouts' workers
+            owner = {t: p for t, p in owner.items() if plan.task_component[t] in plan.spout_names}
+        remote_owner = {t: p for t, p in owner.items() if t not in mine}
+        addresses = {f"{WORKER}-{i}": a for i, a in enumerate(cfg.worker_addresses)}
+        addresses |= {f"{ACKER}-{j}": a for j, a in enumerate(cfg.acker_addresses)}
+        spout_tasks = frozenset(t for ex in executors if ex.component in plan.spout_names for t in ex.tasks)
+        decoder = Decoder(plan, bolt_tasks=frozenset(t for ex in executors for t in ex.tasks) - spout_tasks,
+                          spout_tasks=spout_tasks, acker_tasks=frozenset(acker_tasks),
+                          max_frame=cfg.spec.transfer.max_frame_bytes)
+        t = cfg.spec.transfer
+        self.transport = Transport(name=cfg.name, owner=remote_owner, addresses=addresses, decoder=decoder,
+                                   bind=f"{cfg.bind_host}:{cfg.grpc_port}", batch_size=t.batch_size,
+                                   flush_interval=t.flush_interval_ms / 1000, max_frame=t.max_frame_bytes,
+                                   queue_frames=8)
+        self.runtime = Runtime(plan, executors=executors, acker_tasks=acker_tasks, remote=self.transport)
+        registry = self.registry = CollectorRegistry(auto_describe=False)
+        registry.register(RuntimeCollector(self.runtime, role=cfg.role, index=cfg.index, transport=self.transport))
+        self.metrics = MetricsServer(registry=registry, host=cfg.bind_host, port=cfg.metrics_port,
+                                     healthy=self.healthy)
+        self.activated = False
+        self.draining_since: float | None = None
+
+    def healthy(self) -> bool:
+        return self.runtime.clock() - self.runtime.heartbeat < HEALTHY_WITHIN
+
+    def _pending(self) -> int:
+        return self.runtime.pending_trees() + sum(a.acker.pending for a in self.runtime.ackers)
+
+    def _check(self) -> None:
+        """Every few ms on the loop: activate spouts once every peer is reachable."""
+        if not self.activated and self.draining_since is None and self.transport.all_connected():
+            self.activated = True
+            log.info("%s: all peers connected; activating spouts", self.cfg.name)
+            self.runtime.set_active(True)
+
+    def _drain(self) -> None:
+        if self.draining_since is None:
+            log.info("%s: SIGTERM: deactivating spouts and draining %d pending tree(s)", self.cfg.name,
+                     self._pending())
+            self.draining_since = self.runtime.clock()
+            self.runtime.set_active(False)
+
+    def _done(self) -> bool:
+        if self.draining_since is None:
+            return False
+        waited = self.runtime.clock() - self.draining_since
+        return self._pending() == 0 or waited >= self.cfg.spec.message_timeout_seconds
+
+    def run(self) -> int:
+        rt = self.runtime
+        self.metrics.start()
+        rt.start(active=False)
+        rt.every(0.05, self._check)
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: rt.post(self._drain))
+        log.info("%s of topology %r: grpc :%d, metrics :%d, tasks %s", self.cfg.name, self.cfg.spec.name,
+                 self.cfg.grpc_port, self.metrics.port, sorted(rt.stats) or sorted(a.task_ids[0] for a in rt.ackers))
+        try:
+            rt.run(self._done)
+        finally:
+            left = self._pending()
+            rt.close()
+            self.transport.close()
+            self.metrics.stop()
+            final = os.environ.get("SQUALL_FINAL_METRICS_FILE")
+            if final:  # squall run reads what each process counted up to its exit
+                Path(final).write_bytes(generate_latest(self.registry))
+        log.info("%s stopped (%d tree(s) still pending)", self.cfg.name, left)
+        return 0
+
+
+def main(role: str) -> int:
+    return Process(ProcessConfig.from_env(role)).run()

@@ -1,0 +1,167 @@
+"""``squall run``'s local cluster: W worker and A acker processes on 127.0.0.1, started with the
+same entrypoints and environment contract as pods, restarted when they die, as Kubernetes would."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from squall.process import ACKER, WORKER
+from squall.scrape import Totals, fetch, parse
+from squall.topology.spec import TopologySpec
+
+log = logging.getLogger("squall.supervisor")
+
+
+def free_ports(n: int) -> list[int]:
+    """Ports that were free a moment ago (bound to port 0, then released)."""
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+@dataclass
+class Child:
+    role: str
+    index: int
+    grpc_port: int
+    metrics_port: int
+    log_path: Path
+    proc: subprocess.Popen | None = None
+    restarts: int = 0
+    carried: Totals = field(default_factory=Totals)  # counters of earlier incarnations
+    last: Totals = field(default_factory=Totals)
+
+    @property
+    def name(self) -> str:
+        return f"{self.role}-{self.index}"
+
+
+class Supervisor:
+    """Starts and watches the processes of one topology on this machine."""
+
+    def __init__(self, *, spec_path: str | Path, spec: TopologySpec, run_dir: str | Path,
+                 env: dict[str, str] | None = None) -> None:
+        self.spec_path = Path(spec_path).resolve()
+        self.spec = spec
+        self.run_dir = Path(run_dir)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        roles = [(WORKER, i) for i in range(spec.workers)] + [(ACKER, j) for j in range(spec.num_ackers)]
+        ports = free_ports(2 * len(roles))
+        self.children = [Child(role, i, ports[2 * k], ports[2 * k + 1], self.run_dir / f"{role}-{i}.log")
+                         for k, (role, i) in enumerate(roles)]
+        pythonpath = os.pathsep.join(p for p in [os.getcwd(), os.environ.get("PYTHONPATH", "")] if p)
+        self.env = {
+            **os.environ, **(env or {}),
+            "PYTHONPATH": pythonpath,
+            "SQUALL_TOPOLOGY": str(self.spec_path),
+            "SQUALL_WORKERS": str(spec.workers),
+            "SQUALL_ACKERS": str(spec.num_ackers),
+            "SQUALL_BIND_HOST": "127.0.0.1",
+            "SQUALL_WORKER_PEERS": ",".join(f"127.0.0.1:{c.grpc_port}" for c in self.children if c.role == WORKER),
+            "SQUALL_ACKER_PEERS": ",".join(f"127.0.0.1:{c.grpc_port}" for c in self.children if c.role == ACKER),
+        }
+        self.stopping = False
+
+    def _spawn(self, child: Child) -> None:
+        env = {**self.env, f"SQUALL_{child.role.upper()}_INDEX": str(child.index),
+               "SQUALL_FINAL_METRICS_FILE": str(self._final_path(child)),
+               "SQUALL_GRPC_PORT": str(child.grpc_port), "SQUALL_METRICS_PORT": str(child.metrics_port)}
+        with open(child.log_path, "ab") as out:
+            child.proc = subprocess.Popen([sys.executable, "-m", "squall", child.role], env=env, stdout=out,
+                                          stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+
+    def start(self) -> None:
+        for child in self.children:
+            self._final_path(child).unlink(missing_ok=True)
+            self._spawn(child)
+
+    def child(self, name: str) -> Child:
+        return next(c for c in self.children if c.name == name)
+
+    def check(self) -> list[str]:
+        """Restart every process that exited; returns a line for each."""
+        events = []
+        for child in self.children:
+            code = child.proc.poll() if child.proc else None
+            if code is not None and not self.stopping:
+                child.carried.add(child.last)
+                child.last = Totals()
+                child.restarts += 1
+                events.append(f"{child.name} exited with {_exit(code)}; restarting it (restart {child.restarts}); "
+                              f"log: {child.log_path}")
+                self._spawn(child)
+        return events
+
+    def scrape(self) -> Totals:
+        """Totals over every process, including what processes that were restarted had counted."""
+        total = Totals()
+        for child in self.children:
+            try:
+                child.last = parse(fetch(f"http://127.0.0.1:{child.metrics_port}/metrics"))
+            except OSError:
+                pass  # starting or restarting: keep its last scrape
+            total.add(child.carried)
+            total.add(child.last)
+        return total
+
+    def _final_path(self, child: Child) -> Path:
+        return self.run_dir / f"{child.name}.metrics"
+
+    def final_totals(self) -> Totals:
+        """After :meth:`stop`: totals from the metrics each process wrote as it exited."""
+        total = Totals()
+        for child in self.children:
+            path = self._final_path(child)
+            total.add(child.carried)
+            total.add(parse(path.read_text()) if path.exists() else child.last)
+        return total
+
+    def ready(self) -> bool:
+        """True when every process answers /healthz."""
+        for child in self.children:
+            try:
+                fetch(f"http://127.0.0.1:{child.metrics_port}/healthz", timeout=0.5)
+            except OSError:
+                return False
+        return True
+
+    def stop(self, timeout: float | None = None) -> dict[str, int | None]:
+        """SIGTERM every process (they drain), wait, SIGKILL stragglers. Returns exit codes."""
+        self.stopping = True
+        timeout = self.spec.message_timeout_seconds + 10 if timeout is None else timeout
+        for child in self.children:
+            if child.proc and child.proc.poll() is None:
+                child.proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        codes: dict[str, int | None] = {}
+        for child in self.children:
+            if child.proc is None:
+                continue
+            try:
+                codes[child.name] = child.proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                child.proc.kill()
+                codes[child.name] = child.proc.wait()
+        return codes
+
+
+def _exit(code: int) -> str:
+    if code < 0:
+        try:
+            return f"signal {signal.Signals(-code).name}"
+        except ValueError:
+            return f"signal {-code}"
+    return f"code {code}"

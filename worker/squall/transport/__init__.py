@@ -1,0 +1,114 @@
+"""Moving tuples and acker traffic between worker and acker processes over gRPC.
+
+Within a process nothing here is used: executors hand tuples over in memory.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from squall.acker.acker import AckerMessage
+from squall.transport.codec import Decoder, encode_acker, encode_tuples, encode_verdicts
+from squall.transport.ingress import Ingress
+from squall.transport.links import CONTROL, DATA, PeerLink
+from squall.transport.server import Receiver
+from squall.tuples import Tuple
+
+__all__ = ["Transport"]
+
+
+class Transport:
+    """This process's links to its peers: batches outgoing items, and receives incoming frames.
+
+    ``owner`` maps every task not in this process onto its process name; ``addresses`` maps
+    process names onto ``host:port``.
+    """
+
+    def __init__(self, *, name: str, owner: dict[int, str], addresses: dict[str, str], decoder: Decoder,
+                 bind: str, batch_size: int, flush_interval: float, max_frame: int, queue_frames: int,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.name = name
+        self.owner = owner
+        self.batch_size = batch_size
+        self.flush_interval = flush_interval
+        self.clock = clock
+        self._wake: Callable[[], None] = lambda: None
+        peers = sorted(set(owner.values()))
+        self.links = {(p, lane): PeerLink(peer=p, address=addresses[p], lane=lane, sender=name, max_frame=max_frame,
+                                          queue_frames=queue_frames, wake=self.wake)
+                      for p in peers for lane in (DATA, CONTROL)}
+        self._buffers: dict[tuple[str, str], list[Any]] = {key: [] for key in self.links}
+        self._since: dict[tuple[str, str], float] = {}
+        self._stalled: dict[tuple[str, str], bytes] = {}
+        self.ingress: Ingress | None = None
+        self.receiver: Receiver | None = None
+        self._decoder, self._bind, self._max_frame = decoder, bind, max_frame
+        self._streams = 2 * len(peers) + 2
+
+    def wake(self) -> None:
+        self._wake()
+
+    def attach(self, *, try_deliver: Callable[[int, Any], bool], wake: Callable[[], None], frames: int) -> None:
+        """Connect to the runtime that owns the inboxes, and start listening and connecting."""
+        self._wake = wake
+        self.ingress = Ingress(try_deliver=try_deliver, wake=wake, frames=frames)
+        self.receiver = Receiver(decoder=self._decoder, ingress=self.ingress, bind=self._bind,
+                                 max_frame=self._max_frame, streams=self._streams)
+        self.receiver.start()
+        for link in self.links.values():
+            link.start()
+
+    def all_connected(self) -> bool:
+        return all(link.connected.is_set() for link in self.links.values())
+
+    # -- the scheduler thread's side -------------------------------------------------------
+
+    def try_send(self, task: int, item: Any) -> bool:
+        key = (self.owner[task], DATA if type(item) is Tuple else CONTROL)
+        buf = self._buffers[key]
+        if buf:
+            if (key in self._stalled or len(buf) >= self.batch_size
+                    or self.clock() - self._since[key] >= self.flush_interval) and not self._flush(key):
+                return False
+        elif key in self._stalled and not self._flush(key):
+            return False
+        if not buf:
+            self._since[key] = self.clock()
+        buf.append(item)
+        return True
+
+    def _flush(self, key: tuple[str, str]) -> bool:
+        """Hand the buffered batch to its link; a refused frame is kept, encoded, for the next try."""
+        link = self.links[key]
+        stalled = self._stalled.pop(key, None)
+        if stalled is not None and not link.offer(stalled):
+            self._stalled[key] = stalled
+            return False
+        buf = self._buffers[key]
+        if buf:
+            frame = encode_tuples(buf) if key[1] == DATA else \
+                encode_acker(buf) if type(buf[0]) is AckerMessage else encode_verdicts(buf)
+            buf.clear()
+            if not link.offer(frame):
+                self._stalled[key] = frame
+                return False
+        return True
+
+    def flush(self) -> bool:
+        """Send every buffered batch the links accept; True when nothing is left waiting."""
+        done = True
+        for key, buf in self._buffers.items():
+            if (buf or key in self._stalled) and not self._flush(key):
+                done = False
+        return done
+
+    def deliver(self) -> bool:
+        return self.ingress.deliver() if self.ingress else False
+
+    def close(self) -> None:
+        for link in self.links.values():
+            link.close()
+        if self.receiver:
+            self.receiver.stop()

@@ -1,0 +1,149 @@
+"""Frames on the wire: protobuf envelopes, tuple values in msgpack, acker traffic as columns.
+
+Decoding never executes anything from the network (no pickle, no msgpack extension types) and
+checks every tuple against the plan: a frame that fails any check raises :class:`FrameError`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgpack
+import numpy as np
+
+from squall.acker.acker import AckerMessage, Notification
+from squall.executor.acker import AckBatch
+from squall.proto.squall_pb2 import AckerColumns, Batch, VerdictColumns
+from squall.topology.plan import Plan
+from squall.tuples import Fields, Tuple
+
+_U8, _U32, _I32, _U64 = np.dtype("<u1"), np.dtype("<u4"), np.dtype("<i4"), np.dtype("<u8")
+
+
+class FrameError(ValueError):
+    """A frame that cannot be decoded or does not fit the topology."""
+
+
+def _no_ext(code: int, data: bytes) -> Any:
+    raise FrameError(f"msgpack extension type {code} is not allowed")
+
+
+def encode_tuples(tuples: list[Tuple]) -> bytes:
+    rows = []
+    for t in tuples:
+        flat = [x for pair in t.anchors.items() for x in pair] if t.anchors else []
+        rows.append([t.task, t.source_task, t.source_stream, t.values, flat])
+    return Batch(tuples=msgpack.packb(rows)).SerializeToString()
+
+
+def encode_acker(messages: list[AckerMessage]) -> bytes:
+    kinds, roots, vals, tasks = zip(*messages, strict=True)
+    cols = AckerColumns(kind=np.array(kinds, _U8).tobytes(), root=np.array(roots, _U64).tobytes(),
+                        val=np.array(vals, _U64).tobytes(), task=np.array(tasks, _I32).tobytes())
+    return Batch(acker=cols).SerializeToString()
+
+
+def encode_verdicts(notes: list[Notification]) -> bytes:
+    kinds, roots, tasks, ms = zip(*notes, strict=True)
+    cols = VerdictColumns(kind=np.array(kinds, _U8).tobytes(), root=np.array(roots, _U64).tobytes(),
+                          task=np.array(tasks, _I32).tobytes(), ms=np.array(ms, _U32).tobytes())
+    return Batch(verdicts=cols).SerializeToString()
+
+
+class Decoder:
+    """Turns frames into (task, item) pairs for this process's inboxes."""
+
+    def __init__(self, plan: Plan, *, bolt_tasks: frozenset[int], spout_tasks: frozenset[int],
+                 acker_tasks: frozenset[int], max_frame: int) -> None:
+        self.plan = plan
+        self.bolt_tasks = bolt_tasks
+        self.spout_tasks = spout_tasks
+        self.acker_task = min(acker_tasks) if acker_tasks else None
+        self.max_frame = max_frame
+        self._fields: dict[tuple[int, str], tuple[str, Fields]] = {}
+
+    def decode(self, frame: bytes) -> list[tuple[int, Any]]:
+        try:
+            batch = Batch.FromString(frame)
+        except Exception as exc:  # noqa: BLE001 - the protobuf runtime raises several types
+            raise FrameError(f"not a Batch protobuf: {exc}") from None
+        out: list[tuple[int, Any]] = []
+        if batch.tuples:
+            out += self._tuples(batch.tuples)
+        if batch.HasField("acker"):
+            out += self._acker(batch.acker)
+        if batch.HasField("verdicts"):
+            out += self._verdicts(batch.verdicts)
+        return out
+
+    def _source(self, source_task: Any, stream: Any) -> tuple[str, Fields]:
+        key = (source_task, stream)
+        found = self._fields.get(key)
+        if found is None:
+            component = self.plan.task_component.get(source_task) if type(source_task) is int else None
+            if component is None or type(stream) is not str:
+                raise FrameError(f"tuple from unknown source task {source_task!r}")
+            try:
+                found = (component, self.plan.stream_fields(component, stream))
+            except KeyError:
+                raise FrameError(f"component {component!r} declares no stream {stream!r}") from None
+            self._fields[key] = found
+        return found
+
+    def _tuples(self, data: bytes) -> list[tuple[int, Tuple]]:
+        try:
+            rows = msgpack.unpackb(data, raw=False, strict_map_key=False, ext_hook=_no_ext,
+                                   max_buffer_size=self.max_frame)
+        except FrameError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - msgpack raises several types on bad input
+            raise FrameError(f"tuples are not valid msgpack: {exc}") from None
+        if type(rows) is not list:
+            raise FrameError("tuples must be a msgpack array")
+        out = []
+        bolt_tasks = self.bolt_tasks
+        for row in rows:
+            if type(row) is not list or len(row) != 5:
+                raise FrameError("each tuple must be [task, source_task, stream, values, anchors]")
+            task, source_task, stream, values, flat = row
+            if task not in bolt_tasks:
+                raise FrameError(f"tuple for task {task!r}, which is not a bolt task of this worker")
+            component, fields = self._source(source_task, stream)
+            if type(values) is not list or len(values) != len(fields):
+                raise FrameError(f"tuple on {component}/{stream} must have {len(fields)} values")
+            if type(flat) is not list or len(flat) % 2 or not all(type(x) is int and 0 <= x < 2**64 for x in flat):
+                raise FrameError("anchors must be a flat list of 64-bit root, edge pairs")
+            anchors = dict(zip(flat[::2], flat[1::2], strict=True)) if flat else {}
+            out.append((task, Tuple(values, fields, component, stream, source_task, anchors, task)))
+        return out
+
+    @staticmethod
+    def _columns(cols: Any, spec: tuple[tuple[str, np.dtype], ...]) -> list[np.ndarray]:
+        arrays = []
+        for name, dtype in spec:
+            raw = getattr(cols, name)
+            if len(raw) % dtype.itemsize:
+                raise FrameError(f"column {name!r} is not a whole number of {dtype} values")
+            arrays.append(np.frombuffer(raw, dtype))
+        if len({len(a) for a in arrays}) != 1:
+            raise FrameError("columns have different lengths")
+        return arrays
+
+    def _acker(self, cols: AckerColumns) -> list[tuple[int, AckBatch]]:
+        if self.acker_task is None:
+            raise FrameError("acker messages sent to a process without an acker task")
+        kinds, roots, vals, tasks = self._columns(cols, (("kind", _U8), ("root", _U64), ("val", _U64),
+                                                         ("task", _I32)))
+        if len(kinds) and kinds.max() > 3:
+            raise FrameError("unknown acker message kind")
+        return [(self.acker_task, AckBatch(kinds, roots, vals, tasks))] if len(kinds) else []
+
+    def _verdicts(self, cols: VerdictColumns) -> list[tuple[int, Notification]]:
+        kinds, roots, tasks, ms = self._columns(cols, (("kind", _U8), ("root", _U64), ("task", _I32),
+                                                       ("ms", _U32)))
+        out = []
+        for kind, root, task, m in zip(kinds.tolist(), roots.tolist(), tasks.tolist(), ms.tolist(), strict=True):
+            if task not in self.spout_tasks or not 1 <= kind <= 3:
+                raise FrameError(f"verdict for task {task}, which is not a spout task of this worker")
+            out.append((task, Notification(kind, root, task, m)))
+        return out

@@ -1,0 +1,123 @@
+"""Outgoing links: one long-lived gRPC client stream per (peer process, lane).
+
+The scheduler thread hands encoded frames to a link's bounded queue; the link's own thread
+streams them to the peer. A full queue refuses frames (backpressure into the executors). While
+the peer is unreachable, frames are dropped and counted: the tuple trees they carried time out
+and their spouts replay them, as in Storm when a worker dies.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from collections.abc import Callable, Iterator
+
+import grpc
+
+from squall.proto.squall_pb2 import TransferSummary
+
+log = logging.getLogger("squall.transport")
+
+METHOD = "/squall.v1.Squall/Transfer"
+DATA, CONTROL = "data", "control"
+
+
+def channel_options(max_frame: int) -> list[tuple[str, int]]:
+    return [
+        ("grpc.max_send_message_length", max_frame),
+        ("grpc.max_receive_message_length", max_frame),
+        ("grpc.initial_reconnect_backoff_ms", 100),
+        ("grpc.min_reconnect_backoff_ms", 100),
+        ("grpc.max_reconnect_backoff_ms", 2000),
+        ("grpc.keepalive_time_ms", 10_000),
+        ("grpc.keepalive_timeout_ms", 5_000),
+        ("grpc.keepalive_permit_without_calls", 1),
+        ("grpc.http2.max_pings_without_data", 0),
+    ]
+
+
+class LinkStats:
+    __slots__ = ("batches", "bytes", "dropped", "reconnects")
+
+    def __init__(self) -> None:
+        self.batches = self.bytes = self.dropped = self.reconnects = 0
+
+
+class PeerLink:
+    """Streams frames to ``address`` on ``lane``, reconnecting for as long as the process lives."""
+
+    def __init__(self, *, peer: str, address: str, lane: str, sender: str, max_frame: int, queue_frames: int,
+                 wake: Callable[[], None]) -> None:
+        self.peer, self.address, self.lane, self.sender = peer, address, lane, sender
+        self.stats = LinkStats()
+        self._frames: queue.Queue[bytes] = queue.Queue(queue_frames)
+        self._wake = wake
+        self._closed = threading.Event()
+        self.connected = threading.Event()
+        self._channel = grpc.insecure_channel(address, options=channel_options(max_frame))
+        self._thread = threading.Thread(target=self._run, name=f"link-{peer}-{lane}", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def offer(self, frame: bytes) -> bool:
+        """Queue a frame; False when the queue is full (the caller keeps it and retries)."""
+        if not self.connected.is_set():
+            self.stats.dropped += 1
+            return True
+        try:
+            self._frames.put_nowait(frame)
+        except queue.Full:
+            return False
+        return True
+
+    def _stream(self) -> Iterator[bytes]:
+        frames, closed = self._frames, self._closed
+        while not closed.is_set():
+            try:
+                frame = frames.get(timeout=0.2)
+            except queue.Empty:
+                continue
+            self.stats.batches += 1
+            self.stats.bytes += len(frame)
+            self._wake()  # room in the queue: an executor parked on it may go on
+            yield frame
+
+    def _run(self) -> None:
+        call = self._channel.stream_unary(METHOD, request_serializer=None,
+                                          response_deserializer=TransferSummary.FromString)
+        metadata = (("squall-lane", self.lane), ("squall-sender", self.sender))
+        first = True
+        while not self._closed.is_set():
+            try:
+                grpc.channel_ready_future(self._channel).result(timeout=1.0)
+            except grpc.FutureTimeoutError:
+                continue
+            if not first:
+                self.stats.reconnects += 1
+                log.info("reconnected to %s (%s) on the %s lane", self.peer, self.address, self.lane)
+            first = False
+            self.connected.set()
+            try:
+                call(self._stream(), metadata=metadata)
+            except grpc.RpcError as exc:
+                if not self._closed.is_set():
+                    log.warning("stream to %s (%s, %s lane) broke: %s", self.peer, self.address, self.lane,
+                                exc.details() if hasattr(exc, "details") else exc)
+            finally:
+                self.connected.clear()
+                self._drop_queued()
+
+    def _drop_queued(self) -> None:
+        while True:
+            try:
+                self._frames.get_nowait()
+            except queue.Empty:
+                return
+            self.stats.dropped += 1
+
+    def close(self) -> None:
+        self._closed.set()
+        self._thread.join(timeout=2)
+        self._channel.close()

@@ -1,0 +1,75 @@
+"""The receiving side: a gRPC server whose ``Transfer`` streams feed the ingress."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from concurrent import futures
+
+import grpc
+
+from squall.proto.squall_pb2 import TransferSummary
+from squall.transport.codec import Decoder, FrameError
+from squall.transport.ingress import Ingress
+from squall.transport.links import CONTROL, DATA, channel_options
+
+log = logging.getLogger("squall.transport")
+
+
+class ReceiveStats:
+    __slots__ = ("batches", "bytes", "malformed")
+
+    def __init__(self) -> None:
+        self.batches: dict[tuple[str, str], int] = {}
+        self.bytes: dict[tuple[str, str], int] = {}
+        self.malformed = 0
+
+
+class Receiver:
+    def __init__(self, *, decoder: Decoder, ingress: Ingress, bind: str, max_frame: int, streams: int) -> None:
+        self.decoder = decoder
+        self.ingress = ingress
+        self.stats = ReceiveStats()
+        self._closed = threading.Event()
+        self._lock = threading.Lock()
+        # One thread per inbound stream: every peer keeps two streams open.
+        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=streams + 4, thread_name_prefix="recv"),
+                                  options=channel_options(max_frame), maximum_concurrent_rpcs=streams + 4)
+        handler = grpc.stream_unary_rpc_method_handler(self._transfer, request_deserializer=None,
+                                                        response_serializer=TransferSummary.SerializeToString)
+        self.server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(
+            "squall.v1.Squall", {"Transfer": handler}),))
+        self.port = self.server.add_insecure_port(bind)
+        if not self.port:
+            raise OSError(f"cannot listen on {bind} for gRPC; is the port in use?")
+
+    def start(self) -> None:
+        self.server.start()
+
+    def _transfer(self, frames, context: grpc.ServicerContext) -> TransferSummary:
+        meta = dict(context.invocation_metadata())
+        lane, sender = meta.get("squall-lane", ""), meta.get("squall-sender", "?")
+        if lane not in (DATA, CONTROL):
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                          f"metadata squall-lane must be data or control, not {lane!r}")
+        key = (sender, lane)
+        n = 0
+        for frame in frames:
+            try:
+                items = self.decoder.decode(frame)
+            except FrameError as exc:
+                with self._lock:
+                    self.stats.malformed += 1
+                log.error("closing the %s stream from %s: malformed frame: %s", lane, sender, exc)
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"malformed frame: {exc}")
+            n += 1
+            with self._lock:
+                self.stats.batches[key] = self.stats.batches.get(key, 0) + 1
+                self.stats.bytes[key] = self.stats.bytes.get(key, 0) + len(frame)
+            if not self.ingress.put(lane, items, closed=self._closed.is_set):
+                break
+        return TransferSummary(batches=n)
+
+    def stop(self, grace: float = 1.0) -> None:
+        self._closed.set()
+        self.server.stop(grace).wait()
