@@ -27,8 +27,26 @@ class CustomStreamGrouping(Protocol):
     def choose_tasks(self, task_id: int, values: list[Any]) -> list[int]: ...
 
 
+def _canonical(value: Any) -> Any:
+    """``value`` with every dict replaced by its items sorted by encoded key: equal dicts, one encoding."""
+    kind = type(value)
+    if kind is dict:
+        items = [(msgpack.packb(_canonical(k)), _canonical(v)) for k, v in value.items()]
+        items.sort(key=lambda item: item[0])
+        return items
+    if kind is list:
+        return [_canonical(item) for item in value]
+    return value
+
+
 def stable_hash(values: Sequence[Any]) -> int:
-    """A hash of tuple values that is the same in every process and every run."""
+    """A hash of tuple values that is the same in every process and every run.
+
+    Equal values hash equally: dicts built in different orders are encoded in one canonical order.
+    """
+    for value in values:
+        if type(value) in (dict, list):  # rare in keys: only then pay for the canonical copy
+            return zlib.crc32(msgpack.packb(_canonical(list(values))))
     return zlib.crc32(msgpack.packb(values))
 
 

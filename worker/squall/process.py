@@ -31,6 +31,9 @@ WORKER, ACKER = "worker", "acker"
 DEFAULT_PEERS = {WORKER: "{topology}-worker-{i}.{topology}-worker:7070",
                  ACKER: "{topology}-acker-{i}.{topology}-acker:7070"}
 HEALTHY_WITHIN = 10.0  # seconds since the scheduler loop last ran
+# A draining process with nothing pending of its own stays up until it has been idle this long:
+# its bolts and acker may still be serving trees of other workers' spouts.
+DRAIN_QUIET = 1.0
 
 
 def _int(env: dict[str, str], name: str, *, minimum: int = 0) -> int | None:
@@ -165,7 +168,7 @@ class Process:
         """Every few ms on the loop: activate spouts once every peer is reachable."""
         if not self.activated and self.draining_since is None and self.transport.all_connected():
             self.activated = True
-            log.info("%s: all peers connected; activating spouts", self.cfg.name)
+            log.info("%s: all peers connected%s", self.cfg.name, "; activating spouts" if self.runtime.spouts else "")
             self.runtime.set_active(True)
 
     def _drain(self) -> None:
@@ -178,8 +181,10 @@ class Process:
     def _done(self) -> bool:
         if self.draining_since is None:
             return False
-        waited = self.runtime.clock() - self.draining_since
-        return self._pending() == 0 or waited >= self.cfg.spec.message_timeout_seconds
+        now = self.runtime.clock()
+        if now - self.draining_since >= self.cfg.spec.message_timeout_seconds:
+            return True
+        return self._pending() == 0 and now - self.runtime.last_busy >= DRAIN_QUIET
 
     def run(self) -> int:
         rt = self.runtime

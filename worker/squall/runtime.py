@@ -76,7 +76,7 @@ class Runtime:
         self._stop = False
         self._rng = random.Random()
         self.remote = remote
-        self.heartbeat = clock()
+        self.heartbeat = self.last_busy = clock()
 
         executors = list(executors)
         self.local_tasks = frozenset(t for e in executors for t in e.tasks)
@@ -209,13 +209,14 @@ class Runtime:
                 progress = True
         if remote is not None:
             remote.flush()
+        if progress:
+            self.last_busy = now
         timers = self._timers
         while timers and timers[0].due <= now:
             timer = heapq.heappop(timers)
             timer.action()
             timer.due = max(timer.due + timer.period, now)
             heapq.heappush(timers, timer)
-            progress = True
         return progress
 
     def idle_wait(self) -> None:

@@ -43,6 +43,7 @@ class Progress:
         self.tty = sys.stderr.isatty()
         self.start = self.last_t = time.monotonic()
         self.last_acked = 0.0
+        self.stopped: float | None = None  # when stopping began: draining is not counted in the rate
 
     def acked(self, t: Totals) -> float:
         return sum(t.acked[s] for s in self.spouts)
@@ -59,7 +60,7 @@ class Progress:
         print(f"\r{text}" if self.tty else text, end="" if self.tty else "\n", file=sys.stderr, flush=True)
 
     def summary(self, t: Totals) -> str:
-        elapsed = time.monotonic() - self.start
+        elapsed = (self.stopped or time.monotonic()) - self.start
         rows = [("component", "emitted", "executed", "acked", "failed", "timed out", "errors")]
         for comp in self.spec.components():
             n = comp.name
@@ -144,6 +145,7 @@ def _processes(spec: TopologySpec, args: argparse.Namespace, progress: Progress,
             if progress.should_stop(totals, args):
                 break
     finally:
+        progress.stopped = time.monotonic()
         print(("\n" if progress.tty else "") + "stopping: spouts deactivate, in-flight trees drain...",
               file=sys.stderr)
         codes = sup.stop()

@@ -13,6 +13,19 @@ from squall.tuples import Fields
 from squall.values import check_values
 
 
+class DirectOnly:
+    """The grouper of a direct stream for a plain ``emit``: refuses it (its tuples need a target task)."""
+
+    __slots__ = ("message",)
+
+    def __init__(self, component: str, stream: str) -> None:
+        self.message = (f"component {component!r} called emit on stream {stream!r}, which is direct; "
+                        f"use emit_direct(task, values, stream={stream!r})")
+
+    def choose(self, values: list[Any]) -> list[int]:
+        raise EmitError(self.message)
+
+
 class Router:
     """One task's outgoing routes. ``targets`` validates the values and picks the destination tasks."""
 
@@ -28,7 +41,10 @@ class Router:
             subs = plan.subscribers.get((self.component, stream), [])
             groupers = [make_grouper(s, source=(self.component, stream), fields=fields, task_id=self.task_id,
                                      local_tasks=context.worker_tasks, context=context, rng=rng) for s in subs]
-            self.groupers[stream] = [g for g in groupers if g is not None]
+            if plan.outputs[self.component][stream].direct:
+                self.groupers[stream] = [DirectOnly(self.component, stream)]
+            else:
+                self.groupers[stream] = [g for g in groupers if g is not None]
             self.direct[stream] = frozenset(
                 t for s, g in zip(subs, groupers, strict=True) if g is None for t in s.tasks)
 

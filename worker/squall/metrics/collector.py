@@ -75,20 +75,25 @@ class RuntimeCollector:
         max_pending = GaugeMetricFamily("squall_max_spout_pending", "maxSpoutPending per spout task (0: no limit)",
                                         labels=["topology", "component", "task"])
         now = time.monotonic()
+        plan = rt.plan
         for task, stats in list(rt.stats.items()):
-            comp, t = rt.plan.task_component[task], str(task)
-            for stream, n in list(stats.emitted.items()):
-                emitted.add_metric([topo, comp, t, stream], n)
-            for stream, n in list(stats.transferred.items()):
-                transferred.add_metric([topo, comp, t, stream], n)
-            for stream, n in list(stats.acked.items()):
-                acked.add_metric([topo, comp, t, stream], n)
-            for stream, n in list(stats.failed.items()):
-                failed.add_metric([topo, comp, t, stream, "explicit"], n)
-            for stream, n in list(stats.timed_out.items()):
-                failed.add_metric([topo, comp, t, stream, "timeout"], n)
-            for (src, stream), n in list(stats.executed.items()):
-                executed.add_metric([topo, comp, t, stream, src], n)
+            comp, t = plan.task_component[task], str(task)
+            # Known label sets start at 0, so rates and alerts work before the first failure.
+            if comp in plan.spout_names:
+                streams = list(plan.outputs[comp])
+                inputs: list[tuple[str, str]] = []
+            else:
+                inputs = [(i.component, i.stream) for i in plan.spec.component(comp).inputs]
+                streams = [stream for _, stream in inputs]
+            for stream in {*stats.emitted, *plan.outputs[comp]}:
+                emitted.add_metric([topo, comp, t, stream], stats.emitted.get(stream, 0))
+                transferred.add_metric([topo, comp, t, stream], stats.transferred.get(stream, 0))
+            for stream in {*stats.acked, *stats.failed, *stats.timed_out, *streams}:
+                acked.add_metric([topo, comp, t, stream], stats.acked.get(stream, 0))
+                failed.add_metric([topo, comp, t, stream, "explicit"], stats.failed.get(stream, 0))
+                failed.add_metric([topo, comp, t, stream, "timeout"], stats.timed_out.get(stream, 0))
+            for src, stream in {*stats.executed, *inputs}:
+                executed.add_metric([topo, comp, t, stream, src], stats.executed.get((src, stream), 0))
             for stream, h in list(stats.complete_latency.items()):
                 complete.add_metric([topo, comp, t, stream], _buckets(h), h.sum)
             for (src, stream), h in list(stats.execute_latency.items()):
@@ -96,7 +101,7 @@ class RuntimeCollector:
             for (src, stream), h in list(stats.process_latency.items()):
                 process.add_metric([topo, comp, t, stream, src], _buckets(h), h.sum)
             errors.add_metric([topo, comp, t], stats.errors)
-            if comp not in rt.plan.spout_names:
+            if comp not in plan.spout_names:
                 busy, at = self._busy.get(task, (stats.busy_seconds, now - 1e-9))
                 capacity.add_metric([topo, comp, t], min(1.0, (stats.busy_seconds - busy) / max(now - at, 1e-9)))
                 self._busy[task] = (stats.busy_seconds, now)

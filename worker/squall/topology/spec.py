@@ -155,7 +155,8 @@ class TopologySpec(_Model):
         try:
             return cls.model_validate(data)
         except ValidationError as exc:
-            raise TopologyError(f"{source} is invalid:\n" + "\n".join(_describe(e) for e in exc.errors())) from None
+            problems = "\n".join(_describe(e, data) for e in exc.errors())
+            raise TopologyError(f"{source} is invalid:\n{problems}") from None
 
 
 def load_spec(path: str | Path) -> TopologySpec:
@@ -196,9 +197,20 @@ def _model_at(loc: tuple[Any, ...]) -> type[_Model] | None:
     return model
 
 
-def _describe(error: Any) -> str:
+def _component_name(loc: tuple[Any, ...], data: dict[str, Any]) -> str:
+    """" (bolt 'count')" when ``loc`` is inside a named spout or bolt, so the message names it."""
+    if len(loc) < 2 or loc[0] not in ("spouts", "bolts") or not isinstance(loc[1], int):
+        return ""
+    try:
+        name = data[loc[0]][loc[1]]["name"]
+    except (KeyError, IndexError, TypeError):
+        return ""
+    return f" ({loc[0][:-1]} {name!r})" if isinstance(name, str) else ""
+
+
+def _describe(error: Any, data: dict[str, Any]) -> str:
     loc = tuple(error["loc"])
-    where = _path(loc)
+    where = _path(loc) + _component_name(loc, data)
     if error["type"] == "extra_forbidden":
         model = _model_at(loc)
         allowed = [f.alias or n for n, f in model.model_fields.items()] if model else []

@@ -92,8 +92,7 @@ class Decoder:
 
     def _tuples(self, data: bytes) -> list[tuple[int, Tuple]]:
         try:
-            rows = msgpack.unpackb(data, raw=False, strict_map_key=False, ext_hook=_no_ext,
-                                   max_buffer_size=self.max_frame)
+            rows = msgpack.unpackb(data, raw=False, strict_map_key=False, ext_hook=_no_ext)
         except FrameError:
             raise
         except Exception as exc:  # noqa: BLE001 - msgpack raises several types on bad input

@@ -23,17 +23,36 @@ METHOD = "/squall.v1.Squall/Transfer"
 DATA, CONTROL = "data", "control"
 
 
+KEEPALIVE_MS = 10_000  # pings find a silently vanished peer (a partition, not a crash) in ~15 s
+
+
 def channel_options(max_frame: int) -> list[tuple[str, int]]:
+    """Client side: large frames, fast reconnects, keepalive pings."""
     return [
         ("grpc.max_send_message_length", max_frame),
         ("grpc.max_receive_message_length", max_frame),
         ("grpc.initial_reconnect_backoff_ms", 100),
         ("grpc.min_reconnect_backoff_ms", 100),
         ("grpc.max_reconnect_backoff_ms", 2000),
-        ("grpc.keepalive_time_ms", 10_000),
+        ("grpc.keepalive_time_ms", KEEPALIVE_MS),
         ("grpc.keepalive_timeout_ms", 5_000),
         ("grpc.keepalive_permit_without_calls", 1),
         ("grpc.http2.max_pings_without_data", 0),
+        # A fixed HTTP/2 window: with BDP probing gRPC grows it to megabytes on loopback, which
+        # buffers tens of thousands of tuples in flight and defeats backpressure.
+        ("grpc.http2.bdp_probe", 0),
+    ]
+
+
+def server_options(max_frame: int) -> list[tuple[str, int]]:
+    """Server side: accept the clients' keepalive pings (the default answers them with GOAWAY)."""
+    return [
+        ("grpc.max_send_message_length", max_frame),
+        ("grpc.max_receive_message_length", max_frame),
+        ("grpc.keepalive_permit_without_calls", 1),
+        ("grpc.http2.min_recv_ping_interval_without_data_ms", KEEPALIVE_MS // 2),
+        ("grpc.http2.max_ping_strikes", 0),
+        ("grpc.http2.bdp_probe", 0),
     ]
 
 
@@ -55,6 +74,7 @@ class PeerLink:
         self._wake = wake
         self._closed = threading.Event()
         self.connected = threading.Event()
+        self.ever_connected = False
         self._channel = grpc.insecure_channel(address, options=channel_options(max_frame))
         self._thread = threading.Thread(target=self._run, name=f"link-{peer}-{lane}", daemon=True)
 
@@ -62,8 +82,14 @@ class PeerLink:
         self._thread.start()
 
     def offer(self, frame: bytes) -> bool:
-        """Queue a frame; False when the queue is full (the caller keeps it and retries)."""
+        """Queue a frame; False when the queue is full (the caller keeps it and retries).
+
+        Before the first connection frames wait; once the peer has been up, frames sent while
+        it is unreachable are dropped, as they would die with it anyway.
+        """
         if not self.connected.is_set():
+            if not self.ever_connected:
+                return False
             self.stats.dropped += 1
             return True
         try:
@@ -98,6 +124,7 @@ class PeerLink:
                 self.stats.reconnects += 1
                 log.info("reconnected to %s (%s) on the %s lane", self.peer, self.address, self.lane)
             first = False
+            self.ever_connected = True
             self.connected.set()
             try:
                 call(self._stream(), metadata=metadata)

@@ -11,7 +11,7 @@ import grpc
 from squall.proto.squall_pb2 import TransferSummary
 from squall.transport.codec import Decoder, FrameError
 from squall.transport.ingress import Ingress
-from squall.transport.links import CONTROL, DATA, channel_options
+from squall.transport.links import CONTROL, DATA, server_options
 
 log = logging.getLogger("squall.transport")
 
@@ -34,7 +34,7 @@ class Receiver:
         self._lock = threading.Lock()
         # One thread per inbound stream: every peer keeps two streams open.
         self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=streams + 4, thread_name_prefix="recv"),
-                                  options=channel_options(max_frame), maximum_concurrent_rpcs=streams + 4)
+                                  options=server_options(max_frame), maximum_concurrent_rpcs=streams + 4)
         handler = grpc.stream_unary_rpc_method_handler(self._transfer, request_deserializer=None,
                                                         response_serializer=TransferSummary.SerializeToString)
         self.server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(

@@ -1,0 +1,55 @@
+"""Helpers of the multi-process tests: a topology of test components, and waiting on metrics."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import yaml
+
+from squall.supervisor import Supervisor
+from squall.topology import TopologySpec
+
+COMPONENTS = Path(__file__).parent
+
+
+def topology(tmp_path: Path, *, count: int, workers: int, ackers: int | None = None, timeout: int = 30,
+             max_pending: int | None = 1000, sink: str = "Sink", track: bool = True,
+             config: dict | None = None) -> tuple[Path, TopologySpec]:
+    doc = {
+        "name": "proc-test", "workers": workers, "ackers": ackers, "messageTimeoutSeconds": timeout,
+        "maxSpoutPending": max_pending,
+        "config": {"test.count": count, "test.report": str(tmp_path / "spout.json"), "test.track": track,
+                   **(config or {})},
+        # Component names sort as a < b < c, so round-robin assignment puts the spout on worker-0.
+        "spouts": [{"name": "a-numbers", "className": "squall_test_components:NumberSpout"}],
+        "bolts": [
+            {"name": "b-double", "className": "squall_test_components:Double", "parallelism": workers,
+             "inputs": [{"component": "a-numbers", "grouping": {"type": "shuffle"}}]},
+            {"name": "c-sink", "className": f"squall_test_components:{sink}", "parallelism": workers,
+             "inputs": [{"component": "b-double", "grouping": {"type": "fields", "fields": ["n"]}}]},
+        ],
+    }
+    path = tmp_path / "topology.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return path, TopologySpec.from_dict(doc)
+
+
+def wait_for(condition, *, timeout: float, sup: Supervisor, what: str):
+    """Poll the processes' metrics until ``condition(totals)`` holds (restarting dead processes)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        sup.check()
+        totals = sup.scrape()
+        if condition(totals):
+            return totals
+        time.sleep(0.2)
+    logs = "\n".join(f"--- {c.name}\n{c.log_path.read_text()[-2000:]}" for c in sup.children if c.log_path.exists())
+    raise AssertionError(f"timed out waiting for {what}; last totals {sup.scrape()}\n{logs}")
+
+
+def spout_report(tmp_path: Path) -> dict:
+    return json.loads((tmp_path / "spout.json").read_text())
+
+

@@ -1,0 +1,140 @@
+"""Workers and ackers as real processes over real gRPC on loopback, killed with real signals."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+
+import psutil
+import pytest
+from procs_support import COMPONENTS, spout_report, topology, wait_for
+
+
+def test_every_tree_is_acked_across_processes(cluster, tmp_path):
+    sup = cluster(count=3000, workers=2, ackers=2)
+    wait_for(lambda t: t.acked["a-numbers"] >= 3000, timeout=60, sup=sup, what="3000 trees acked")
+    codes = sup.stop()
+    assert codes == {"worker-0": 0, "worker-1": 0, "acker-0": 0, "acker-1": 0}
+    report = spout_report(tmp_path)
+    assert report["acked"] == list(range(3000))
+    assert report["failed"] == 0
+    final = sup.final_totals()
+    assert final.executed["c-sink"] >= 3000  # every tree went through both bolts, across the processes
+
+
+def test_killing_a_worker_loses_nothing(cluster, tmp_path):
+    """kill -9 the worker without the spout mid-run: its trees time out, are replayed, all get acked."""
+    sup = cluster(count=5000, workers=2, ackers=1, timeout=2, config={"test.rate": 1000})
+    wait_for(lambda t: t.acked["a-numbers"] >= 300, timeout=60, sup=sup, what="the topology to run")
+    victim = sup.child("worker-1")
+    os.kill(victim.proc.pid, signal.SIGKILL)
+    victim.proc.wait()
+    assert any("worker-1 exited with signal SIGKILL; restarting" in e for e in sup.check())
+    wait_for(lambda t: t.acked["a-numbers"] >= 5000, timeout=90, sup=sup, what="every tree acked after replays")
+    sup.stop()
+    report = spout_report(tmp_path)
+    assert report["acked"] == list(range(5000))
+    assert report["failed"] > 0  # the trees that died with worker-1 timed out and were replayed
+
+
+def test_killing_the_acker_loses_nothing(cluster, tmp_path):
+    sup = cluster(count=5000, workers=1, ackers=1, timeout=2, config={"test.rate": 1000})
+    wait_for(lambda t: t.acked["a-numbers"] >= 300, timeout=60, sup=sup, what="the topology to run")
+    acker = sup.child("acker-0")
+    os.kill(acker.proc.pid, signal.SIGKILL)
+    acker.proc.wait()
+    assert any("acker-0 exited with signal SIGKILL" in e for e in sup.check())
+    wait_for(lambda t: t.acked["a-numbers"] >= 5000, timeout=90, sup=sup, what="every tree acked after replays")
+    sup.stop()
+    report = spout_report(tmp_path)
+    assert report["acked"] == list(range(5000))
+    assert report["failed"] > 0  # the trees the acker took with it timed out and were replayed
+
+
+def test_sigterm_drains_in_flight_trees_and_exits_zero(cluster, tmp_path):
+    sup = cluster(count=-1, workers=2, ackers=1)
+    wait_for(lambda t: t.acked["a-numbers"] >= 1000, timeout=60, sup=sup, what="the topology to run")
+    codes = sup.stop()
+    assert set(codes.values()) == {0}
+    report = spout_report(tmp_path)
+    # Spouts were deactivated, then every tree in flight completed before the processes exited.
+    assert report["acked"] == list(range(report["emitted"]))
+    assert report["failed"] == 0
+
+
+@pytest.mark.timeout(180)
+def test_a_slow_bolt_slows_the_spout_down(cluster, tmp_path):
+    """Backpressure end to end: a sink 10x+ slower than the spout, across processes, for 60 s.
+
+    Default settings except maxSpoutPending: null, so only backpressure (not the pending cap)
+    can hold the spout back: no tree may time out from queueing, and memory must stay bounded.
+    """
+    sup = cluster(count=-1, workers=2, ackers=1, max_pending=None, sink="SlowSink", config={"test.delay": 0.001})
+    wait_for(lambda t: t.acked["a-numbers"] >= 100, timeout=60, sup=sup, what="the topology to run")
+    procs = {c.name: psutil.Process(c.proc.pid) for c in sup.children}
+    time.sleep(15)  # a fixed observation window: the property is about sustained running
+    rss_early = {n: p.memory_info().rss for n, p in procs.items()}
+    first = sup.scrape()
+    time.sleep(45)
+    last = sup.scrape()
+    rss_late = {n: p.memory_info().rss for n, p in procs.items()}
+    assert last.timed_out["a-numbers"] == 0 and last.failed["a-numbers"] == 0
+    sink_rate = (last.executed["c-sink"] - first.executed["c-sink"]) / 45
+    spout_rate = (last.emitted["a-numbers"] - first.emitted["a-numbers"]) / 45
+    assert sink_rate > 0
+    assert spout_rate <= sink_rate * 1.1  # the spout runs at the sink's pace, not its own
+    for name in procs:
+        assert rss_late[name] - rss_early[name] < 40 * 2**20, f"{name} grew {rss_late[name] - rss_early[name]} bytes"
+    assert last.pending["a-numbers"] < 20_000  # in flight: bounded by the queues, not by time
+
+
+def test_summary_and_exit_of_squall_run(tmp_path, monkeypatch):
+    """`squall run` starts the processes, prints progress and a summary, and exits 0."""
+    import subprocess
+
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(COMPONENTS), os.environ.get("PYTHONPATH", "")]))
+    path, _ = topology(tmp_path, count=2000, workers=1)
+    out = subprocess.run([sys.executable, "-m", "squall", "run", str(path), "--trees", "2000",
+                          "--run-dir", str(tmp_path / "run")], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "acked" in out.stderr and "failed" in out.stderr  # the progress lines
+    assert "a-numbers" in out.stdout and "2,000 trees acked" in out.stdout
+
+
+
+
+def _send_raw(port: int, frames: list[bytes], lane: str = "data"):
+    import grpc
+
+    from squall.proto.squall_pb2 import TransferSummary
+
+    with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+        call = channel.stream_unary("/squall.v1.Squall/Transfer", request_serializer=None,
+                                    response_deserializer=TransferSummary.FromString)
+        with pytest.raises(grpc.RpcError) as err:
+            call(iter(frames), metadata=(("squall-lane", lane), ("squall-sender", "intruder")), timeout=10)
+    return err.value
+
+
+def test_a_malformed_or_oversized_frame_closes_only_its_stream(cluster, tmp_path):
+    import grpc
+
+    from squall.scrape import fetch
+
+    sup = cluster(count=-1, workers=1, ackers=1, config={"test.rate": 500})
+    wait_for(lambda t: t.acked["a-numbers"] >= 100, timeout=60, sup=sup, what="the topology to run")
+    worker = sup.child("worker-0")
+    bad = _send_raw(worker.grpc_port, [b"\x0a\x05garbage-that-is-not-msgpack"])
+    assert bad.code() == grpc.StatusCode.INVALID_ARGUMENT and "malformed frame" in bad.details()
+    huge = _send_raw(worker.grpc_port, [b"\x0a" + b"\xff" * 5 + b"\x01" + b"x" * (17 * 2**20)])
+    assert huge.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    # The process kept serving its real peers: trees keep completing, nothing failed.
+    before = sup.scrape().acked["a-numbers"]
+    after = wait_for(lambda t: t.acked["a-numbers"] >= before + 200, timeout=30, sup=sup, what="more acks")
+    assert after.failed["a-numbers"] == 0 and after.timed_out["a-numbers"] == 0
+    assert worker.proc.poll() is None
+    metrics = fetch(f"http://127.0.0.1:{worker.metrics_port}/metrics")
+    assert 'squall_transport_malformed_frames_total{topology="proc-test"} 1.0' in metrics
+    assert "malformed frame" in worker.log_path.read_text()

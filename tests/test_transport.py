@@ -1,0 +1,119 @@
+"""The wire: frame encoding and decoding, malformed frames, the proto's generated code."""
+
+from __future__ import annotations
+
+import filecmp
+import tempfile
+from pathlib import Path
+
+import msgpack
+import pytest
+
+from squall import BasicBolt, Spout, TopologyBuilder
+from squall.acker.acker import ACK, FAIL, INIT, AckerMessage, Notification
+from squall.executor.acker import AckBatch
+from squall.proto import generate
+from squall.proto.squall_pb2 import AckerColumns, Batch
+from squall.topology import Plan
+from squall.transport.codec import Decoder, FrameError, encode_acker, encode_tuples, encode_verdicts
+from squall.tuples import Fields, Tuple
+
+
+class Words(Spout):
+    outputs = ["word", "meta"]
+
+
+class Upper(BasicBolt):
+    outputs = ["word"]
+
+    def execute(self, tup, collector):
+        collector.emit([tup["word"].upper()])
+
+
+@pytest.fixture
+def plan() -> Plan:
+    builder = TopologyBuilder("wire")
+    builder.set_spout("words", Words)
+    builder.set_bolt("upper", Upper, parallelism=2).shuffle_grouping("words")
+    return Plan(builder.build())
+
+
+def decoder(plan: Plan) -> Decoder:
+    bolts = frozenset(plan.component_tasks["upper"])
+    return Decoder(plan, bolt_tasks=bolts, spout_tasks=frozenset(plan.component_tasks["words"]),
+                   acker_tasks=frozenset(plan.acker_tasks), max_frame=1 << 20)
+
+
+def test_tuples_round_trip_with_values_and_anchors(plan):
+    spout_task = plan.component_tasks["words"][0]
+    bolt_task = plan.component_tasks["upper"][1]
+    values = ["héllo", {"b": b"\x00\xff", "n": [1, 2.5, None, True, -(2**63), 2**64 - 1]}]
+    sent = Tuple(values, Fields(["word", "meta"]), "words", "default", spout_task, {2**63 + 5: 77, 9: 2**64 - 1},
+                 bolt_task)
+    [(task, got)] = decoder(plan).decode(encode_tuples([sent]))
+    assert task == bolt_task and got.task == bolt_task
+    assert got.values == values
+    assert got["word"] == "héllo" and got.fields.names == ("word", "meta")
+    assert (got.source_component, got.source_stream, got.source_task) == ("words", "default", spout_task)
+    assert got.anchors == {2**63 + 5: 77, 9: 2**64 - 1}
+
+
+def test_acker_columns_round_trip(plan):
+    msgs = [AckerMessage(INIT, 2**64 - 3, 123, 4), AckerMessage(ACK, 99, 2**63, -1), AckerMessage(FAIL, 7, 0, -1)]
+    [(task, batch)] = decoder(plan).decode(encode_acker(msgs))
+    assert task == plan.acker_tasks[0]
+    assert isinstance(batch, AckBatch)
+    assert batch.kinds.tolist() == [INIT, ACK, FAIL]
+    assert batch.roots.tolist() == [2**64 - 3, 99, 7]
+    assert batch.vals.tolist() == [123, 2**63, 0]
+    assert batch.tasks.tolist() == [4, -1, -1]
+
+
+def test_verdicts_round_trip(plan):
+    spout_task = plan.component_tasks["words"][0]
+    notes = [Notification(ACK, 2**64 - 1, spout_task, 12), Notification(FAIL, 5, spout_task, 0)]
+    assert [item for _, item in decoder(plan).decode(encode_verdicts(notes))] == notes
+
+
+def _tuples(*rows) -> bytes:
+    return Batch(tuples=msgpack.packb(list(rows))).SerializeToString()
+
+
+def _acker(kind: bytes, root: bytes, val: bytes, task: bytes) -> bytes:
+    return Batch(acker=AckerColumns(kind=kind, root=root, val=val, task=task)).SerializeToString()
+
+
+# Each case builds a frame from (a bolt task, the spout task) of the plan.
+MALFORMED = {
+    "garbage": (lambda b, s: b"\xff\xff\xff\xff", "not a Batch protobuf"),
+    "bad msgpack": (lambda b, s: Batch(tuples=b"\xc1").SerializeToString(), "not valid msgpack"),
+    "msgpack ext": (lambda b, s: Batch(tuples=msgpack.packb(msgpack.ExtType(1, b"x"))).SerializeToString(),
+                    "extension type"),
+    "not an array": (lambda b, s: Batch(tuples=msgpack.packb({"a": 1})).SerializeToString(), "must be a msgpack array"),
+    "short row": (lambda b, s: _tuples([1, 2, 3]), "each tuple must be"),
+    "foreign task": (lambda b, s: _tuples([999, s, "default", ["w", None], []]), "not a bolt task of this worker"),
+    "unknown source": (lambda b, s: _tuples([b, 999, "default", ["w", None], []]), "unknown source task"),
+    "unknown stream": (lambda b, s: _tuples([b, s, "nope", ["w", None], []]), "declares no stream"),
+    "arity": (lambda b, s: _tuples([b, s, "default", ["only-one"], []]), "must have 2 values"),
+    "odd anchors": (lambda b, s: _tuples([b, s, "default", ["w", None], [1]]), "anchors must be"),
+    "negative anchor": (lambda b, s: _tuples([b, s, "default", ["w", None], [-1, 2]]), "anchors must be"),
+    "torn column": (lambda b, s: _acker(b"\x00", b"\x01" * 7, b"", b""), "whole number"),
+    "ragged columns": (lambda b, s: _acker(b"\x00\x01", b"\x01" * 8, b"\x00" * 8, b"\x00" * 4), "different lengths"),
+    "unknown kind": (lambda b, s: _acker(b"\x09", b"\x01" * 8, b"\x00" * 8, b"\x00" * 4), "unknown acker message kind"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(MALFORMED))
+def test_malformed_frames_are_refused_with_a_reason(plan, case):
+    make, message = MALFORMED[case]
+    frame = make(plan.component_tasks["upper"][0], plan.component_tasks["words"][0])
+    with pytest.raises(FrameError, match=message):
+        decoder(plan).decode(frame)
+
+
+def test_generated_proto_code_is_current():
+    """squall_pb2.py must be what `python -m squall.proto.generate` produces from squall.proto."""
+    with tempfile.TemporaryDirectory() as tmp:
+        fresh = generate.generate(Path(tmp))
+        assert filecmp.cmp(fresh, Path(generate.__file__).with_name("squall_pb2.py"), shallow=False), \
+            "squall_pb2.py is stale: run `python -m squall.proto.generate`"
