@@ -80,7 +80,7 @@ class Runtime:
 
         executors = list(executors)
         self.local_tasks = frozenset(t for e in executors for t in e.tasks)
-        self._acker_tasks = plan.acker_tasks
+        self._acker_route = AckerRoute(plan.acker_tasks) if plan.acker_tasks else None
         for task in acker_tasks:
             acker = AckerExecutor(task=task, transfer=self.transfer)
             self.ackers.append(acker)
@@ -112,8 +112,6 @@ class Runtime:
             reporter.report(exc, task=task)
         return report
 
-    def _acker_route(self, ex: Executor) -> AckerRoute | None:
-        return AckerRoute(self._acker_tasks, ex.send) if self._acker_tasks else None
 
     def _context(self, task: int) -> TopologyContext:
         return TopologyContext(plan=self.plan, task_id=task, worker_tasks=self.local_tasks)
@@ -132,7 +130,7 @@ class Runtime:
             task = SpoutTask(task_id, cls(), stats)
             task.collector = SpoutOutputCollector(
                 executor=ex, router=Router(plan=self.plan, context=context, rng=self._rng), stats=stats,
-                rng=self._rng, acker=self._acker_route(ex), on_emit=ex.on_emit(task),
+                rng=self._rng, acker=self._acker_route, on_emit=ex.on_emit(task),
                 on_untracked_ack=lambda msg_id, stream, t=task: t.untracked_acks.append((msg_id, stream)),
                 report=lambda exc, t=task_id: report(exc, t))
             ex.add_task(task, lambda t=task, c=context: t.spout.open(dict(conf), c, t.collector))
@@ -149,7 +147,7 @@ class Runtime:
             stats = self.stats[task_id] = TaskStats()
             context = self._context(task_id)
             collector = OutputCollector(executor=ex, router=Router(plan=self.plan, context=context, rng=self._rng),
-                                        stats=stats, rng=self._rng, acker=self._acker_route(ex),
+                                        stats=stats, rng=self._rng, acker=self._acker_route,
                                         report=lambda exc, t=task_id: report(exc, t), clock=self.clock)
             bolt = cls()
             basic = BasicOutputCollector(collector) if isinstance(bolt, BasicBolt) else None

@@ -10,8 +10,8 @@ from typing import Any
 
 from squall.errors import EmitError
 
-_SCALARS = (str, bytes, bool, float, type(None))
-_INT_MIN, _INT_MAX = -(2**63), 2**64 - 1
+SCALAR_TYPES = frozenset((str, bytes, bool, float, type(None)))
+INT_MIN, INT_MAX = -(2**63), 2**64 - 1
 
 SUPPORTED = "str, bytes, bool, int (64-bit), float, None, list and dict"
 
@@ -19,10 +19,10 @@ SUPPORTED = "str, bytes, bool, int (64-bit), float, None, list and dict"
 def _bad(value: Any) -> str | None:
     """Describe why ``value`` cannot be carried, or return None when it can."""
     kind = type(value)
-    if kind in _SCALARS:
+    if kind in SCALAR_TYPES:
         return None
     if kind is int:
-        return None if _INT_MIN <= value <= _INT_MAX else f"int {value} does not fit in 64 bits"
+        return None if INT_MIN <= value <= INT_MAX else f"int {value} does not fit in 64 bits"
     if kind is list:
         for item in value:
             reason = _bad(item)
@@ -47,7 +47,7 @@ def check_values(values: list[Any], *, fields: tuple[str, ...], component: str, 
         )
     for name, value in zip(fields, values, strict=True):
         kind = type(value)
-        if kind in _SCALARS or kind is int and _INT_MIN <= value <= _INT_MAX:
+        if kind in SCALAR_TYPES or kind is int and INT_MIN <= value <= INT_MAX:
             continue
         reason = _bad(value)
         if reason:

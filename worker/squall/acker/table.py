@@ -1,8 +1,8 @@
 """The acker's pending trees: an open-addressing hash table in numpy arrays.
 
 A Python dict of root id → record costs well over 100 bytes per tree; this table stores a tree
-in 26 bytes per slot (root, ack val, spout task, start time, generation) at a load factor kept
-between 0.35 and 0.7, and applies a whole batch of acker messages with a few vectorised passes.
+in 25 bytes per slot (root, ack val, spout task, start time, generation) at a load factor kept
+of at most 0.5, and applies a whole batch of acker messages with a few vectorised passes.
 
 Root ids 0 and 1 are reserved (empty slot, deleted slot); spouts never generate them.
 """
@@ -17,7 +17,8 @@ import numpy as np
 EMPTY, DELETED = 0, 1
 INIT, ACK, FAIL, RESET = 0, 1, 2, 3
 BUCKETS = 3  # a tree is dropped on the third rotation after it was last touched: (2T, 3T]
-MAX_LOAD = 0.7
+MAX_LOAD = 0.5  # live + deleted slots; linear probing's chains grow fast beyond this
+SCALAR_TAIL = 8  # probe the last few keys one by one
 
 _U64 = np.uint64
 
@@ -66,21 +67,36 @@ class PendingTrees:
         return int((self._clock() - self._epoch) * 1000) & 0xFFFFFFFF
 
     def _probe(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """For distinct keys: their slot (or -1), and for missing keys the first empty slot on their path."""
+        """For distinct keys: their slot (or -1), and for missing keys the slot to insert them at
+        (the first deleted or empty slot on their path)."""
         mask = _U64(self.cap - 1)
         idx = ((keys ^ (keys >> _U64(32))) & mask).astype(np.int64)
         found = np.full(len(keys), -1, np.int64)
         free = np.full(len(keys), -1, np.int64)
         todo = np.arange(len(keys))
-        while todo.size:
+        while todo.size > SCALAR_TAIL:
             at = idx[todo]
             k = self.keys[at]
             hit = k == keys[todo]
             found[todo[hit]] = at[hit]
-            empty = k == EMPTY
-            free[todo[empty]] = at[empty]
-            todo = todo[~(hit | empty)]
+            reusable = (k <= DELETED) & (free[todo] < 0)
+            free[todo[reusable]] = at[reusable]
+            todo = todo[~(hit | (k == EMPTY))]
             idx[todo] = (idx[todo] + 1) & (self.cap - 1)
+        # The few keys left on long chains: a plain loop beats numpy's per-call overhead.
+        table, last = self.keys, self.cap - 1
+        for i in todo.tolist():
+            key, at, first_free = keys.item(i), idx.item(i), free.item(i)
+            while True:
+                k = table.item(at)
+                if k == key:
+                    found[i] = at
+                    break
+                if k <= DELETED and first_free < 0:
+                    first_free = free[i] = at
+                if k == EMPTY:
+                    break
+                at = (at + 1) & last
         return found, free
 
     def _insert(self, keys: np.ndarray) -> np.ndarray:
@@ -89,18 +105,20 @@ class PendingTrees:
         todo = np.arange(len(keys))
         while todo.size:
             _, free = self._probe(keys[todo])
-            # Two new keys may race for one empty slot: the first wins, the others probe on.
+            # Two new keys may race for one free slot: the first wins, the others probe again.
             claimed, first = np.unique(free, return_index=True)
             winners = todo[first]
+            self._used += int(np.count_nonzero(self.keys[claimed] == EMPTY))
             self.keys[claimed] = keys[winners]
             self.vals[claimed] = 0
             self.tasks[claimed] = -1
             self.gen[claimed] = self._gen & 0x7F
             self.start[claimed] = self._now_ms()
             slots[winners] = claimed
-            todo = np.setdiff1d(todo, winners, assume_unique=True)
+            lost = np.ones(len(todo), bool)
+            lost[first] = False
+            todo = todo[lost]
         self.live += len(keys)
-        self._used += len(keys)
         return slots
 
     def _delete(self, slots: np.ndarray) -> None:

@@ -49,13 +49,22 @@ class Executor:
         self.transfer = transfer
         self.inbox: deque = deque()
         self.overflow: deque[tuple[int, Any]] = deque()
+        self._inboxes = transfer.inboxes
+        self._capacity = transfer.capacity
         for task in tasks:
             transfer.inboxes[task] = self.inbox
 
     def send(self, task: int, item: Any) -> None:
         """Send ``item`` to ``task``; never blocks (a full destination parks it in the overflow)."""
-        if self.overflow or not self.transfer.try_send(task, item):
-            self.overflow.append((task, item))
+        if not self.overflow:
+            inbox = self._inboxes.get(task)
+            if inbox is not None:  # the hot path, inlined: a local inbox with room
+                if len(inbox) < self._capacity:
+                    inbox.append(item)
+                    return
+            elif self.transfer.try_send(task, item):
+                return
+        self.overflow.append((task, item))
 
     def flush(self) -> bool:
         """Move parked sends on in order; True when the overflow is empty."""

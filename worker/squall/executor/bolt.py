@@ -9,7 +9,7 @@ from squall.api import BasicBolt, Bolt
 from squall.errors import FailedException, ReportedFailedException
 from squall.executor.base import Executor, Transfer
 from squall.executor.collectors import BasicOutputCollector, OutputCollector
-from squall.executor.stats import TaskStats
+from squall.executor.stats import SAMPLE_EVERY, TaskStats
 from squall.tuples import Tuple
 
 BUDGET = 64  # tuples per scheduler round, so one busy bolt cannot starve the others
@@ -34,6 +34,7 @@ class BoltExecutor(Executor):
         self.clock = clock
         self.report = report
         self.prepared: list[Callable[[], None]] = []
+        self.countdown = SAMPLE_EVERY
 
     def add_task(self, task: BoltTask, prepare: Callable[[], None]) -> None:
         self.tasks[task.task_id] = task
@@ -53,20 +54,29 @@ class BoltExecutor(Executor):
     def run_once(self, now: float) -> bool:
         if self.overflow and not self.flush():
             return False
-        inbox, tasks, clock = self.inbox, self.tasks, self.clock
+        inbox, tasks, clock, execute = self.inbox, self.tasks, self.clock, self._execute
+        if not inbox:
+            return False
         n = 0
+        began = clock()
         while inbox and n < BUDGET and not self.overflow:
             tup: Tuple = inbox.popleft()
             n += 1
             task = tasks[tup.task]
-            start = tup.received = clock()
-            self._execute(task, tup)
-            elapsed = clock() - start
             key = (tup.source_component, tup.source_stream)
             task.stats.executed[key] += 1
-            task.stats.execute_latency[key].observe(elapsed)
-            task.stats.busy_seconds += elapsed
-        return n > 0
+            self.countdown -= 1
+            if self.countdown:
+                execute(task, tup)
+                continue
+            self.countdown = SAMPLE_EVERY
+            start = tup.received = clock()
+            execute(task, tup)
+            task.stats.execute_latency[key].observe(clock() - start, SAMPLE_EVERY)
+        share = (clock() - began) / len(tasks)
+        for task in tasks.values():  # capacity is an executor's busy share; its tasks split it evenly
+            task.stats.busy_seconds += share
+        return True
 
     def _execute(self, task: BoltTask, tup: Tuple) -> None:
         basic = task.basic

@@ -6,12 +6,12 @@ import random
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from squall.acker.acker import ACK, FAIL, INIT, RESET, AckerMessage
+from squall.acker.acker import ACK, FAIL, INIT, RESET
 from squall.api import DEFAULT_STREAM
 from squall.errors import EmitError
 from squall.executor.routing import Router
-from squall.executor.stats import TaskStats
-from squall.tuples import Tuple
+from squall.executor.stats import SAMPLE_EVERY, TaskStats
+from squall.tuples import Fields, Tuple
 
 if TYPE_CHECKING:
     from squall.executor.base import Executor
@@ -28,17 +28,13 @@ def new_root(rng: random.Random) -> int:
 
 
 class AckerRoute:
-    """Sends acker messages to the acker task that owns a root: ``acker_tasks[root % len]``."""
+    """Where acker messages go: the acker task that owns a root is ``tasks[root % n]``."""
 
-    __slots__ = ("tasks", "n", "send")
+    __slots__ = ("tasks", "n")
 
-    def __init__(self, acker_tasks: Sequence[int], send: Callable[[int, Any], None]) -> None:
+    def __init__(self, acker_tasks: Sequence[int]) -> None:
         self.tasks = tuple(acker_tasks)
         self.n = len(self.tasks)
-        self.send = send
-
-    def __call__(self, kind: int, root: int, val: int, task: int = -1) -> None:
-        self.send(self.tasks[root % self.n], AckerMessage(kind, root, val, task))
 
 
 class SpoutOutputCollector:
@@ -60,20 +56,21 @@ class SpoutOutputCollector:
     def emit(self, values: Sequence[Any], *, stream: str = DEFAULT_STREAM, msg_id: Any = None) -> list[int]:
         """Emit ``values`` on ``stream``; returns the task ids they were sent to."""
         values = list(values)
-        fields = self._router.stream(stream, values)
-        return self._emit(self._router.targets(stream, values), values, fields, stream, msg_id)
+        fields, targets = self._router.route(stream, values)
+        return self._emit(targets, values, fields, stream, msg_id)
 
     def emit_direct(self, task: int, values: Sequence[Any], *, stream: str = DEFAULT_STREAM,
                     msg_id: Any = None) -> list[int]:
         """Emit to one task of a bolt that consumes ``stream`` with a direct grouping."""
         values = list(values)
-        fields = self._router.stream(stream, values)
-        return self._emit(self._router.direct_target(stream, task), values, fields, stream, msg_id)
+        fields, targets = self._router.direct_route(stream, task, values)
+        return self._emit(targets, values, fields, stream, msg_id)
 
-    def _emit(self, targets: list[int], values: list[Any], fields, stream: str, msg_id: Any) -> list[int]:
+    def _emit(self, targets: list[int], values: list[Any], fields: Fields, stream: str, msg_id: Any) -> list[int]:
         self.emits += 1
         src, task_id, send = self._router.component, self._router.task_id, self._send
-        if msg_id is not None and self._acker is not None:
+        acker = self._acker
+        if msg_id is not None and acker is not None:
             getrandbits = self._rng.getrandbits
             root = new_root(self._rng)
             ack_val = 0
@@ -82,7 +79,7 @@ class SpoutOutputCollector:
                 ack_val ^= edge
                 send(t, Tuple(values, fields, src, stream, task_id, {root: edge}, t))
             self._on_emit(root, msg_id, stream)
-            self._acker(INIT, root, ack_val, task_id)
+            send(acker.tasks[root % acker.n], (INIT, root, ack_val, task_id))
         else:
             for t in targets:
                 send(t, Tuple(values, fields, src, stream, task_id, {}, t))
@@ -106,6 +103,7 @@ class OutputCollector:
         self._send = executor.send
         self._router = router
         self._stats = stats
+        self._acked = stats.acked
         self._rng = rng
         self._acker = acker
         self._report = report
@@ -114,62 +112,81 @@ class OutputCollector:
     def emit(self, values: Sequence[Any], *, anchors: Anchors = None, stream: str = DEFAULT_STREAM) -> list[int]:
         """Emit ``values``; anchored to ``anchors`` (a tuple or a list), they join those tuples' trees."""
         values = list(values)
-        fields = self._router.stream(stream, values)
-        return self._emit(self._router.targets(stream, values), values, fields, stream, anchors)
+        fields, targets = self._router.route(stream, values)
+        return self._emit(targets, values, fields, stream, anchors)
 
     def emit_direct(self, task: int, values: Sequence[Any], *, anchors: Anchors = None,
                     stream: str = DEFAULT_STREAM) -> list[int]:
         values = list(values)
-        fields = self._router.stream(stream, values)
-        return self._emit(self._router.direct_target(stream, task), values, fields, stream, anchors)
+        fields, targets = self._router.direct_route(stream, task, values)
+        return self._emit(targets, values, fields, stream, anchors)
 
-    def _emit(self, targets: list[int], values: list[Any], fields, stream: str, anchors: Anchors) -> list[int]:
+    def _emit(self, targets: list[int], values: list[Any], fields: Fields, stream: str, anchors: Anchors) -> list[int]:
         src, task_id, send = self._router.component, self._router.task_id, self._send
         if anchors is None or self._acker is None:
             anchors = ()
-        elif isinstance(anchors, Tuple):
+        elif type(anchors) is Tuple:
             anchors = (anchors,)
-        getrandbits = self._rng.getrandbits
-        for t in targets:
-            ids: dict[int, int] = {}
-            for anchor in anchors:
-                if anchor.anchors:
-                    edge = getrandbits(64)
-                    anchor.ack_val ^= edge
-                    for root in anchor.anchors:
-                        ids[root] = ids.get(root, 0) ^ edge
-            send(t, Tuple(values, fields, src, stream, task_id, ids, t))
+        if len(anchors) == 1 and len(anchors[0].anchors) == 1:
+            # The common case, one anchor in one tree: one edge id per receiving task, no dict merging.
+            anchor = anchors[0]
+            getrandbits = self._rng.getrandbits
+            (root,) = anchor.anchors
+            for t in targets:
+                edge = getrandbits(64)
+                anchor.ack_val ^= edge
+                send(t, Tuple(values, fields, src, stream, task_id, {root: edge}, t))
+        else:
+            for t in targets:
+                send(t, Tuple(values, fields, src, stream, task_id, self._edges(anchors), t))
         self._stats.emitted[stream] += 1
         self._stats.transferred[stream] += len(targets)
         return targets
+
+    def _edges(self, anchors: Sequence[Tuple]) -> dict[int, int]:
+        """A new child's ids: per anchor a fresh edge id, xor-ed into each of the anchor's trees."""
+        ids: dict[int, int] = {}
+        getrandbits = self._rng.getrandbits
+        for anchor in anchors:
+            if anchor.anchors:
+                edge = getrandbits(64)
+                anchor.ack_val ^= edge
+                for root in anchor.anchors:
+                    ids[root] = ids.get(root, 0) ^ edge
+        return ids
 
     def ack(self, tup: Tuple) -> None:
         """The tuple is fully processed by this bolt: its edges (and its children's) go to the acker."""
         if tup.done:
             return
         tup.done = True
-        if self._acker is not None:
+        acker = self._acker
+        if tup.anchors and acker is not None:
+            send, tasks, n, ack_val = self._send, acker.tasks, acker.n, tup.ack_val
             for root, edge in tup.anchors.items():
-                self._acker(ACK, root, edge ^ tup.ack_val)
-        self._stats.acked[tup.source_stream] += 1
-        if tup.received:
-            self._stats.process_latency[(tup.source_component, tup.source_stream)].observe(self._clock() - tup.received)
+                send(tasks[root % n], (ACK, root, edge ^ ack_val, -1))
+        self._acked[tup.source_stream] += 1
+        if tup.received:  # set on sampled tuples only (see BoltExecutor)
+            self._stats.process_latency[(tup.source_component, tup.source_stream)].observe(
+                self._clock() - tup.received, SAMPLE_EVERY)
 
     def fail(self, tup: Tuple) -> None:
         """Fail the tuple: every spout tuple tree it belongs to fails and its spout's ``fail`` is called."""
         if tup.done:
             return
         tup.done = True
-        if self._acker is not None:
+        acker = self._acker
+        if acker is not None:
             for root in tup.anchors:
-                self._acker(FAIL, root, 0)
+                self._send(acker.tasks[root % acker.n], (FAIL, root, 0, -1))
         self._stats.failed[tup.source_stream] += 1
 
     def reset_timeout(self, tup: Tuple) -> None:
         """Restart the message timeout of every tree the tuple belongs to (for slow work)."""
-        if self._acker is not None:
+        acker = self._acker
+        if acker is not None:
             for root in tup.anchors:
-                self._acker(RESET, root, 0)
+                self._send(acker.tasks[root % acker.n], (RESET, root, 0, -1))
 
     def report_error(self, exc: BaseException) -> None:
         self._report(exc)

@@ -10,7 +10,7 @@ from squall.grouping import make_grouper
 from squall.topology.context import TopologyContext
 from squall.topology.plan import Plan
 from squall.tuples import Fields
-from squall.values import check_values
+from squall.values import INT_MAX, INT_MIN, SCALAR_TYPES, check_values
 
 
 class DirectOnly:
@@ -48,23 +48,37 @@ class Router:
             self.direct[stream] = frozenset(
                 t for s, g in zip(subs, groupers, strict=True) if g is None for t in s.tasks)
 
-    def stream(self, stream: str, values: list[Any]) -> Fields:
-        """The stream's fields, after checking that ``values`` fit them."""
+    def route(self, stream: str, values: list[Any]) -> tuple[Fields, list[int]]:
+        """Check ``values`` against the stream's fields and choose the receiving tasks (the hot path)."""
         fields = self.fields.get(stream)
         if fields is None:
-            raise EmitError(f"component {self.component!r} emitted on stream {stream!r}, which it does not "
-                            f"declare (declared: {', '.join(self.fields) or 'none'}); add it to outputs")
-        check_values(values, fields=fields.names, component=self.component, stream=stream)
-        return fields
-
-    def targets(self, stream: str, values: list[Any]) -> list[int]:
+            raise self._undeclared(stream)
+        if len(values) != len(fields.names):
+            check_values(values, fields=fields.names, component=self.component, stream=stream)
+        for value in values:
+            kind = type(value)
+            if kind is str or kind is float or kind is int and INT_MIN <= value <= INT_MAX or kind in SCALAR_TYPES:
+                continue
+            check_values(values, fields=fields.names, component=self.component, stream=stream)
+            break
         groupers = self.groupers[stream]
         if len(groupers) == 1:
-            return groupers[0].choose(values)
-        out: list[int] = []
+            return fields, groupers[0].choose(values)
+        targets: list[int] = []
         for grouper in groupers:
-            out.extend(grouper.choose(values))
-        return out
+            targets.extend(grouper.choose(values))
+        return fields, targets
+
+    def direct_route(self, stream: str, task: int, values: list[Any]) -> tuple[Fields, list[int]]:
+        fields = self.fields.get(stream)
+        if fields is None:
+            raise self._undeclared(stream)
+        check_values(values, fields=fields.names, component=self.component, stream=stream)
+        return fields, self.direct_target(stream, task)
+
+    def _undeclared(self, stream: str) -> EmitError:
+        return EmitError(f"component {self.component!r} emitted on stream {stream!r}, which it does not "
+                         f"declare (declared: {', '.join(self.fields) or 'none'}); add it to outputs")
 
     def direct_target(self, stream: str, task: int) -> list[int]:
         allowed = self.direct[stream]

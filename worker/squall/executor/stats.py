@@ -8,6 +8,10 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections import defaultdict
 
+# Like Storm (topology.stats.sample.rate = 0.05), bolts time one tuple in SAMPLE_EVERY and weigh
+# the sample accordingly: the clock reads and histogram updates cost more than most executes.
+SAMPLE_EVERY = 20
+
 # Latency bucket upper bounds in seconds (Prometheus ``le`` values).
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
                    30.0, 60.0)
@@ -21,10 +25,10 @@ class Histogram:
         self.sum = 0.0
         self.count = 0
 
-    def observe(self, seconds: float) -> None:
-        self.counts[bisect_left(LATENCY_BUCKETS, seconds)] += 1
-        self.sum += seconds
-        self.count += 1
+    def observe(self, seconds: float, weight: int = 1) -> None:
+        self.counts[bisect_left(LATENCY_BUCKETS, seconds)] += weight
+        self.sum += seconds * weight
+        self.count += weight
 
     def quantile(self, q: float) -> float:
         """An upper bound of the ``q`` quantile (the bucket boundary it falls under)."""

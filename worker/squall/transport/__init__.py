@@ -9,7 +9,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from squall.acker.acker import AckerMessage
 from squall.transport.codec import Decoder, encode_acker, encode_tuples, encode_verdicts
 from squall.transport.ingress import Ingress
 from squall.transport.links import CONTROL, DATA, PeerLink
@@ -42,6 +41,8 @@ class Transport:
         self._buffers: dict[tuple[str, str], list[Any]] = {key: [] for key in self.links}
         self._since: dict[tuple[str, str], float] = {}
         self._stalled: dict[tuple[str, str], bytes] = {}
+        # The control lane carries acker messages to ackers and verdicts to workers.
+        self._ackers = frozenset(p for p in peers if p.startswith("acker-"))
         self.ingress: Ingress | None = None
         self.receiver: Receiver | None = None
         self._decoder, self._bind, self._max_frame = decoder, bind, max_frame
@@ -89,7 +90,7 @@ class Transport:
         buf = self._buffers[key]
         if buf:
             frame = encode_tuples(buf) if key[1] == DATA else \
-                encode_acker(buf) if type(buf[0]) is AckerMessage else encode_verdicts(buf)
+                encode_acker(buf) if key[0] in self._ackers else encode_verdicts(buf)
             buf.clear()
             if not link.offer(frame):
                 self._stalled[key] = frame
