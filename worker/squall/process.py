@@ -16,7 +16,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, generate_latest
 
-from squall.errors import ConfigError
+from squall.errors import ConfigError, SquallError
 from squall.metrics import MetricsServer, RuntimeCollector
 from squall.runtime import Runtime
 from squall.topology.assignment import assign
@@ -156,7 +156,10 @@ class Process:
         self.metrics = MetricsServer(registry=registry, host=cfg.bind_host, port=cfg.metrics_port,
                                      healthy=self.healthy)
         self.activated = False
+        self.suspended = cfg.spec.suspended
         self.draining_since: float | None = None
+        self._spec_path = Path(os.environ.get("SQUALL_TOPOLOGY", ""))
+        self._spec_mtime = self._mtime()
 
     def healthy(self) -> bool:
         return self.runtime.clock() - self.runtime.heartbeat < HEALTHY_WITHIN
@@ -164,12 +167,42 @@ class Process:
     def _pending(self) -> int:
         return self.runtime.pending_trees() + sum(a.acker.pending for a in self.runtime.ackers)
 
+    def _mtime(self) -> float:
+        try:
+            return self._spec_path.stat().st_mtime
+        except OSError:
+            return 0.0
+
     def _check(self) -> None:
-        """Every few ms on the loop: activate spouts once every peer is reachable."""
+        """On the loop, every 50 ms: activate spouts once every peer is reachable."""
         if not self.activated and self.draining_since is None and self.transport.all_connected():
             self.activated = True
             log.info("%s: all peers connected%s", self.cfg.name, "; activating spouts" if self.runtime.spouts else "")
-            self.runtime.set_active(True)
+            if self.suspended:
+                log.info("%s: the topology is suspended; spouts stay inactive", self.cfg.name)
+            self.runtime.set_active(not self.suspended)
+
+    def _watch_suspended(self) -> None:
+        """Every second: follow ``suspended`` in the spec file (a mounted ConfigMap in Kubernetes).
+
+        Suspending must not restart pods, so it is read live; every other change to the spec is
+        applied by restarting the processes.
+        """
+        mtime = self._mtime()
+        if mtime == self._spec_mtime:
+            return
+        self._spec_mtime = mtime
+        try:
+            suspended = load_spec(self._spec_path).suspended
+        except SquallError as exc:
+            log.warning("%s: ignoring an unreadable spec update: %s", self.cfg.name, exc)
+            return
+        if suspended != self.suspended:
+            self.suspended = suspended
+            log.info("%s: topology %s", self.cfg.name, "suspended: deactivating spouts" if suspended
+                     else "resumed: activating spouts")
+            if self.activated and self.draining_since is None:
+                self.runtime.set_active(not suspended)
 
     def _drain(self) -> None:
         if self.draining_since is None:
@@ -191,6 +224,7 @@ class Process:
         self.metrics.start()
         rt.start(active=False)
         rt.every(0.05, self._check)
+        rt.every(1.0, self._watch_suspended)
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: rt.post(self._drain))
         log.info("%s of topology %r: grpc :%d, metrics :%d, tasks %s", self.cfg.name, self.cfg.spec.name,

@@ -148,7 +148,8 @@ class Runtime:
             context = self._context(task_id)
             collector = OutputCollector(executor=ex, router=Router(plan=self.plan, context=context, rng=self._rng),
                                         stats=stats, rng=self._rng, acker=self._acker_route,
-                                        report=lambda exc, t=task_id: report(exc, t), clock=self.clock)
+                                        report=lambda exc, t=task_id: report(exc, t), clock=self.clock,
+                                        post=self.post)
             bolt = cls()
             basic = BasicOutputCollector(collector) if isinstance(bolt, BasicBolt) else None
             task = BoltTask(task_id, bolt, stats, collector, basic)

@@ -99,8 +99,9 @@ class OutputCollector:
 
     def __init__(self, *, executor: Executor, router: Router, stats: TaskStats, rng: random.Random,
                  acker: AckerRoute | None, report: Callable[[BaseException], None],
-                 clock: Callable[[], float]) -> None:
+                 clock: Callable[[], float], post: Callable[[Callable[[], None]], None]) -> None:
         self._send = executor.send
+        self._post = post
         self._router = router
         self._stats = stats
         self._acked = stats.acked
@@ -190,6 +191,20 @@ class OutputCollector:
 
     def report_error(self, exc: BaseException) -> None:
         self._report(exc)
+
+    def call_soon_threadsafe(self, fn: Callable[[], None]) -> None:
+        """Run ``fn`` on this bolt's executor thread soon; callable from any thread.
+
+        Collectors are not thread-safe: a bolt that works in a background thread (a Spark job,
+        a blocking client) hands its emits, acks and fails back through this.
+        """
+        def guarded() -> None:
+            try:
+                fn()
+            except Exception as exc:  # noqa: BLE001 - user code may raise anything
+                self._report(exc)
+
+        self._post(guarded)
 
 
 class BasicOutputCollector:

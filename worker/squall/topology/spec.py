@@ -9,7 +9,7 @@ from __future__ import annotations
 import difflib
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, Self
+from typing import Any, Literal, Self
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
@@ -114,6 +114,17 @@ class Transfer(_Model):
     max_frame_bytes: int = Field(default=16 * 1024 * 1024, ge=65536, description="larger frames are refused")
 
 
+class Spark(_Model):
+    """Spark for SparkBolts in Kubernetes: the worker pod is the driver, executors are pods."""
+
+    executor_image: str | None = Field(default=None, description="default: the topology's image")
+    executors: int = Field(default=2, ge=1, description="spark.executor.instances")
+    executor_cores: int = Field(default=1, ge=1)
+    executor_memory: str = Field(default="1g", pattern=r"^[0-9]+[kmgtKMGT]?$")
+    driver_memory: str = Field(default="1g", pattern=r"^[0-9]+[kmgtKMGT]?$")
+    conf: dict[str, str] = Field(default_factory=dict, description="extra spark.* settings")
+
+
 class TopologySpec(_Model):
     """A whole topology: its components, their wiring and the knobs of guaranteed processing."""
 
@@ -129,6 +140,12 @@ class TopologySpec(_Model):
     config: dict[str, Any] = Field(default_factory=dict)
     spouts: list[SpoutSpec] = Field(min_length=1)
     bolts: list[BoltSpec] = Field(default_factory=list)
+    # Deployment fields: what a Topology resource adds; squall run ignores them.
+    image: str | None = Field(default=None, description="container image; default: the operator's")
+    image_pull_policy: Literal["Always", "IfNotPresent", "Never"] | None = None
+    resources: dict[str, Any] | None = Field(default=None, description="pod resources (requests, limits)")
+    suspended: bool = Field(default=False, description="true: spouts deactivated, pods kept")
+    spark: Spark | None = Field(default=None, description="Spark on Kubernetes for SparkBolts")
 
     # Classes handed to TopologyBuilder directly, so a topology built in Python (even from
     # classes defined in a test function) runs in-process without importing them by name.

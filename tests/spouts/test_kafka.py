@@ -1,0 +1,236 @@
+"""KafkaSpout and KafkaSource with a real confluent-kafka Consumer.
+
+No Kafka broker can run on these machines. librdkafka (inside confluent-kafka) ships a mock
+cluster, enabled by the client setting ``test.mock.num.brokers``, that serves the Kafka protocol
+on a loopback port: produce, fetch, metadata, consumer groups (join, sync, rebalance) and offset
+commits with metadata. These tests point real Consumers at it, so nothing here is a fake; what the
+mock cannot show (a real broker's timing and failures) is listed in docs/offset-spouts.md.
+The configuration tests need no cluster: the Consumer checks its settings when it is created.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from spout_harness import RecordingCollector, context_for
+
+from squall.errors import ConfigError
+from squall.spouts.kafka import KafkaSpout
+
+ck = pytest.importorskip("confluent_kafka")
+
+quiet = logging.getLogger("tests.kafka.mock")
+MOCK_PARTITIONS = 4  # the mock cluster creates topics with four partitions
+
+
+@dataclass
+class Cluster:
+    bootstrap: str
+    producer: Any
+
+    def produce(self, topic: str, per_partition: int, *, start: int = 0) -> None:
+        for i in range(start, start + per_partition):
+            for p in range(MOCK_PARTITIONS):
+                self.producer.produce(topic, key=f"k{p}".encode(), value=json.dumps([p, i]).encode(), partition=p)
+        assert self.producer.flush(10) == 0
+
+    def committed(self, group: str, topic: str) -> dict[int, tuple[int, str]]:
+        consumer = ck.Consumer({"bootstrap.servers": self.bootstrap, "group.id": group, "logger": quiet})
+        try:
+            found = consumer.committed([ck.TopicPartition(topic, p) for p in range(MOCK_PARTITIONS)], timeout=10)
+            return {tp.partition: (tp.offset, tp.metadata) for tp in found if tp.offset >= 0}
+        finally:
+            consumer.close()
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    producer = ck.Producer({"test.mock.num.brokers": 1, "logger": quiet})
+    broker = next(iter(producer.list_topics(timeout=10).brokers.values()))
+    yield Cluster(f"{broker.host}:{broker.port}", producer)
+
+
+def open_spout(conf: dict, *, tasks: int = 1, index: int = 0) -> tuple[KafkaSpout, RecordingCollector]:
+    spout = KafkaSpout()
+    collector = RecordingCollector(KafkaSpout, "records")
+    spout.open(conf, context_for(KafkaSpout, tasks=tasks, index=index), collector)
+    return spout, collector
+
+
+def drive(spouts, until, *, timeout: float = 30.0) -> None:
+    """Call next_tuple on every spout until ``until()`` holds (librdkafka works in its own threads)."""
+    deadline = time.monotonic() + timeout
+    while not until():
+        assert time.monotonic() < deadline, "timed out driving the spouts"
+        for spout in spouts:
+            spout.next_tuple()
+        time.sleep(0.001)  # let librdkafka's threads run on this small machine
+
+
+def ids(collector: RecordingCollector) -> list:
+    return [msg_id for _, _, msg_id in collector.emitted]
+
+
+# ---- configuration (a real Consumer, no cluster) -------------------------------------------------
+
+UNREACHABLE = {"bootstrap.servers": "127.0.0.1:1", "group.id": "g"}
+
+
+@pytest.mark.parametrize(("conf", "message"), [
+    ({"kafka.config": {**UNREACHABLE, "enable.auto.commit": True}}, "remove 'enable.auto.commit'"),
+    ({"kafka.config": {"bootstrap.servers": "127.0.0.1:1"}}, "kafka.config needs 'group.id'"),
+    ({"kafka.config": {**UNREACHABLE, "no.such.setting": 1}}, "kafka.config is invalid: .*no.such.setting"),
+    ({"kafka.config": {**UNREACHABLE, "fetch.min.bytes": "lots"}}, "kafka.config is invalid: .*fetch.min.bytes"),
+    ({"kafka.config": "localhost:9092"}, "kafka.config must be a mapping"),
+    ({"kafka.topics": []}, "kafka.topics must be a topic name or a list"),
+    ({"kafka.subscription": "manual"}, "kafka.subscription must be one of subscribe, assign"),
+])
+def test_config_errors_name_the_key(conf, message):
+    conf = {"kafka.topics": "clicks", "kafka.config": UNREACHABLE, **conf}
+    with pytest.raises(ConfigError, match=message):
+        open_spout(conf)
+
+
+def test_subscribing_needs_no_broker_until_records_are_polled():
+    spout, collector = open_spout({"kafka.topics": ["clicks"], "kafka.config": UNREACHABLE})
+    spout.next_tuple()
+    assert collector.emitted == [] and spout.core.assigned == frozenset()
+    spout.close()
+
+
+# ---- against the mock cluster -------------------------------------------------------------------
+
+def test_assign_mode_splits_partitions_retries_commits_with_metadata_and_resumes(cluster):
+    topic, group = "assigned", "assign-group"
+    cluster.produce(topic, 3)
+    conf = {"kafka.topics": topic, "kafka.subscription": "assign", "offset.commit.period.ms": 3_600_000,
+            "kafka.config": {"bootstrap.servers": cluster.bootstrap, "group.id": group}}
+    spouts = [open_spout(conf, tasks=2, index=i) for i in range(2)]
+    assert [sorted(tp.partition for tp in s.core.assigned) for s, _ in spouts] == [[0, 2], [1, 3]]
+
+    drive([s for s, _ in spouts], lambda: all(len(c.emitted) == 6 for _, c in spouts))
+    (first, first_out), (second, second_out) = spouts
+    values, stream, msg_id = first_out.emitted[0]
+    assert values[:3] == [topic, msg_id.partition, msg_id.offset] and stream == "default"
+    assert values[3] == f"k{msg_id.partition}".encode()
+    assert json.loads(values[4]) == [msg_id.partition, msg_id.offset]
+
+    failed = ids(first_out)[1]
+    first.fail(failed)
+    drive([first], lambda: len(first_out.emitted) == 7)
+    assert ids(first_out)[6] == failed, "the failed record is emitted again (after seeking back)"
+
+    for spout, out in spouts:
+        for m in ids(out):
+            spout.ack(m)
+        spout.close()
+    committed = cluster.committed(group, topic)
+    assert {p: offset for p, (offset, _) in committed.items()} == dict.fromkeys(range(4), 3)
+    assert json.loads(committed[0][1]) == {"topology": "topo", "task": 0}
+    assert json.loads(committed[1][1]) == {"topology": "topo", "task": 1}
+
+    cluster.produce(topic, 1, start=3)
+    again = [open_spout(conf, tasks=2, index=i) for i in range(2)]
+    drive([s for s, _ in again], lambda: sum(len(c.emitted) for _, c in again) == 4)
+    assert sorted((m.partition, m.offset) for _, c in again for m in ids(c)) == [(p, 3) for p in range(4)]
+    for spout, _ in again:
+        spout.close()
+
+
+def test_assigning_a_missing_topic_is_a_config_error(cluster):
+    conf = {"kafka.topics": "never-produced", "kafka.subscription": "assign",
+            "kafka.config": {"bootstrap.servers": cluster.bootstrap, "group.id": "g"}}
+    with pytest.raises(ConfigError, match="kafka.topics: topic 'never-produced' does not exist"):
+        open_spout(conf)
+
+
+def test_max_uncommitted_offsets_pauses_kafka_partitions_and_resumes_where_they_stopped(cluster):
+    topic = "limited"
+    cluster.produce(topic, 4)
+    conf = {"kafka.topics": topic, "kafka.subscription": "assign", "max.uncommitted.offsets": 2,
+            "poll.max.records": 1, "offset.commit.period.ms": 3_600_000,
+            "kafka.config": {"bootstrap.servers": cluster.bootstrap, "group.id": "limited-group"}}
+    spout, out = open_spout(conf)
+    drive([spout], lambda: len(out.emitted) == 8)
+    # A witness in another group reads every record meanwhile, so they were there to be read.
+    witness, witnessed = open_spout({**conf, "max.uncommitted.offsets": 100,
+                                     "kafka.config": {**conf["kafka.config"], "group.id": "witness"}})
+    drive([spout, witness], lambda: len(witnessed.emitted) == 16)
+    witness.close()
+    assert sorted((m.partition, m.offset) for m in ids(out)) == [(p, o) for p in range(4) for o in (0, 1)], \
+        "a partition at max.uncommitted.offsets was read"
+
+    for m in ids(out):
+        spout.ack(m)
+    spout.deactivate()  # the commit frees the limit: reading resumes where each partition stopped
+    drive([spout], lambda: len(out.emitted) == 16)
+    assert sorted((m.partition, m.offset) for m in ids(out)) == [(p, o) for p in range(4) for o in range(4)]
+    spout.close()
+
+
+def test_subscribe_rebalance_replays_from_the_committed_offsets_and_ignores_late_acks(cluster):
+    """Two spouts in one group: the second joining makes the first give partitions up.
+
+    The spout commits acked offsets when partitions are revoked. A real broker accepts that commit;
+    librdkafka's mock refuses commits while the group is joining (REBALANCE_IN_PROGRESS), so here
+    the commit may fail, is reported, and the acked records are replayed: at least once either way.
+    """
+    topic, group = "subscribed", "subscribe-group"
+    cluster.produce(topic, 3)
+    conf = {"kafka.topics": [topic], "offset.commit.period.ms": 3_600_000,
+            "kafka.config": {"bootstrap.servers": cluster.bootstrap, "group.id": group,
+                             "session.timeout.ms": 4000, "heartbeat.interval.ms": 300}}
+    a, a_out = open_spout(conf, tasks=2, index=0)
+    drive([a], lambda: len(a_out.emitted) == 12)
+    assert len(a.core.assigned) == MOCK_PARTITIONS
+    held = next(m for m in ids(a_out) if m.partition == 0 and m.offset == 2)
+    for m in ids(a_out):
+        if m != held:
+            a.ack(m)
+    a_seen = len(a_out.emitted)
+
+    b, b_out = open_spout(conf, tasks=2, index=1)
+    # Settled when both own partitions (a group may first form without a member that is slow to rejoin).
+    drive([a, b], lambda: a.core.assigned and b.core.assigned and len(a.core.assigned | b.core.assigned) == 4
+          and not (a.core.assigned & b.core.assigned))
+    committed = {p: offset for p, (offset, _) in cluster.committed(group, topic).items()}
+    assert committed in ({}, {0: 2, 1: 3, 2: 3, 3: 3})
+
+    # Each partition's new owner reads it again from the committed offset (so the held record too).
+    owner_of = {tp.partition: name for name, s in (("a", a), ("b", b)) for tp in s.core.assigned}
+    expected = {(owner_of[p], p, o) for p in range(4) for o in range(committed.get(p, 0), 3)}
+
+    def replayed():
+        return {("a", m.partition, m.offset) for m in ids(a_out)[a_seen:]} | {
+            ("b", m.partition, m.offset) for m in ids(b_out)}
+
+    drive([a, b], lambda: replayed() == expected)
+    assert (owner_of[0], 0, 2) in replayed()
+
+    if owner_of[0] == "b":
+        a.ack(held)  # a late ack for a partition a no longer owns: ignored, nothing breaks
+    for m in ids(a_out)[a_seen:]:
+        a.ack(m)
+    for m in ids(b_out):
+        b.ack(m)
+    cluster.produce(topic, 1, start=3)
+    drive([a, b], lambda: sum(1 for c in (a_out, b_out) for m in ids(c) if m.offset == 3) == 4)
+    for spout, out in ((a, a_out), (b, b_out)):
+        fresh = [m for m in ids(out) if m.offset == 3]
+        mine = {tp.partition for tp in spout.core.assigned}
+        assert all(m.partition in mine for m in fresh)
+        for m in fresh:
+            spout.ack(m)
+    # Both commit (deactivate) before either leaves the group: a member leaving starts a rebalance,
+    # during which the mock refuses the other's commit.
+    for spout in (a, b):
+        spout.deactivate()
+    committed = cluster.committed(group, topic)
+    assert {p: offset for p, (offset, _) in committed.items()} == dict.fromkeys(range(4), 4)
+    for spout in (a, b):
+        spout.close()

@@ -1,0 +1,79 @@
+"""``OffsetSpout``: the base of spouts that read partitioned, offset-addressed records (Kafka, the log)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from squall.api import Spout
+from squall.spouts.config import COMMON_KEYS, OffsetSpoutConfig, warn_unknown
+from squall.spouts.core import OffsetCore
+from squall.spouts.records import MessageId, Record, Translated, default_translate
+from squall.spouts.source import Source
+
+if TYPE_CHECKING:
+    from squall.executor.collectors import SpoutOutputCollector
+    from squall.topology.context import TopologyContext
+
+
+class OffsetSpout(Spout):
+    """Emits the records of a :class:`~squall.spouts.source.Source` with storm-kafka-client's guarantees.
+
+    Subclasses provide :meth:`make_source`; override :meth:`translate` (and ``outputs``) to
+    choose the tuple a record becomes::
+
+        class Clicks(LogSpout):
+            outputs = ["user", "url"]
+
+            def translate(self, record):
+                return [record.value["user"], record.value["url"]]
+    """
+
+    outputs: ClassVar = ["topic", "partition", "offset", "key", "value"]
+
+    #: Config keys read besides the common ones; unknown keys under ``config_prefixes`` get a warning.
+    config_keys: ClassVar[frozenset[str]] = frozenset()
+    config_prefixes: ClassVar[tuple[str, ...]] = ("retry.",)
+
+    core: OffsetCore
+
+    def make_source(self) -> Source:
+        """The source to read; ``self.conf`` and ``self.context`` are set when this is called."""
+        raise NotImplementedError(f"{type(self).__name__} must implement make_source()")
+
+    def translate(self, record: Record) -> list[Any] | Translated | None:
+        """The tuple for ``record``: its values (default stream), a :class:`Translated`, or None to skip
+        it (a skipped record counts as processed at once)."""
+        return default_translate(record)
+
+    def open(self, conf: dict[str, Any], context: TopologyContext, collector: SpoutOutputCollector) -> None:
+        super().open(conf, context, collector)
+        warn_unknown(conf, prefixes=self.config_prefixes, known=COMMON_KEYS | self.config_keys)
+        config = OffsetSpoutConfig.from_conf(conf)
+        source = self.make_source()
+        try:
+            self.core = OffsetCore(source, config=config, emit=self._emit, translate=self.translate,
+                                   report=collector.report_error, topology=context.topology_name,
+                                   task=context.this_task_index)
+            self.core.start()
+        except BaseException:
+            source.close()  # a spout that failed to open is not closed by anyone else
+            raise
+
+    def next_tuple(self) -> None:
+        self.core.next_tuple()
+
+    def ack(self, msg_id: Any) -> None:
+        self.core.ack(msg_id)
+
+    def fail(self, msg_id: Any) -> None:
+        self.core.fail(msg_id)
+
+    def deactivate(self) -> None:
+        # Storm commits on deactivate too: a deactivated topology may be killed next.
+        self.core.commit()
+
+    def close(self) -> None:
+        self.core.close()
+
+    def _emit(self, values: list[Any], stream: str, msg_id: MessageId | None) -> None:
+        self.collector.emit(values, stream=stream, msg_id=msg_id)
