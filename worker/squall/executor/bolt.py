@@ -55,7 +55,7 @@ class BoltExecutor(Executor):
         if self.overflow and not self.flush():
             return False
         inbox, tasks, clock, execute = self.inbox, self.tasks, self.clock, self._execute
-        if not inbox:
+        if not inbox or any(task.collector.paused for task in tasks.values()):
             return False
         n = 0
         began = clock()

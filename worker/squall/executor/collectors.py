@@ -102,6 +102,9 @@ class OutputCollector:
                  clock: Callable[[], float], post: Callable[[Callable[[], None]], None]) -> None:
         self._send = executor.send
         self._post = post
+        #: Set to True (on the executor thread) to receive no input until it is set back to False:
+        #: backpressure for a bolt whose background work (e.g. a Spark job) has fallen behind.
+        self.paused = False
         self._router = router
         self._stats = stats
         self._acked = stats.acked

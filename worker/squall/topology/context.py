@@ -19,6 +19,11 @@ class TopologyContext:
         self._worker_tasks = worker_tasks
 
     @property
+    def message_timeout_seconds(self) -> int:
+        """How long a spout tuple tree may take before it fails (``reset_timeout`` restarts it)."""
+        return self._plan.spec.message_timeout_seconds
+
+    @property
     def this_component_tasks(self) -> list[int]:
         return self.get_component_tasks(self.component_id)
 
