@@ -34,6 +34,8 @@ class AckerExecutor(Executor):
         self.acker = Acker()
         self.processed = 0
         self.last_run = 0.0
+        # An inbox smaller than MIN_BATCH would wait MAX_DELAY every time: a full inbox runs at once.
+        self.min_batch = min(MIN_BATCH, transfer.capacity)
 
     def run_once(self, now: float) -> bool:
         if self.overflow and not self.flush():
@@ -41,7 +43,7 @@ class AckerExecutor(Executor):
         inbox = self.inbox
         # Local acker messages come one by one: wait a moment for a batch worth a vectorised pass.
         # Frames from other processes are batches already.
-        if not inbox or (len(inbox) < MIN_BATCH and type(inbox[0]) is not AckBatch
+        if not inbox or (len(inbox) < self.min_batch and type(inbox[0]) is not AckBatch
                          and now - self.last_run < MAX_DELAY):
             return False
         self.last_run = now

@@ -109,7 +109,7 @@ class ErrorReporting(_Model):
 class Transfer(_Model):
     """Batching of tuples and acker messages between processes."""
 
-    batch_size: int = Field(default=256, ge=1, le=65536, description="items per frame at most")
+    batch_size: int = Field(default=1024, ge=1, le=65536, description="items per frame at most")
     flush_interval_ms: float = Field(default=1.0, gt=0, le=1.0, description="a partial batch waits at most this")
     max_frame_bytes: int = Field(default=16 * 1024 * 1024, ge=65536, description="larger frames are refused")
 

@@ -40,7 +40,6 @@ class Transport:
                       for p in peers for lane in (DATA, CONTROL)}
         self._buffers: dict[tuple[str, str], list[Any]] = {key: [] for key in self.links}
         self._since: dict[tuple[str, str], float] = {}
-        self._stalled: dict[tuple[str, str], bytes] = {}
         # The control lane carries acker messages to ackers and verdicts to workers.
         self._ackers = frozenset(p for p in peers if p.startswith("acker-"))
         self.ingress: Ingress | None = None
@@ -70,38 +69,35 @@ class Transport:
         key = (self.owner[task], DATA if type(item) is Tuple else CONTROL)
         buf = self._buffers[key]
         if buf:
-            if (key in self._stalled or len(buf) >= self.batch_size
-                    or self.clock() - self._since[key] >= self.flush_interval) and not self._flush(key):
-                return False
-        elif key in self._stalled and not self._flush(key):
-            return False
-        if not buf:
+            if (len(buf) >= self.batch_size or self.clock() - self._since[key] >= self.flush_interval) \
+                    and not self._flush(key) and len(buf) >= self.batch_size:
+                return False  # a full batch and a busy link: backpressure
+        else:
             self._since[key] = self.clock()
         buf.append(item)
         return True
 
     def _flush(self, key: tuple[str, str]) -> bool:
-        """Hand the buffered batch to its link; a refused frame is kept, encoded, for the next try."""
+        """Hand the buffered batch to its link if the link has room.
+
+        While the link is busy the batch keeps growing (up to ``batch_size``), so a saturated link
+        sends fewer, larger frames: a gRPC stream's per-frame cost, not bytes, is its limit.
+        """
         link = self.links[key]
-        stalled = self._stalled.pop(key, None)
-        if stalled is not None and not link.offer(stalled):
-            self._stalled[key] = stalled
+        if not link.has_room():
             return False
         buf = self._buffers[key]
-        if buf:
-            frame = encode_tuples(buf) if key[1] == DATA else \
-                encode_acker(buf) if key[0] in self._ackers else encode_verdicts(buf)
-            buf.clear()
-            if not link.offer(frame):
-                self._stalled[key] = frame
-                return False
+        frame = encode_tuples(buf) if key[1] == DATA else \
+            encode_acker(buf) if key[0] in self._ackers else encode_verdicts(buf)
+        buf.clear()
+        link.offer(frame)
         return True
 
     def flush(self) -> bool:
-        """Send every buffered batch the links accept; True when nothing is left waiting."""
+        """Send every buffered batch whose link has room; True when nothing is left waiting."""
         done = True
         for key, buf in self._buffers.items():
-            if (buf or key in self._stalled) and not self._flush(key):
+            if buf and not self._flush(key):
                 done = False
         return done
 

@@ -81,22 +81,25 @@ class PeerLink:
     def start(self) -> None:
         self._thread.start()
 
-    def offer(self, frame: bytes) -> bool:
-        """Queue a frame; False when the queue is full (the caller keeps it and retries).
+    def has_room(self) -> bool:
+        """Whether :meth:`offer` will take a frame now (the scheduler thread is the only producer).
 
-        Before the first connection frames wait; once the peer has been up, frames sent while
-        it is unreachable are dropped, as they would die with it anyway.
+        Before the first connection frames wait; once the peer has been up, frames sent while it
+        is unreachable are taken and dropped, as they would have died with it anyway.
         """
         if not self.connected.is_set():
-            if not self.ever_connected:
-                return False
+            return self.ever_connected
+        return not self._frames.full()
+
+    def offer(self, frame: bytes) -> None:
+        """Queue a frame; call only after :meth:`has_room` said yes."""
+        if not self.connected.is_set():
             self.stats.dropped += 1
-            return True
+            return
         try:
             self._frames.put_nowait(frame)
-        except queue.Full:
-            return False
-        return True
+        except queue.Full:  # the link broke and refilled in between: the frame dies with it
+            self.stats.dropped += 1
 
     def _stream(self) -> Iterator[bytes]:
         frames, closed = self._frames, self._closed

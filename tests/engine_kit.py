@@ -1,0 +1,139 @@
+"""Shared building blocks for the engine tests: a spout that records its verdicts, bolts that pass,
+hold or fail chosen tuples, and helpers that run a cluster until an event (never a bare sleep)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from squall import Bolt, Spout
+from squall.testing import LocalCluster
+
+DEADLINE = 20.0  # generous: every run() stops on its event long before this
+
+
+class RecordingSpout(Spout):
+    """Emits ``[msg_id]`` once for each of ``conf["msg_ids"]`` (default ``range(conf["count"])``).
+
+    ``conf["tracked"]`` (default True) decides whether the emit carries the msg id. Records every
+    verdict and the number of trees it has in flight, as a real spout would see them.
+    """
+
+    outputs = ["id"]
+
+    def open(self, conf, context, collector):
+        super().open(conf, context, collector)
+        self.to_emit = list(conf.get("msg_ids", range(conf.get("count", 10))))
+        self.tracked = conf.get("tracked", True)
+        self.emitted: list[Any] = []
+        self.acked: list[Any] = []
+        self.failed: list[Any] = []
+        self.events: list[tuple[str, Any]] = []  # ("next", n) / ("ack", id) / ("fail", id) in call order
+        self.outstanding = 0
+        self.max_outstanding = 0
+        self.next_calls = 0
+        self.activations = 0
+        self.deactivations = 0
+
+    def next_tuple(self):
+        self.next_calls += 1
+        if not self.to_emit:
+            return
+        msg_id = self.to_emit.pop(0)
+        self.events.append(("next", msg_id))
+        self.emitted.append(msg_id)
+        if self.tracked:
+            self.outstanding += 1
+            self.max_outstanding = max(self.max_outstanding, self.outstanding)
+            self.collector.emit([msg_id], msg_id=msg_id)
+        else:
+            self.collector.emit([msg_id])
+
+    def ack(self, msg_id):
+        self.events.append(("ack", msg_id))
+        self.acked.append(msg_id)
+        self.outstanding -= 1
+
+    def fail(self, msg_id):
+        self.events.append(("fail", msg_id))
+        self.failed.append(msg_id)
+        self.outstanding -= 1
+
+    def activate(self):
+        self.activations += 1
+
+    def deactivate(self):
+        self.deactivations += 1
+
+    def settled(self) -> bool:
+        return not self.to_emit and len(self.acked) + len(self.failed) == len(self.emitted)
+
+
+class PassBolt(Bolt):
+    """Re-emits each input anchored to it, then acks it; fails inputs whose values are in ``conf["fail"]``."""
+
+    outputs = ["id"]
+
+    def prepare(self, conf, context, collector):
+        super().prepare(conf, context, collector)
+        self.fail_values = conf.get("fail", [])
+
+    def execute(self, tup):
+        if tup.values in self.fail_values:
+            self.collector.fail(tup)
+            return
+        self.collector.emit(tup.values, anchors=tup)
+        self.collector.ack(tup)
+
+
+class HoldBolt(Bolt):
+    """A sink: acks every input except those whose values are in ``conf["hold"]`` (held until
+    :meth:`release`) or in ``conf["fail"]`` (failed)."""
+
+    outputs = ["id"]
+
+    def prepare(self, conf, context, collector):
+        super().prepare(conf, context, collector)
+        self.hold_values = conf.get("hold", [])
+        self.fail_values = conf.get("fail", [])
+        self.received: list[list[Any]] = []
+        self.held: list = []
+
+    def execute(self, tup):
+        self.received.append(list(tup.values))
+        if tup.values in self.hold_values:
+            self.held.append(tup)
+        elif tup.values in self.fail_values:
+            self.collector.fail(tup)
+        else:
+            self.collector.ack(tup)
+
+    def release(self) -> int:
+        """Ack the held tuples (called by the test, between runs, on the cluster's thread)."""
+        held, self.held = self.held, []
+        for tup in held:
+            self.collector.ack(tup)
+        return len(held)
+
+
+def one(cluster: LocalCluster, component: str) -> Any:
+    """The only instance of a single-task component."""
+    (instance,) = cluster.instances(component)
+    return instance
+
+
+def quiet(cluster: LocalCluster) -> bool:
+    """Nothing in flight: every executor's inbox and overflow is empty."""
+    return all(not ex.inbox and not ex.overflow for ex in cluster.runtime.executors)
+
+
+def run_until(cluster: LocalCluster, condition: Callable[[], bool], *, seconds: float = DEADLINE) -> None:
+    """Run until ``condition()`` holds; fail the test (not hang) if the deadline passes first."""
+    result = cluster.run(until=lambda _: condition(), seconds=seconds)
+    assert condition(), f"condition not reached within {seconds} s (run stopped on {result.reason!r})"
+
+
+def run_until_quiet(cluster: LocalCluster, condition: Callable[[], bool] = lambda: True, *,
+                    seconds: float = DEADLINE) -> None:
+    """Run until ``condition()`` holds and nothing is left in flight anywhere."""
+    run_until(cluster, lambda: condition() and quiet(cluster), seconds=seconds)

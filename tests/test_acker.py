@@ -1,0 +1,294 @@
+"""The XOR acker on its own: hand-built message sequences for random tuple trees, in every order."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+
+from squall.acker import Acker, AckerMessage, PendingTrees
+from squall.acker.acker import ACK, FAIL, INIT, RESET
+
+
+def tree_messages(rng: random.Random, *, root: int, spout_task: int, size: int) -> list[AckerMessage]:
+    """The acker messages of one spout tuple tree of ``size`` tuples with a random shape.
+
+    The spout tuple fans out to some first-level tuples (INIT carries the XOR of their edge ids);
+    every other tuple is a child of a random earlier one. Each tuple's ACK carries its own edge id
+    XOR the edge ids of its children, as ``OutputCollector.ack`` sends it.
+    """
+    edges = [rng.getrandbits(64) for _ in range(size)]
+    parent = [-1] * size  # -1: emitted by the spout
+    first_level = rng.randint(1, size)
+    for i in range(first_level, size):
+        parent[i] = rng.randrange(i)
+    ack_val = [0] * size
+    init_val = 0
+    for i, p in enumerate(parent):
+        if p < 0:
+            init_val ^= edges[i]
+        else:
+            ack_val[p] ^= edges[i]
+    messages = [AckerMessage(INIT, root, init_val, spout_task)]
+    messages += [AckerMessage(ACK, root, edges[i] ^ ack_val[i]) for i in range(size)]
+    return messages
+
+
+def apply(acker: Acker, batch: list[AckerMessage]) -> list:
+    return acker.process_messages(batch)
+
+
+def random_batches(rng: random.Random, messages: list[AckerMessage]) -> list[list[AckerMessage]]:
+    batches, i = [], 0
+    while i < len(messages):
+        n = rng.randint(1, 8)
+        batches.append(messages[i:i + n])
+        i += n
+    return batches
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_tree_completes_exactly_when_its_last_message_arrives_in_any_order(seed):
+    rng = random.Random(seed)
+    messages = tree_messages(rng, root=rng.getrandbits(63) + 2, spout_task=7, size=rng.randint(1, 60))
+    rng.shuffle(messages)
+    acker = Acker()
+    for i, msg in enumerate(messages):
+        notes = apply(acker, [msg])
+        if i < len(messages) - 1:
+            assert notes == [], f"tree decided after {i + 1} of {len(messages)} messages"
+    assert [(n.kind, n.root, n.task) for n in notes] == [(ACK, messages[0].root, 7)]
+    assert acker.pending == 0
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_interleaved_trees_in_random_batches_each_complete_once(seed):
+    rng = random.Random(1000 + seed)
+    trees = {rng.getrandbits(63) + 2: rng.randrange(1, 5) for _ in range(50)}  # root -> spout task
+    messages = [m for root, task in trees.items()
+                for m in tree_messages(rng, root=root, spout_task=task, size=rng.randint(1, 30))]
+    rng.shuffle(messages)
+    last_position = {m.root: i for i, m in enumerate(messages)}  # where each tree's last message is
+
+    acker = Acker()
+    acked_in: dict[int, tuple[range, int]] = {}  # root -> (positions of the batch that acked it, task)
+    position = 0
+    for batch in random_batches(rng, messages):
+        positions = range(position, position + len(batch))
+        position += len(batch)
+        for note in apply(acker, batch):
+            assert note.kind == ACK
+            assert note.root not in acked_in, "a tree was acked twice"
+            acked_in[note.root] = (positions, note.task)
+    assert {root: task for root, (_, task) in acked_in.items()} == trees
+    for root, (positions, _) in acked_in.items():
+        assert last_position[root] in positions, "acked before (or after) the batch with its last message"
+    assert acker.pending == 0
+
+
+def test_ack_before_init_completes_when_init_arrives():
+    rng = random.Random(5)
+    messages = tree_messages(rng, root=12345, spout_task=3, size=10)
+    init, acks = messages[0], messages[1:]
+    acker = Acker()
+    assert apply(acker, acks) == []
+    assert acker.pending == 1
+    notes = apply(acker, [init])
+    assert [(n.kind, n.root, n.task) for n in notes] == [(ACK, 12345, 3)]
+    assert acker.pending == 0
+
+
+def test_ack_before_init_in_separate_batches_and_one_batch():
+    rng = random.Random(6)
+    messages = tree_messages(rng, root=999, spout_task=4, size=5)
+    acker = Acker()
+    for ack in messages[1:]:
+        assert apply(acker, [ack]) == []
+    assert [n.kind for n in apply(acker, [messages[0]])] == [ACK]
+    # the whole tree, INIT last, in one batch
+    messages = tree_messages(rng, root=1000, spout_task=4, size=5)
+    assert [(n.kind, n.root) for n in apply(acker, messages[1:] + messages[:1])] == [(ACK, 1000)]
+
+
+def test_spout_tuple_with_no_receivers_completes_on_init():
+    acker = Acker()
+    notes = apply(acker, [AckerMessage(INIT, 77, 0, 2)])
+    assert [(n.kind, n.root, n.task) for n in notes] == [(ACK, 77, 2)]
+
+
+def test_fail_notifies_the_spout_task_once_and_later_acks_never_ack():
+    rng = random.Random(7)
+    messages = tree_messages(rng, root=4242, spout_task=9, size=6)
+    acker = Acker()
+    assert apply(acker, messages[:3]) == []
+    notes = apply(acker, [AckerMessage(FAIL, 4242, 0)])
+    assert [(n.kind, n.root, n.task) for n in notes] == [(FAIL, 4242, 9)]
+    # the rest of the tree is acked afterwards (and failed again): no second verdict, never an ACK
+    assert apply(acker, messages[3:]) == []
+    assert apply(acker, [AckerMessage(FAIL, 4242, 0)]) == []
+
+
+def test_fail_before_init_fails_on_init():
+    acker = Acker()
+    assert apply(acker, [AckerMessage(FAIL, 31337, 0)]) == []
+    notes = apply(acker, [AckerMessage(INIT, 31337, 0xABC, 1)])
+    assert [(n.kind, n.root, n.task) for n in notes] == [(FAIL, 31337, 1)]
+
+
+def test_fail_wins_over_acks_in_the_same_batch():
+    rng = random.Random(8)
+    messages = tree_messages(rng, root=555, spout_task=2, size=4)
+    acker = Acker()
+    notes = apply(acker, [*messages[:-1], AckerMessage(FAIL, 555, 0)])
+    assert [(n.kind, n.root) for n in notes] == [(FAIL, 555)]
+
+
+def test_reset_timeout_is_forwarded_to_the_spout_task_only_for_known_pending_trees():
+    rng = random.Random(9)
+    messages = tree_messages(rng, root=8080, spout_task=5, size=3)
+    acker = Acker()
+    apply(acker, messages[:1])
+    notes = apply(acker, [AckerMessage(RESET, 8080, 0)])
+    assert [(n.kind, n.root, n.task) for n in notes] == [(RESET, 8080, 5)]
+    assert apply(acker, [AckerMessage(RESET, 1234567, 0)]) == []  # unknown tree: nothing to tell
+    assert [n.kind for n in apply(acker, messages[1:])] == [ACK]
+
+
+def test_rotation_forgets_trees_untouched_for_three_rotations_and_reset_keeps_them():
+    acker = Acker()
+    apply(acker, [AckerMessage(INIT, 100, 0xF00D, 1), AckerMessage(INIT, 200, 0xBEEF, 1)])
+    acker.rotate()
+    acker.rotate()
+    assert acker.pending == 2
+    apply(acker, [AckerMessage(RESET, 200, 0)])
+    acker.rotate()
+    assert acker.pending == 1  # 100 expired; 200 was reset one rotation ago
+    assert apply(acker, [AckerMessage(ACK, 200, 0xBEEF)])[0].kind == ACK
+    assert acker.expired == 1
+
+
+def test_reserved_root_ids_are_ignored():
+    acker = Acker()
+    assert apply(acker, [AckerMessage(INIT, 0, 5, 1), AckerMessage(INIT, 1, 5, 1)]) == []
+    assert acker.pending == 0
+
+
+def test_table_grows_and_keeps_every_tree_through_many_concurrent_trees():
+    rng = random.Random(10)
+    trees = PendingTrees(capacity=16)
+    roots = np.array(sorted({rng.getrandbits(63) + 2 for _ in range(20_000)}), np.uint64)
+    vals = np.array([rng.getrandbits(64) | 1 for _ in range(len(roots))], np.uint64)
+    tasks = np.arange(len(roots), dtype=np.int32) % 7
+    n = len(roots)
+    out = trees.apply(np.full(n, INIT, np.uint8), roots, vals, tasks)
+    assert len(out.acked_roots) == 0
+    assert len(trees) == n
+    # complete every other tree, in reverse order
+    half = slice(None, None, -2)
+    out = trees.apply(np.full(len(roots[half]), ACK, np.uint8), roots[half], vals[half],
+                      np.full(len(roots[half]), -1, np.int32))
+    assert sorted(out.acked_roots.tolist()) == sorted(roots[half].tolist())
+    assert sorted(zip(out.acked_roots.tolist(), out.acked_tasks.tolist(), strict=True)) == sorted(
+        zip(roots[half].tolist(), tasks[half].tolist(), strict=True))
+    assert len(trees) == n - len(roots[half])
+    # the rest still complete, after the deleted slots
+    rest = np.ones(n, bool)
+    rest[half] = False
+    out = trees.apply(np.full(rest.sum(), ACK, np.uint8), roots[rest], vals[rest], np.full(rest.sum(), -1, np.int32))
+    assert sorted(out.acked_roots.tolist()) == sorted(roots[rest].tolist())
+    assert len(trees) == 0
+
+
+def test_slot_reuse_after_many_completed_trees():
+    """Trees come and go far beyond the table's capacity: deleted slots must not break lookups."""
+    rng = random.Random(11)
+    acker = Acker()
+    live: dict[int, list[AckerMessage]] = {}
+    acked = 0
+    for _ in range(3000):
+        root = rng.getrandbits(63) + 2
+        live[root] = tree_messages(rng, root=root, spout_task=1, size=3)
+        apply(acker, [live[root].pop(0)])
+        if len(live) > 50:
+            victim = rng.choice(list(live))
+            notes = apply(acker, live.pop(victim))
+            assert [(n.kind, n.root) for n in notes] == [(ACK, victim)]
+            acked += 1
+    assert acker.pending == len(live)
+    for root, rest in live.items():
+        assert [(n.kind, n.root) for n in apply(acker, rest)] == [(ACK, root)]
+    assert acker.pending == 0
+
+
+class ModelAcker:
+    """The acker's semantics written plainly with a dict, to check the numpy table against."""
+
+    def __init__(self) -> None:
+        self.trees: dict[int, dict] = {}
+        self.gen = 0
+
+    def apply(self, batch: list[AckerMessage]) -> set[tuple[int, int, int]]:
+        by_root: dict[int, list[AckerMessage]] = {}
+        for msg in batch:
+            if msg.root >= 2:
+                by_root.setdefault(msg.root, []).append(msg)
+        notes = set()
+        for root, msgs in by_root.items():
+            tree = self.trees.setdefault(root, {"val": 0, "task": -1, "failed": False, "gen": self.gen})
+            for msg in msgs:
+                tree["val"] ^= msg.val
+                if msg.kind == INIT:
+                    tree["task"] = msg.task
+                if msg.kind == FAIL:
+                    tree["failed"] = True
+                if msg.kind in (FAIL, RESET):
+                    tree["gen"] = self.gen
+            if tree["task"] < 0:
+                continue
+            if tree["val"] == 0:
+                notes.add((ACK, root, tree["task"]))
+                del self.trees[root]
+            elif tree["failed"]:
+                notes.add((FAIL, root, tree["task"]))
+                del self.trees[root]
+            elif any(m.kind == RESET for m in msgs):
+                notes.add((RESET, root, tree["task"]))
+        return notes
+
+    def rotate(self) -> None:
+        self.gen += 1
+        self.trees = {r: t for r, t in self.trees.items() if self.gen - t["gen"] < 3}
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_the_table_agrees_with_a_plain_model_under_random_traffic(seed):
+    rng = random.Random(2000 + seed)
+    messages: list[AckerMessage] = []
+    for _ in range(3000):
+        root = rng.getrandbits(64) | 2
+        tree = tree_messages(rng, root=root, spout_task=rng.randrange(1, 9), size=rng.randint(1, 8))
+        if rng.random() < 0.1:
+            tree.insert(rng.randrange(len(tree) + 1), AckerMessage(FAIL, root, 0))
+        if rng.random() < 0.1:
+            tree.insert(rng.randrange(len(tree) + 1), AckerMessage(RESET, root, 0))
+        if rng.random() < 0.05:
+            tree.pop()  # an ack that never comes: the tree stays pending until rotated out
+        messages += tree
+    # mostly in order, with trees overlapping: shuffle within a sliding window
+    for i in range(len(messages) - 1):
+        j = min(len(messages) - 1, i + rng.randrange(40))
+        messages[i], messages[j] = messages[j], messages[i]
+
+    acker, model = Acker(), ModelAcker()
+    i = 0
+    while i < len(messages):
+        batch = messages[i:i + rng.randint(1, 300)]
+        i += len(batch)
+        got = {(n.kind, n.root, n.task) for n in apply(acker, batch)}
+        assert got == model.apply(batch)
+        assert acker.pending == len(model.trees)
+        if rng.random() < 0.05:
+            acker.rotate()
+            model.rotate()
+            assert acker.pending == len(model.trees)

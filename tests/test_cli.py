@@ -1,0 +1,80 @@
+"""The ``squall`` command line: ``validate`` (exit 0 / 2, errors on stderr) and ``run --in-process``."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from squall.cli import main
+
+REPO = Path(__file__).resolve().parents[1]
+GOOD = REPO / "examples" / "wordcount.yaml"
+
+BAD = """\
+name: wordcount
+spouts:
+  - name: sentences
+    className: examples.wordcount:SentenceSpout
+bolts:
+  - name: count
+    className: examples.wordcount:WordCount
+    inputs:
+      - {component: sentences, grouping: {type: fields, fields: [wrod]}}
+"""
+
+
+def squall(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "squall", *args], cwd=REPO, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+@pytest.fixture
+def bad_file(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text(BAD)
+    return path
+
+
+def test_validate_a_good_file_exits_0():
+    proc = squall("validate", str(GOOD))
+    assert proc.returncode == 0, proc.stderr
+    assert "topology 'wordcount' is valid" in proc.stdout
+    assert "1 spout(s), 2 bolt(s)" in proc.stdout
+
+
+def test_validate_a_bad_file_exits_2_with_the_error_on_stderr(bad_file):
+    proc = squall("validate", str(bad_file))
+    assert proc.returncode == 2
+    assert proc.stdout == ""
+    assert "squall validate:" in proc.stderr
+    assert "bolt 'count'" in proc.stderr and "'wrod'" in proc.stderr and "declared: sentence" in proc.stderr
+
+
+def test_validate_in_process(bad_file, tmp_path, capsys):
+    assert main(["validate", str(GOOD)]) == 0
+    assert "is valid" in capsys.readouterr().out
+
+    assert main(["validate", str(bad_file)]) == 2
+    assert "'wrod'" in capsys.readouterr().err
+
+    assert main(["validate", str(tmp_path / "absent.yaml")]) == 2
+    assert "cannot read topology file" in capsys.readouterr().err
+
+    unknown_class = tmp_path / "unknown.yaml"
+    unknown_class.write_text(BAD.replace("[wrod]", "[sentence]").replace("examples.wordcount:WordCount",
+                                                                         "not_installed:Bolt"))
+    assert main(["validate", str(unknown_class)]) == 2
+    assert "cannot import module 'not_installed'" in capsys.readouterr().err
+    assert main(["validate", "--no-imports", str(unknown_class)]) == 0
+
+
+def test_run_in_process_acks_the_requested_trees():
+    proc = squall("run", str(GOOD), "--in-process", "--trees", "200", "--duration", "60", timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    acked = re.search(r"([\d,]+) trees acked", proc.stdout)
+    assert acked and int(acked.group(1).replace(",", "")) >= 200, proc.stdout
+    assert any(line.startswith("sentences") for line in proc.stdout.splitlines())

@@ -1,0 +1,95 @@
+"""The word count example: its YAML loads, and its topology acks every sentence with exact counts."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from pathlib import Path
+
+from examples.wordcount import SENTENCES, WordCount
+
+from engine_kit import one, run_until, run_until_quiet
+from squall import TopologySpec, load_spec, validate
+from squall.testing import LocalCluster
+
+REPO = Path(__file__).resolve().parents[1]
+YAML = REPO / "examples" / "wordcount.yaml"
+
+
+def wordcount(sentences: int, **overrides) -> TopologySpec:
+    doc = load_spec(YAML).to_dict()
+    doc["config"] = {"wordcount.sentences": sentences}
+    doc.update(overrides)
+    return TopologySpec.from_dict(doc)
+
+
+def counted(cluster: LocalCluster) -> tuple[Counter, list[set[str]]]:
+    bolts = cluster.instances("count")
+    return sum((Counter(b.counts) for b in bolts), Counter()), [set(b.counts) for b in bolts]
+
+
+def test_the_yaml_loads_and_validates():
+    spec = load_spec(YAML)
+    validate(spec)
+    assert spec.name == "wordcount"
+    assert [s.name for s in spec.spouts] == ["sentences"]
+    assert [b.name for b in spec.bolts] == ["split", "count"]
+    count = spec.component("count")
+    assert count.inputs[0].grouping.type == "fields" and count.inputs[0].grouping.fields == ["word"]
+
+
+def test_wordcount_acks_every_sentence_and_counts_every_word_exactly_once():
+    with LocalCluster(wordcount(300)) as cluster:
+        spout = one(cluster, "sentences")
+        run_until_quiet(cluster, lambda: cluster.counts("sentences").acked == 300)
+        # the spout picks sentences with Random(task id): replay its choices for the expected counts
+        rng = random.Random(spout.context.task_id)
+        expected = Counter(word for _ in range(300) for word in rng.choice(SENTENCES).split())
+
+        total, per_task = counted(cluster)
+        assert total == expected
+        assert not set.intersection(*per_task)  # fields grouping: each word counted by one task only
+        assert all(per_task)
+        counts = cluster.counts("sentences")
+        assert (counts.acked, counts.failed, counts.timed_out) == (300, 0, 0)
+        assert spout.pending == {} and spout.replay == []
+        assert cluster.counts("split").executed == 300
+        assert cluster.counts("count").emitted == sum(expected.values())
+        assert cluster.pending() == 0
+
+
+class FlakyCount(WordCount):
+    """Fails the first tuple of each of the words in ``FLAKY``: their sentences are replayed."""
+
+    FLAKY = {"moon", "seven"}
+
+    def prepare(self, conf, context, collector):
+        super().prepare(conf, context, collector)
+        self.failed_once: set[str] = set()
+
+    def execute(self, tup):
+        word = tup["word"]
+        if word in self.FLAKY and word not in self.failed_once:
+            self.failed_once.add(word)
+            self.collector.fail(tup)
+            return
+        super().execute(tup)
+
+
+def test_failed_sentences_are_replayed_until_acked():
+    spec = wordcount(100)
+    spec.component("count").class_name = "test_examples:FlakyCount"
+    with LocalCluster(spec) as cluster:
+        spout = one(cluster, "sentences")
+        run_until(cluster, lambda: cluster.counts("sentences").acked == 100 and cluster.pending() == 0)
+        failed = cluster.counts("sentences").failed
+        flaky = [b for b in cluster.instances("count") if b.failed_once]
+        assert flaky and failed == sum(len(b.failed_once) for b in flaky)  # one replay per failed tuple
+        assert spout.pending == {} and spout.replay == []
+
+        rng = random.Random(spout.context.task_id)
+        expected = Counter(word for _ in range(100) for word in rng.choice(SENTENCES).split())
+        total, _ = counted(cluster)
+        # at least once: every word counted, replayed sentences' words possibly twice
+        assert all(total[word] >= n for word, n in expected.items())
+        assert set(total) == set(expected)

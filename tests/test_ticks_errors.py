@@ -1,0 +1,162 @@
+"""Tick tuples, and the reporting of errors: every error logged, at most N per interval recorded,
+the last few kept."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+from engine_kit import RecordingSpout, one, run_until, run_until_quiet
+
+from squall import Bolt, TopologyBuilder
+from squall.executor.errors import ErrorLog, ErrorReporter
+from squall.testing import LocalCluster
+
+
+class Ticked(Bolt):
+    """Records the ticks it receives (acking them, which must be harmless) and its other inputs."""
+
+    outputs = ["id"]
+
+    def prepare(self, conf, context, collector):
+        super().prepare(conf, context, collector)
+        self.ticks: list = []
+        self.inputs: list = []
+
+    def execute(self, tup):
+        (self.ticks if tup.is_tick else self.inputs).append(tup)
+        self.collector.ack(tup)
+
+
+class Complainer(Bolt):
+    """Reports ``conf["errors"]`` errors from the first tuple it executes, and acks every tuple."""
+
+    outputs = ["id"]
+
+    def execute(self, tup):
+        if tup["id"] == 0:
+            for i in range(self.conf["errors"]):
+                self.collector.report_error(RuntimeError(f"error {i}"))
+        self.collector.ack(tup)
+
+
+class FlakySpout(RecordingSpout):
+    """Raises from next_tuple every third call; emits otherwise."""
+
+    def next_tuple(self):
+        if self.next_calls % 3 == 2:
+            self.next_calls += 1
+            raise RuntimeError("flaky source")
+        super().next_tuple()
+
+
+def test_a_bolt_with_a_tick_frequency_receives_tick_tuples_repeatedly():
+    builder = TopologyBuilder("ticks")
+    builder.set_spout("spout", RecordingSpout, config={"count": 5})
+    builder.set_bolt("ticked", Ticked, parallelism=2, tasks=3, tick_frequency_seconds=0.2).shuffle_grouping("spout")
+    builder.set_bolt("plain", Ticked).shuffle_grouping("spout")
+    with LocalCluster(builder.build()) as cluster:
+        ticked, spout = cluster.instances("ticked"), one(cluster, "spout")
+        run_until(cluster, lambda: spout.settled() and all(len(b.ticks) >= 3 for b in ticked))
+        assert sorted(spout.acked) == [0, 1, 2, 3, 4]  # acking the ticks changed nothing
+        for bolt in ticked:
+            assert all(t.is_tick and t.source_component == "__system" and t.values == [] for t in bolt.ticks)
+            assert all(t.task == bolt.context.task_id for t in bolt.ticks)
+        assert sum(len(b.inputs) for b in ticked) == 5
+        assert not any(t.is_tick for b in ticked for t in b.inputs)
+        assert one(cluster, "plain").ticks == []  # no tick frequency: no ticks
+        assert cluster.errors() == []
+
+
+def test_fifty_errors_at_once_record_five_and_log_all(caplog):
+    builder = TopologyBuilder("throttled")
+    builder.set_spout("spout", RecordingSpout, config={"count": 3})
+    builder.set_bolt("complainer", Complainer, config={"errors": 50}).shuffle_grouping("spout")
+    with caplog.at_level(logging.ERROR, logger="squall.errors"), LocalCluster(builder.build()) as cluster:
+        spout = one(cluster, "spout")
+        run_until_quiet(cluster, spout.settled)
+        recorded = cluster.errors("complainer")
+        assert [e.error for e in recorded] == [f"RuntimeError: error {i}" for i in range(5)]
+        assert all(e.component == "complainer" for e in recorded)
+        logged = [r.getMessage() for r in caplog.records if r.name == "squall.errors"]
+        assert len(logged) == 50
+        assert all("complainer" in m for m in logged)
+        assert [m.rsplit("RuntimeError: ", 1)[-1] for m in logged] == [f"error {i}" for i in range(50)]
+        assert sorted(spout.acked) == [0, 1, 2]  # reporting errors does not fail anything
+
+
+def test_only_the_last_ten_recorded_errors_are_kept():
+    builder = TopologyBuilder("kept")
+    builder.set_spout("spout", RecordingSpout, config={"count": 1})
+    builder.set_bolt("complainer", Complainer, config={"errors": 50}).shuffle_grouping("spout")
+    with LocalCluster(builder.build(error_reporting={"maxPerInterval": 100})) as cluster:
+        run_until_quiet(cluster, one(cluster, "spout").settled)
+        assert [e.error for e in cluster.errors("complainer")] == [f"RuntimeError: error {i}" for i in range(40, 50)]
+        assert [e.error for e in cluster.errors()] == [f"RuntimeError: error {i}" for i in range(40, 50)]
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_the_throttle_allows_five_per_ten_second_window():
+    clock = FakeClock()
+    log = ErrorLog(keep=100)
+    reporter = ErrorReporter(component="c", log_=log, max_per_interval=5, interval=10.0, clock=clock)
+    recorded = []
+    for second in range(30):  # 3 errors a second for 30 s
+        clock.now = 1000.0 + second
+        recorded += [reporter.report(RuntimeError(f"{second}.{i}"), task=1) for i in range(3)]
+    assert sum(recorded) == 15  # 5 in each of the three 10 s windows
+    assert reporter.suppressed == 75
+    seconds = [float(e.error.split(": ")[1]) // 1 for e in log.recent("c")]
+    assert [sum(1 for s in seconds if w * 10 <= s < w * 10 + 10) for w in range(3)] == [5, 5, 5]
+
+
+def test_an_exception_in_next_tuple_is_reported_and_the_spout_goes_on():
+    builder = TopologyBuilder("flaky")
+    builder.set_spout("spout", FlakySpout, config={"count": 10})
+    builder.set_bolt("sink", Ticked).shuffle_grouping("spout")
+    with LocalCluster(builder.build()) as cluster:
+        spout = one(cluster, "spout")
+        run_until_quiet(cluster, spout.settled)
+        assert sorted(spout.acked) == list(range(10))
+        errors = cluster.errors("spout")
+        assert errors and all(e.error == "RuntimeError: flaky source" for e in errors)
+
+
+class Broken(Bolt):
+    outputs = ["id"]
+
+    def execute(self, tup):
+        if tup["id"] == 1:
+            raise KeyError("missing")
+        self.collector.ack(tup)
+
+
+def test_an_exception_in_execute_fails_the_input_and_is_reported():
+    builder = TopologyBuilder("broken")
+    builder.set_spout("spout", RecordingSpout, config={"count": 3})
+    builder.set_bolt("broken", Broken).shuffle_grouping("spout")
+    with LocalCluster(builder.build()) as cluster:
+        spout = one(cluster, "spout")
+        run_until_quiet(cluster, spout.settled)
+        assert spout.failed == [1]
+        assert sorted(spout.acked) == [0, 2]
+        assert [e.error for e in cluster.errors("broken")] == ["KeyError: 'missing'"]
+
+
+@pytest.mark.parametrize("keep", [1, 3])
+def test_error_log_keeps_the_last_n_per_component(keep):
+    log = ErrorLog(keep=keep)
+    clock = FakeClock()
+    for component in ("a", "b"):
+        reporter = ErrorReporter(component=component, log_=log, max_per_interval=100, interval=10, clock=clock)
+        for i in range(5):
+            reporter.report(ValueError(f"{component}{i}"), task=1)
+    assert [e.error for e in log.recent("a")] == [f"ValueError: a{i}" for i in range(5 - keep, 5)]
+    assert len(log.recent()) == 2 * keep

@@ -1,0 +1,112 @@
+"""Message timeouts: a tree not completed in time fails; a late ack never turns into an ack;
+``reset_timeout`` keeps a slow tree alive. Timeouts are 1 s, so a tree times out after 1 to 2 s."""
+
+from __future__ import annotations
+
+import time
+
+from engine_kit import HoldBolt, RecordingSpout, one, run_until, run_until_quiet
+
+from squall import Bolt, TopologyBuilder
+from squall.testing import LocalCluster
+
+
+class SlowBolt(Bolt):
+    """Holds each input for ``conf["hold_seconds"]`` and then acks it, checking on every tick;
+    with ``conf["reset"]`` it calls ``reset_timeout`` for the held inputs on every tick."""
+
+    outputs = ["id"]
+
+    def prepare(self, conf, context, collector):
+        super().prepare(conf, context, collector)
+        self.held: list = []
+        self.resets = 0
+        self.held_for: list[float] = []
+
+    def execute(self, tup):
+        if not tup.is_tick:
+            self.held.append((time.monotonic(), tup))
+            return
+        now = time.monotonic()
+        keep = []
+        for since, held in self.held:
+            if now - since >= self.conf["hold_seconds"]:
+                self.held_for.append(now - since)
+                self.collector.ack(held)
+            else:
+                if self.conf.get("reset"):
+                    self.collector.reset_timeout(held)
+                    self.resets += 1
+                keep.append((since, held))
+        self.held = keep
+
+
+def topology(bolt: type, *, count: int = 1, **config) -> TopologyBuilder:
+    builder = TopologyBuilder("timeouts")
+    builder.set_spout("spout", RecordingSpout, config={"count": count})
+    builder.set_bolt("bolt", bolt, config=config, tick_frequency_seconds=0.2).shuffle_grouping("spout")
+    return builder
+
+
+def test_a_tree_that_is_never_acked_times_out_and_fails():
+    builder = TopologyBuilder("never-acked")
+    builder.set_spout("spout", RecordingSpout, config={"msg_ids": ["a", "b", "c"]})
+    builder.set_bolt("sink", HoldBolt, config={"hold": [["b"]]}).shuffle_grouping("spout")
+    with LocalCluster(builder.build(message_timeout_seconds=1)) as cluster:
+        spout = one(cluster, "spout")
+        run_until(cluster, spout.settled)
+        assert spout.failed == ["b"]
+        assert sorted(spout.acked) == ["a", "c"]
+        counts = cluster.counts("spout")
+        assert (counts.timed_out, counts.failed, counts.acked) == (1, 0, 2)
+        assert cluster.pending() == 0
+
+
+def test_timed_out_trees_free_their_max_spout_pending_slots():
+    builder = TopologyBuilder("timeouts-free-slots")
+    builder.set_spout("spout", RecordingSpout, config={"count": 4})
+    builder.set_bolt("sink", HoldBolt, config={"hold": [[i] for i in range(4)]}).shuffle_grouping("spout")
+    with LocalCluster(builder.build(message_timeout_seconds=1, max_spout_pending=2)) as cluster:
+        spout = one(cluster, "spout")
+        run_until(cluster, spout.settled)
+        assert sorted(spout.failed) == [0, 1, 2, 3]  # the last two were emitted only after the first timed out
+        assert spout.max_outstanding == 2
+        assert spout.acked == []
+
+
+def test_an_ack_after_the_timeout_never_reaches_the_spout_as_an_ack():
+    builder = TopologyBuilder("late-ack")
+    builder.set_spout("spout", RecordingSpout, config={"msg_ids": ["late"]})
+    builder.set_bolt("sink", HoldBolt, config={"hold": [["late"]]}).shuffle_grouping("spout")
+    with LocalCluster(builder.build(message_timeout_seconds=1)) as cluster:
+        spout, sink = one(cluster, "spout"), one(cluster, "sink")
+        run_until(cluster, lambda: spout.failed == ["late"])
+        assert sink.release() == 1  # the whole tree is acked now, after its timeout
+        # A tree emitted after the late ack completes after the acker has handled the late ack:
+        # the acker's verdicts reach the spout in order.
+        spout.to_emit.append("after")
+        run_until_quiet(cluster, lambda: "after" in spout.acked)
+        assert spout.acked == ["after"]
+        assert spout.failed == ["late"]
+        assert [e for e in spout.events if e[1] == "late"] == [("next", "late"), ("fail", "late")]
+
+
+def test_without_reset_timeout_a_slow_tree_times_out():
+    """The control for the next test: holding 2.5 s is longer than the 1 s timeout."""
+    with LocalCluster(topology(SlowBolt, hold_seconds=2.5).build(message_timeout_seconds=1)) as cluster:
+        spout, bolt = one(cluster, "spout"), one(cluster, "bolt")
+        run_until(cluster, lambda: bolt.held_for and spout.settled())
+        assert spout.failed == [0]
+        assert spout.acked == []
+
+
+def test_reset_timeout_keeps_a_slow_tree_alive_past_twice_the_timeout():
+    with LocalCluster(topology(SlowBolt, count=3, hold_seconds=2.5, reset=True)
+                      .build(message_timeout_seconds=1)) as cluster:
+        spout, bolt = one(cluster, "spout"), one(cluster, "bolt")
+        run_until_quiet(cluster, spout.settled)
+        assert min(bolt.held_for) >= 2.5  # precondition: each tree was held for over twice the timeout
+        assert bolt.resets > 0
+        assert sorted(spout.acked) == [0, 1, 2]
+        assert spout.failed == []
+        assert cluster.counts("spout").timed_out == 0

@@ -1,0 +1,259 @@
+"""Topology validation: every mistake is refused with a message that names the component or field
+and says what to change."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+from engine_kit import PassBolt, RecordingSpout
+
+from squall import Bolt, Spout, TopologyBuilder, TopologyError, TopologySpec, direct, load_spec, validate
+from squall.testing import LocalCluster
+
+GOOD = {
+    "name": "wc",
+    "spouts": [{"name": "sentences", "className": "examples.wordcount:SentenceSpout"}],
+    "bolts": [
+        {"name": "split", "className": "examples.wordcount:SplitSentence", "parallelism": 2,
+         "inputs": [{"component": "sentences"}]},
+        {"name": "count", "className": "examples.wordcount:WordCount",
+         "inputs": [{"component": "split", "grouping": {"type": "fields", "fields": ["word"]}}]},
+    ],
+}
+
+
+def check(doc: dict) -> None:
+    validate(TopologySpec.from_dict(doc))
+
+
+def error_of(mutate) -> str:
+    doc = copy.deepcopy(GOOD)
+    mutate(doc)
+    with pytest.raises(TopologyError) as info:
+        check(doc)
+    return str(info.value)
+
+
+def count_input(doc: dict) -> dict:
+    return doc["bolts"][1]["inputs"][0]
+
+
+def assert_mentions(message: str, *parts: str) -> None:
+    for part in parts:
+        assert part in message, f"{part!r} missing from: {message}"
+
+
+def test_the_good_topology_is_valid():
+    check(GOOD)
+    spec = TopologySpec.from_dict(GOOD)
+    assert spec.message_timeout_seconds == 30 and spec.num_ackers == 1
+
+
+def test_duplicate_names():
+    message = error_of(lambda d: d["bolts"].append(copy.deepcopy(d["bolts"][0])))
+    assert_mentions(message, "'split'", "defined twice", "unique name")
+
+
+def test_a_spout_and_a_bolt_may_not_share_a_name():
+    message = error_of(lambda d: d["bolts"][0].update(name="sentences"))
+    assert_mentions(message, "'sentences'", "defined twice")
+
+
+def test_unknown_input_component():
+    message = error_of(lambda d: count_input(d).update(component="splt"))
+    assert_mentions(message, "bolt 'count'", "unknown component 'splt'", "count, sentences, split")
+
+
+def test_unknown_input_stream():
+    message = error_of(lambda d: count_input(d).update(stream="words"))
+    assert_mentions(message, "bolt 'count'", "'split'", "does not declare stream 'words'", "declared: default")
+
+
+def test_fields_grouping_on_undeclared_fields():
+    message = error_of(lambda d: count_input(d)["grouping"].update(fields=["word", "wrd"]))
+    assert_mentions(message, "bolt 'count'", "'wrd'", "'split'", "declared: word")
+    assert "'word'," not in message  # only the missing field is blamed
+
+
+def test_direct_grouping_on_a_stream_that_is_not_direct():
+    message = error_of(lambda d: count_input(d).update(grouping={"type": "direct"}))
+    assert_mentions(message, "bolt 'count'", "not direct", "squall.direct(", "another grouping")
+
+
+class DirectOut(Spout):
+    outputs = {"default": ["x"], "only": direct("x")}
+
+
+def test_a_direct_stream_consumed_with_another_grouping():
+    builder = TopologyBuilder("direct-shuffle")
+    builder.set_spout("spout", DirectOut)
+    builder.set_bolt("bolt", PassBolt).shuffle_grouping("spout", stream="only")
+    with pytest.raises(TopologyError) as info:
+        validate(builder.build())
+    assert_mentions(str(info.value), "bolt 'bolt'", "'only'", "is direct", "direct grouping")
+
+
+@pytest.mark.parametrize("value", [0, -1])
+def test_parallelism_below_one(value):
+    message = error_of(lambda d: d["bolts"][1].update(parallelism=value))
+    assert_mentions(message, "bolts[1].parallelism", "bolt 'count'", "greater than or equal to 1", f"got {value}")
+
+
+def test_parallelism_below_one_from_the_builder():
+    builder = TopologyBuilder("zero")
+    builder.set_spout("spout", RecordingSpout, parallelism=0)
+    with pytest.raises(TopologyError) as info:
+        builder.build()
+    assert_mentions(str(info.value), "spout 'spout'", "parallelism", "greater than or equal to 1")
+
+
+def test_fewer_tasks_than_parallelism():
+    message = error_of(lambda d: d["bolts"][1].update(parallelism=3, tasks=2))
+    assert_mentions(message, "'count'", "tasks (2)", "parallelism (3)", "set tasks >= parallelism")
+
+
+@pytest.mark.parametrize(("class_name", "expected"), [
+    ("examples.nope:WordCount", ["'examples.nope'", "cannot import", "PYTHONPATH"]),
+    ("examples.wordcount:WordCounter", ["'examples.wordcount'", "has no 'WordCounter'"]),
+    ("examples.wordcount.WordCount", ["'module:Class'", "e.g."]),
+    ("examples.wordcount:SENTENCES", ["is not a class"]),
+    ("examples.wordcount:SentenceSpout", ["is not a Bolt or BasicBolt subclass", "derive it from squall.Bolt"]),
+])
+def test_a_bolt_class_name_that_does_not_resolve_to_a_bolt(class_name, expected):
+    message = error_of(lambda d: d["bolts"][1].update(className=class_name))
+    assert_mentions(message, "'count'", *expected)
+
+
+def test_a_spout_class_name_that_is_not_a_spout():
+    message = error_of(lambda d: d["spouts"][0].update(className="examples.wordcount:WordCount"))
+    assert_mentions(message, "'sentences'", "is not a Spout subclass", "derive it from squall.Spout")
+
+
+class NotABolt:
+    outputs = ["x"]
+
+
+def test_a_class_given_to_the_builder_that_is_not_a_bolt():
+    builder = TopologyBuilder("not-a-bolt")
+    builder.set_spout("spout", RecordingSpout)
+    builder.set_bolt("bolt", NotABolt).shuffle_grouping("spout")
+    with pytest.raises(TopologyError) as info:
+        LocalCluster(builder.build())
+    assert_mentions(str(info.value), "'bolt'", "NotABolt", "not a Bolt or BasicBolt subclass")
+
+
+class BadOutputs(Bolt):
+    outputs = "word"
+
+
+def test_outputs_that_are_not_a_list_or_dict():
+    builder = TopologyBuilder("bad-outputs")
+    builder.set_spout("spout", RecordingSpout)
+    builder.set_bolt("bolt", BadOutputs).shuffle_grouping("spout")
+    with pytest.raises(TopologyError) as info:
+        validate(builder.build())
+    assert_mentions(str(info.value), "'bolt'", "outputs must be a list of field names")
+
+
+@pytest.mark.parametrize(("mutate", "expected"), [
+    (lambda d: d.update(messageTimeout=5), ["messageTimeout: unknown key", "did you mean 'messageTimeoutSeconds'"]),
+    (lambda d: d["bolts"][1].update(paralelism=2),
+     ["bolts[1].paralelism", "bolt 'count'", "did you mean 'parallelism'"]),
+    (lambda d: count_input(d)["grouping"].update(feilds=["word"]), ["grouping.feilds", "did you mean 'fields'"]),
+    (lambda d: count_input(d).update(zzz=1), ["inputs[0].zzz", "unknown key", "allowed keys: component, stream"]),
+])
+def test_unknown_keys(mutate, expected):
+    assert_mentions(error_of(mutate), *expected)
+
+
+@pytest.mark.parametrize(("mutate", "expected"), [
+    (lambda d: d["bolts"][1].update(parallelism="two"), ["bolts[1].parallelism", "bolt 'count'", "valid integer",
+                                                         "'two'"]),
+    (lambda d: d.update(messageTimeoutSeconds="soon"), ["messageTimeoutSeconds", "valid integer", "'soon'"]),
+    (lambda d: d["bolts"][1].update(inputs="split"), ["bolts[1].inputs", "bolt 'count'", "valid list"]),
+    (lambda d: count_input(d)["grouping"].update(type="hash"), ["grouping.type", "'shuffle'", "'fields'", "'hash'"]),
+    (lambda d: d.update(config=["a"]), ["config", "valid dictionary"]),
+    (lambda d: d.update(spouts={"name": "x"}), ["spouts", "valid list"]),
+    (lambda d: d.update(maxSpoutPending=0), ["maxSpoutPending", "greater than or equal to 1"]),
+    (lambda d: d.update(ackers=-1), ["ackers", "greater than or equal to 0"]),
+    (lambda d: d["bolts"][1].update(tickFrequencySeconds=0), ["tickFrequencySeconds", "greater than 0"]),
+])
+def test_wrong_types_and_bounds(mutate, expected):
+    assert_mentions(error_of(mutate), *expected)
+
+
+@pytest.mark.parametrize(("mutate", "expected"), [
+    (lambda d: d.pop("name"), ["name: required, add it"]),
+    (lambda d: d.pop("spouts"), ["spouts: required"]),
+    (lambda d: d["spouts"][0].pop("className"), ["spouts[0].className", "spout 'sentences'", "required"]),
+    (lambda d: d["bolts"][1].pop("inputs"), ["bolts[1].inputs", "bolt 'count'", "required"]),
+    (lambda d: count_input(d)["grouping"].pop("fields"), ["fields grouping needs 'fields'"]),
+    (lambda d: count_input(d).update(grouping={"type": "shuffle", "fields": ["word"]}),
+     ["'fields' is only for the fields grouping", "remove it"]),
+    (lambda d: count_input(d).update(grouping={"type": "custom"}), ["custom grouping needs 'customClass'"]),
+    (lambda d: count_input(d).update(grouping={"type": "custom", "customClass": "examples.wordcount:WordCount"}),
+     ["bolt 'count'", "has no choose_tasks"]),
+    (lambda d: count_input(d).update(grouping={"type": "custom", "customClass": "examples.nope:G"}),
+     ["customClass", "cannot import module 'examples.nope'"]),
+])
+def test_missing_and_grouping_specific_keys(mutate, expected):
+    assert_mentions(error_of(mutate), *expected)
+
+
+def test_every_error_is_reported_at_once():
+    def two_mistakes(doc):
+        count_input(doc).update(component="splt")
+        doc["bolts"][0]["inputs"][0].update(component="sentence")
+
+    message = error_of(two_mistakes)
+    assert_mentions(message, "'splt'", "'sentence'")
+
+
+def test_a_document_that_is_not_a_mapping():
+    with pytest.raises(TopologyError, match="expected a mapping"):
+        TopologySpec.from_dict(["name", "spouts"])
+
+
+def test_builder_settings_are_validated_like_yaml_fields():
+    builder = TopologyBuilder("settings")
+    builder.set_spout("spout", RecordingSpout)
+    with pytest.raises(TopologyError) as info:
+        builder.build(message_timeout=3)
+    assert_mentions(str(info.value), "messageTimeout: unknown key", "did you mean 'messageTimeoutSeconds'")
+    with pytest.raises(TopologyError) as info:
+        builder.build(message_timeout_seconds="soon")
+    assert_mentions(str(info.value), "messageTimeoutSeconds", "valid integer")
+    assert builder.build(message_timeout_seconds=5).message_timeout_seconds == 5
+
+
+def test_structural_validation_without_imports_skips_class_checks_only():
+    doc = copy.deepcopy(GOOD)
+    doc["bolts"][1]["className"] = "not_installed.module:Bolt"
+    validate(TopologySpec.from_dict(doc), imports=False)
+    doc["bolts"][1]["inputs"][0]["component"] = "splt"
+    with pytest.raises(TopologyError, match="unknown component 'splt'"):
+        validate(TopologySpec.from_dict(doc), imports=False)
+
+
+def test_load_spec_errors_name_the_file(tmp_path):
+    missing = tmp_path / "missing.yaml"
+    with pytest.raises(TopologyError, match="cannot read topology file .*missing.yaml"):
+        load_spec(missing)
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("name: [unclosed\n")
+    with pytest.raises(TopologyError, match="broken.yaml is not valid YAML"):
+        load_spec(broken)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: bad\nspouts: []\n")
+    with pytest.raises(TopologyError) as info:
+        load_spec(bad)
+    assert_mentions(str(info.value), "bad.yaml", "spouts")
+
+
+def test_an_invalid_topology_cannot_be_run():
+    builder = TopologyBuilder("unrunnable")
+    builder.set_spout("spout", RecordingSpout)
+    builder.set_bolt("bolt", PassBolt).fields_grouping("spout", ["nope"])
+    with pytest.raises(TopologyError, match="'nope'"):
+        LocalCluster(builder.build())

@@ -1,0 +1,125 @@
+"""Emit checks: only values that cross a process boundary safely, in the declared arity, on a
+declared stream; a refused emit sends nothing and says what to change."""
+
+from __future__ import annotations
+
+import pytest
+from engine_kit import HoldBolt, RecordingSpout, one, run_until_quiet
+
+from squall import Bolt, EmitError, Spout, TopologyBuilder
+from squall.testing import LocalCluster
+from squall.values import check_values
+
+
+class Opaque:
+    pass
+
+
+BAD = [
+    ({1, 2}, "set is not supported"),
+    (Opaque(), "Opaque is not supported"),
+    (2**64, "does not fit in 64 bits"),
+    (-(2**63) - 1, "does not fit in 64 bits"),
+    ((1, 2), "tuple is not supported"),
+    ([1, [2, {3}]], "set is not supported"),
+    ({"k": object()}, "object is not supported"),
+    ({(1, 2): "v"}, "tuple is not supported"),
+    (1j, "complex is not supported"),
+]
+
+GOOD = ["s", b"b", True, False, None, 0.5, float("inf"), 0, 2**64 - 1, -(2**63), [], {},
+        [1, "a", None, [2.5, {"k": [b"x"]}]], {"a": 1, 2: [True], "n": {"m": None}}]
+
+
+@pytest.mark.parametrize(("value", "reason"), BAD, ids=[repr(v)[:20] for v, _ in BAD])
+def test_unsupported_values_are_refused_naming_component_stream_and_field(value, reason):
+    with pytest.raises(EmitError) as info:
+        check_values(["ok", value], fields=("word", "payload"), component="split", stream="words")
+    message = str(info.value)
+    supported = "str, bytes, bool, int (64-bit), float, None, list and dict"
+    for part in ("'split'", "'payload'", "'words'", reason, supported):
+        assert part in message, f"{part!r} missing from: {message}"
+
+
+@pytest.mark.parametrize("value", GOOD, ids=[repr(v)[:20] for v in GOOD])
+def test_supported_values_pass(value):
+    check_values([value], fields=("v",), component="c", stream="s")
+
+
+def test_wrong_arity_is_refused_naming_the_declared_fields():
+    with pytest.raises(EmitError) as info:
+        check_values(["a", "b", "c"], fields=("word", "count"), component="count", stream="default")
+    message = str(info.value)
+    for part in ("'count'", "3 value(s)", "'default'", "2 field(s)", "word, count"):
+        assert part in message
+
+
+class BadSpout(Spout):
+    """Tries every kind of bad emit once (recording the refusals), then emits one good tuple."""
+
+    outputs = {"default": ["word", "n"], "other": ["x"]}
+
+    def open(self, conf, context, collector):
+        super().open(conf, context, collector)
+        self.refused: list[str] = []
+        self.done = False
+        self.acked: list = []
+
+    def next_tuple(self):
+        if self.done:
+            return
+        self.done = True
+        for values, stream in [(["w", {1}], "default"), (["w"], "default"), (["w", 1, 2], "default"),
+                               (["w", 1], "nope"), ([object()], "other")]:
+            try:
+                self.collector.emit(values, stream=stream, msg_id=f"bad-{len(self.refused)}")
+            except EmitError as exc:
+                self.refused.append(str(exc))
+        self.collector.emit(["good", 1], msg_id="good")
+
+    def ack(self, msg_id):
+        self.acked.append(msg_id)
+
+
+class BadBolt(Bolt):
+    """Emits a value of an unsupported type, without catching the refusal."""
+
+    outputs = ["id"]
+
+    def execute(self, tup):
+        self.collector.emit([{tup["id"]}], anchors=tup)
+        self.collector.ack(tup)
+
+
+def test_a_spout_emit_is_refused_and_nothing_is_sent_or_tracked():
+    builder = TopologyBuilder("bad-spout")
+    builder.set_spout("spout", BadSpout)
+    builder.set_bolt("sink", HoldBolt).shuffle_grouping("spout").shuffle_grouping("spout", stream="other")
+    with LocalCluster(builder.build()) as cluster:
+        spout = one(cluster, "spout")
+        run_until_quiet(cluster, lambda: spout.acked == ["good"])
+        set_value, too_few, too_many, undeclared, obj = spout.refused
+        assert "'spout'" in set_value and "'n'" in set_value and "'default'" in set_value and "set" in set_value
+        assert "1 value(s)" in too_few and "word, n" in too_few
+        assert "3 value(s)" in too_many
+        assert "'nope'" in undeclared and "does not declare" in undeclared and "default, other" in undeclared
+        assert "'x'" in obj and "'other'" in obj and "object" in obj
+        assert one(cluster, "sink").received == [["good", 1]]  # the refused emits sent nothing
+        assert cluster.pending() == 0
+        assert cluster.counts("spout").emitted == 1
+
+
+def test_an_uncaught_refusal_in_a_bolt_fails_its_input_and_is_reported():
+    builder = TopologyBuilder("bad-bolt")
+    builder.set_spout("spout", RecordingSpout, config={"count": 3})
+    builder.set_bolt("bad", BadBolt).shuffle_grouping("spout")
+    builder.set_bolt("sink", HoldBolt).shuffle_grouping("bad")
+    with LocalCluster(builder.build()) as cluster:
+        spout = one(cluster, "spout")
+        run_until_quiet(cluster, spout.settled)
+        assert sorted(spout.failed) == [0, 1, 2]
+        assert spout.acked == []
+        assert one(cluster, "sink").received == []
+        errors = cluster.errors("bad")
+        assert len(errors) == 3
+        assert all(e.error.startswith("EmitError: component 'bad'") and "'id'" in e.error for e in errors)
