@@ -91,7 +91,11 @@ class BoltSpec(ComponentSpec):
 
 
 class SpoutWait(_Model):
-    """Storm's progressive wait strategy for a spout with nothing to emit or a full pending map."""
+    """Storm's progressive wait strategy, for a spout whose ``next_tuple`` emitted nothing.
+
+    A spout with a full pending map is not polled at all until a verdict frees a slot: the
+    scheduler sleeps until then, so that wait costs neither CPU nor latency.
+    """
 
     level1_count: int = Field(default=0, ge=0, description="idle calls retried at once")
     level2_count: int = Field(default=0, ge=0, description="then idle calls retried after a yield")
