@@ -113,8 +113,11 @@ class Runtime:
         return report
 
 
-    def _context(self, task: int) -> TopologyContext:
-        return TopologyContext(plan=self.plan, task_id=task, worker_tasks=self.local_tasks)
+    def _task(self, task_id: int) -> tuple[TaskStats, TopologyContext, Router]:
+        """What every task gets: its counters, its context and the routes of its emits."""
+        stats = self.stats[task_id] = TaskStats()
+        context = TopologyContext(plan=self.plan, task_id=task_id, worker_tasks=self.local_tasks)
+        return stats, context, Router(plan=self.plan, context=context, rng=self._rng)
 
     def _spout(self, plan_ex: ExecutorPlan) -> SpoutExecutor:
         spec = self.plan.spec
@@ -125,12 +128,11 @@ class Runtime:
         cls = self.plan.classes[plan_ex.component]
         conf = self.plan.component_config(plan_ex.component)
         for task_id in plan_ex.tasks:
-            stats = self.stats[task_id] = TaskStats()
-            context = self._context(task_id)
+            stats, context, router = self._task(task_id)
             task = SpoutTask(task_id, cls(), stats)
             task.collector = SpoutOutputCollector(
-                executor=ex, router=Router(plan=self.plan, context=context, rng=self._rng), stats=stats,
-                rng=self._rng, acker=self._acker_route, on_emit=ex.on_emit(task),
+                executor=ex, router=router, stats=stats, rng=self._rng, acker=self._acker_route,
+                on_emit=ex.on_emit(task),
                 on_untracked_ack=lambda msg_id, stream, t=task: t.untracked_acks.append((msg_id, stream)),
                 report=lambda exc, t=task_id: report(exc, t))
             ex.add_task(task, lambda t=task, c=context: t.spout.open(dict(conf), c, t.collector))
@@ -144,12 +146,10 @@ class Runtime:
         cls = self.plan.classes[plan_ex.component]
         conf = self.plan.component_config(plan_ex.component)
         for task_id in plan_ex.tasks:
-            stats = self.stats[task_id] = TaskStats()
-            context = self._context(task_id)
-            collector = OutputCollector(executor=ex, router=Router(plan=self.plan, context=context, rng=self._rng),
-                                        stats=stats, rng=self._rng, acker=self._acker_route,
-                                        report=lambda exc, t=task_id: report(exc, t), clock=self.clock,
-                                        post=self.post)
+            stats, context, router = self._task(task_id)
+            collector = OutputCollector(executor=ex, router=router, stats=stats, rng=self._rng,
+                                        acker=self._acker_route, report=lambda exc, t=task_id: report(exc, t),
+                                        clock=self.clock, post=self.post)
             bolt = cls()
             basic = BasicOutputCollector(collector) if isinstance(bolt, BasicBolt) else None
             task = BoltTask(task_id, bolt, stats, collector, basic)
