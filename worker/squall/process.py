@@ -157,6 +157,7 @@ class Process:
                                      healthy=self.healthy)
         self.activated = False
         self.suspended = cfg.spec.suspended
+        self._waiting_logged = float("-inf")
         self.draining_since: float | None = None
         self._spec_path = Path(os.environ.get("SQUALL_TOPOLOGY", ""))
         self._spec_mtime = self._mtime()
@@ -175,7 +176,15 @@ class Process:
 
     def _check(self) -> None:
         """On the loop, every 50 ms: activate spouts once every peer is reachable."""
-        if not self.activated and self.draining_since is None and self.transport.all_connected():
+        if not self.activated and self.draining_since is None and not self.transport.all_connected():
+            now = self.runtime.clock()
+            if now - self._waiting_logged >= 10.0:  # say who we wait for, so a stuck pod explains itself
+                self._waiting_logged = now
+                missing = sorted({f"{link.peer} ({link.address})" for link in self.transport.links.values()
+                                  if not link.connected.is_set()})
+                log.info("%s: waiting for peers before activating: %s", self.cfg.name, ", ".join(missing))
+            return
+        if not self.activated and self.draining_since is None:
             self.activated = True
             log.info("%s: all peers connected%s", self.cfg.name, "; activating spouts" if self.runtime.spouts else "")
             if self.suspended:
