@@ -16,18 +16,20 @@ COMPONENTS = Path(__file__).parent
 
 def topology(tmp_path: Path, *, count: int, workers: int, ackers: int | None = None, timeout: int = 30,
              max_pending: int | None = 1000, sink: str = "Sink", track: bool = True,
-             config: dict | None = None) -> tuple[Path, TopologySpec]:
+             config: dict | None = None, spout: str = "NumberSpout", ticks: float | None = None,
+             ) -> tuple[Path, TopologySpec]:
     doc = {
         "name": "proc-test", "workers": workers, "ackers": ackers, "messageTimeoutSeconds": timeout,
         "maxSpoutPending": max_pending,
         "config": {"test.count": count, "test.report": str(tmp_path / "spout.json"), "test.track": track,
                    **(config or {})},
         # Component names sort as a < b < c, so round-robin assignment puts the spout on worker-0.
-        "spouts": [{"name": "a-numbers", "className": "squall_test_components:NumberSpout"}],
+        "spouts": [{"name": "a-numbers", "className": f"squall_test_components:{spout}"}],
         "bolts": [
             {"name": "b-double", "className": "squall_test_components:Double", "parallelism": workers,
              "inputs": [{"component": "a-numbers", "grouping": {"type": "shuffle"}}]},
             {"name": "c-sink", "className": f"squall_test_components:{sink}", "parallelism": workers,
+             "tickFrequencySeconds": ticks,
              "inputs": [{"component": "b-double", "grouping": {"type": "fields", "fields": ["n"]}}]},
         ],
     }

@@ -56,6 +56,23 @@ class NumberSpout(Spout):
             os.replace(tmp, self.report_path)
 
 
+class BrokenSpout(NumberSpout):
+    """A spout whose ``open`` fails, as one with a missing input file would."""
+
+    def open(self, conf, context, collector):
+        raise FileNotFoundError("no such input: /nowhere/records.db")
+
+
+class TickingSink(Bolt):
+    """Acks its input; receives tick tuples (the topology sets tickFrequencySeconds)."""
+
+    outputs = []
+
+    def execute(self, tup):
+        if not tup.is_tick:
+            self.collector.ack(tup)
+
+
 class Double(BasicBolt):
     outputs = ["n", "double"]
 

@@ -160,3 +160,27 @@ def test_suspended_in_the_spec_file_deactivates_and_reactivates_spouts(cluster, 
     wait_for(lambda t: t.emitted["a-numbers"] > emitted + 100, timeout=30, sup=sup, what="spouts to resume")
     assert "topology resumed: activating spouts" in worker.log_path.read_text()
     assert worker.restarts == 0  # suspending never restarts a process
+
+
+def test_a_process_that_keeps_dying_at_start_is_not_restarted_forever(cluster):
+    from squall.errors import SquallError
+
+    sup = cluster(count=10, workers=1, spout="BrokenSpout")
+    deadline = time.monotonic() + 60
+    with pytest.raises(SquallError) as err:
+        while time.monotonic() < deadline:
+            sup.check()
+            time.sleep(0.1)  # polling child processes for exit
+    message = str(err.value)
+    assert "worker-0 exited 3 times right after starting" in message
+    assert "no such input: /nowhere/records.db" in message  # the end of its log says why
+
+
+def test_tick_tuples_do_not_keep_a_draining_worker_alive(cluster, tmp_path):
+    """Draining ends when nothing is pending or arriving; a bolt's ticks are not work to wait for."""
+    sup = cluster(count=-1, workers=2, ackers=1, timeout=120, sink="TickingSink", ticks=0.2)
+    wait_for(lambda t: t.acked["a-numbers"] >= 500, timeout=60, sup=sup, what="the topology to run")
+    codes = sup.stop(timeout=30)  # far below the 120 s message timeout: a drain stuck on ticks is killed
+    assert set(codes.values()) == {0}, codes
+    report = spout_report(tmp_path)
+    assert report["acked"] == list(range(report["emitted"]))

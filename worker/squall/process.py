@@ -139,6 +139,14 @@ class Process:
         if cfg.role == ACKER:  # an acker only ever talks to the spouts' workers
             owner = {t: p for t, p in owner.items() if plan.task_component[t] in plan.spout_names}
         remote_owner = {t: p for t, p in owner.items() if t not in mine}
+        # Who streams to us: every other worker (bolt input, acker messages), and the ackers if we
+        # run spouts (their verdicts).
+        has_spouts = any(ex.component in plan.spout_names for ex in executors)
+        workers = {f"{WORKER}-{i}" for i in range(cfg.spec.workers)} - {cfg.name}
+        ackers = {f"{ACKER}-{j}" for j in range(cfg.spec.num_ackers)}
+        senders = workers | ackers if cfg.role == WORKER and has_spouts else workers
+        if cfg.role == ACKER:
+            senders = {f"{WORKER}-{i}" for i in range(cfg.spec.workers)}
         addresses = {f"{WORKER}-{i}": a for i, a in enumerate(cfg.worker_addresses)}
         addresses |= {f"{ACKER}-{j}": a for j, a in enumerate(cfg.acker_addresses)}
         spout_tasks = frozenset(t for ex in executors if ex.component in plan.spout_names for t in ex.tasks)
@@ -146,7 +154,8 @@ class Process:
                           spout_tasks=spout_tasks, acker_tasks=frozenset(acker_tasks),
                           max_frame=cfg.spec.transfer.max_frame_bytes)
         t = cfg.spec.transfer
-        self.transport = Transport(name=cfg.name, owner=remote_owner, addresses=addresses, decoder=decoder,
+        self.transport = Transport(name=cfg.name, owner=remote_owner, addresses=addresses, senders=senders,
+                                   decoder=decoder,
                                    bind=f"{cfg.bind_host}:{cfg.grpc_port}", batch_size=t.batch_size,
                                    flush_interval=t.flush_interval_ms / 1000, max_frame=t.max_frame_bytes,
                                    queue_frames=8)
@@ -180,9 +189,8 @@ class Process:
             now = self.runtime.clock()
             if now - self._waiting_logged >= 10.0:  # say who we wait for, so a stuck pod explains itself
                 self._waiting_logged = now
-                missing = sorted({f"{link.peer} ({link.address})" for link in self.transport.links.values()
-                                  if not link.connected.is_set()})
-                log.info("%s: waiting for peers before activating: %s", self.cfg.name, ", ".join(missing))
+                log.info("%s: waiting for peers before activating: %s", self.cfg.name,
+                         ", ".join(self.transport.missing()))
             return
         if not self.activated and self.draining_since is None:
             self.activated = True
@@ -226,12 +234,13 @@ class Process:
         now = self.runtime.clock()
         if now - self.draining_since >= self.cfg.spec.message_timeout_seconds:
             return True
-        return self._pending() == 0 and now - self.runtime.last_busy >= DRAIN_QUIET
+        # Quiet: nothing of our own pending, nothing queued, no input for a while (ticks don't count).
+        return (self._pending() == 0 and self.runtime.queued() == 0
+                and now - self.transport.last_input >= DRAIN_QUIET)
 
     def run(self) -> int:
         rt = self.runtime
         self.metrics.start()
-        rt.start(active=False)
         rt.every(0.05, self._check)
         rt.every(1.0, self._watch_suspended)
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -239,6 +248,7 @@ class Process:
         log.info("%s of topology %r: grpc :%d, metrics :%d, tasks %s", self.cfg.name, self.cfg.spec.name,
                  self.cfg.grpc_port, self.metrics.port, sorted(rt.stats) or sorted(a.task_ids[0] for a in rt.ackers))
         try:
+            rt.start(active=False)  # opens spouts and prepares bolts: user code that may raise
             rt.run(self._done)
         finally:
             left = self._pending()

@@ -76,7 +76,7 @@ class Runtime:
         self._stop = False
         self._rng = random.Random()
         self.remote = remote
-        self.heartbeat = self.last_busy = clock()
+        self.heartbeat = clock()
 
         executors = list(executors)
         self.local_tasks = frozenset(t for e in executors for t in e.tasks)
@@ -208,8 +208,6 @@ class Runtime:
                 progress = True
         if remote is not None:
             remote.flush()
-        if progress:
-            self.last_busy = now
         timers = self._timers
         while timers and timers[0].due <= now:
             timer = heapq.heappop(timers)
@@ -253,6 +251,10 @@ class Runtime:
             ex.stop()
 
     # -- reading ---------------------------------------------------------------------------
+
+    def queued(self) -> int:
+        """Items waiting in this process's inboxes and overflows."""
+        return sum(len(ex.inbox) + len(ex.overflow) for ex in self.executors)
 
     def pending_trees(self) -> int:
         return sum(len(s.pending) for s in self.spouts)

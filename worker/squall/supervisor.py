@@ -13,11 +13,15 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from squall.errors import SquallError
 from squall.process import ACKER, WORKER
 from squall.scrape import Totals, fetch, parse
 from squall.topology.spec import TopologySpec
 
 log = logging.getLogger("squall.supervisor")
+
+QUICK_EXIT = 5.0  # seconds: an exit sooner than this after start counts towards a crash loop
+CRASH_LOOP = 3
 
 
 def free_ports(n: int) -> list[int]:
@@ -41,6 +45,8 @@ class Child:
     log_path: Path
     proc: subprocess.Popen | None = None
     restarts: int = 0
+    started: float = 0.0
+    quick_exits: int = 0  # consecutive exits within QUICK_EXIT of starting
     carried: Totals = field(default_factory=Totals)  # counters of earlier incarnations
     last: Totals = field(default_factory=Totals)
 
@@ -80,6 +86,7 @@ class Supervisor:
                "SQUALL_FINAL_METRICS_FILE": str(self._final_path(child)),
                "SQUALL_GRPC_PORT": str(child.grpc_port), "SQUALL_METRICS_PORT": str(child.metrics_port)}
         with open(child.log_path, "ab") as out:
+            child.started = time.monotonic()
             child.proc = subprocess.Popen([sys.executable, "-m", "squall", child.role], env=env, stdout=out,
                                           stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
 
@@ -92,11 +99,22 @@ class Supervisor:
         return next(c for c in self.children if c.name == name)
 
     def check(self) -> list[str]:
-        """Restart every process that exited; returns a line for each."""
+        """Restart every process that exited; returns a line for each.
+
+        A process that keeps dying right after it starts (a bad spec, a spout that cannot open)
+        is not restarted forever: :class:`SquallError` says so, with the end of its log.
+        """
         events = []
         for child in self.children:
             code = child.proc.poll() if child.proc else None
             if code is not None and not self.stopping:
+                quick = time.monotonic() - child.started < QUICK_EXIT
+                child.quick_exits = child.quick_exits + 1 if quick else 0
+                if child.quick_exits >= CRASH_LOOP:
+                    tail = "\n".join(child.log_path.read_text(errors="replace").splitlines()[-15:])
+                    raise SquallError(f"{child.name} exited {child.quick_exits} times right after starting "
+                                      f"(last: {_exit(code)}), so it is not restarted again; the end of "
+                                      f"{child.log_path}:\n{tail}")
                 child.carried.add(child.last)
                 child.last = Totals()
                 child.restarts += 1

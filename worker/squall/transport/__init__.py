@@ -25,10 +25,12 @@ class Transport:
     process names onto ``host:port``.
     """
 
-    def __init__(self, *, name: str, owner: dict[int, str], addresses: dict[str, str], decoder: Decoder,
-                 bind: str, batch_size: int, flush_interval: float, max_frame: int, queue_frames: int,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, *, name: str, owner: dict[int, str], addresses: dict[str, str], senders: set[str],
+                 decoder: Decoder, bind: str, batch_size: int, flush_interval: float, max_frame: int,
+                 queue_frames: int, clock: Callable[[], float] = time.monotonic) -> None:
         self.name = name
+        # The peers that keep streams open to us: until they all have, what they send may be dropped.
+        self._inbound = {(peer, lane) for peer in senders for lane in (DATA, CONTROL)}
         self.owner = owner
         self.batch_size = batch_size
         self.flush_interval = flush_interval
@@ -61,7 +63,21 @@ class Transport:
             link.start()
 
     def all_connected(self) -> bool:
-        return all(link.connected.is_set() for link in self.links.values())
+        """Every link to a peer is up, and every peer that sends to us has its streams open."""
+        if not all(link.connected.is_set() for link in self.links.values()):
+            return False
+        return self.receiver is not None and self._inbound <= self.receiver.open_streams
+
+    def missing(self) -> list[str]:
+        """Peers not connected yet, either way (for the log)."""
+        out = {f"to {link.peer} ({link.address})" for link in self.links.values() if not link.connected.is_set()}
+        open_streams = self.receiver.open_streams if self.receiver else set()
+        out |= {f"from {peer}" for peer, lane in self._inbound - open_streams}
+        return sorted(out)
+
+    @property
+    def last_input(self) -> float:
+        return self.ingress.last_input if self.ingress else float("-inf")
 
     # -- the scheduler thread's side -------------------------------------------------------
 

@@ -8,6 +8,7 @@ moves items into executor inboxes only while they have room; the rest stays park
 from __future__ import annotations
 
 import queue
+import time
 from collections import deque
 from collections.abc import Callable
 from typing import Any
@@ -21,6 +22,7 @@ class Ingress:
         self._wake = wake
         # Control first: verdicts and acker messages never wait behind tuples for a busy bolt.
         self._lanes = {lane: (queue.Queue(frames), deque()) for lane in (CONTROL, DATA)}
+        self.last_input = float("-inf")  # monotonic time items last reached an inbox
 
     def put(self, lane: str, items: list[tuple[int, Any]], *, closed: Callable[[], bool]) -> bool:
         """Called on a server thread; blocks while the lane is full. False if closed meanwhile."""
@@ -52,4 +54,6 @@ class Ingress:
                     parked.extend(q.get_nowait())
                 except queue.Empty:
                     break
+        if progress:
+            self.last_input = time.monotonic()
         return progress

@@ -30,6 +30,7 @@ class Receiver:
         self.decoder = decoder
         self.ingress = ingress
         self.stats = ReceiveStats()
+        self.open_streams: set[tuple[str, str]] = set()  # (sender, lane) of the streams being served
         self._closed = threading.Event()
         self._lock = threading.Lock()
         # One thread per inbound stream: every peer keeps two streams open.
@@ -53,6 +54,16 @@ class Receiver:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT,
                           f"metadata squall-lane must be data or control, not {lane!r}")
         key = (sender, lane)
+        with self._lock:
+            self.open_streams.add(key)
+        try:
+            return self._serve(frames, context, key)
+        finally:
+            with self._lock:
+                self.open_streams.discard(key)
+
+    def _serve(self, frames, context: grpc.ServicerContext, key: tuple[str, str]) -> TransferSummary:
+        sender, lane = key
         n = 0
         for frame in frames:
             try:
