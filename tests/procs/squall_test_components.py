@@ -73,6 +73,24 @@ class TickingSink(Bolt):
             self.collector.ack(tup)
 
 
+class BatchingSink(Bolt):
+    """Holds its input and acks it all on each tick, as a bolt batching work for a job does."""
+
+    outputs = []
+
+    def prepare(self, conf, context, collector):
+        super().prepare(conf, context, collector)
+        self.held = []
+
+    def execute(self, tup):
+        if not tup.is_tick:
+            self.held.append(tup)
+            return
+        for held in self.held:
+            self.collector.ack(held)
+        self.held = []
+
+
 class Double(BasicBolt):
     outputs = ["n", "double"]
 

@@ -184,3 +184,15 @@ def test_tick_tuples_do_not_keep_a_draining_worker_alive(cluster, tmp_path):
     assert set(codes.values()) == {0}, codes
     report = spout_report(tmp_path)
     assert report["acked"] == list(range(report["emitted"]))
+
+
+def test_a_draining_worker_waits_for_tuples_its_bolts_still_hold(cluster, tmp_path):
+    """SIGTERM: a worker without spouts whose bolt holds tuples for a batch stays until they are acked."""
+    # Ticks every 3 s: the held tuples outlast the 1 s of quiet after which a drain may end.
+    sup = cluster(count=-1, workers=2, ackers=1, timeout=120, sink="BatchingSink", ticks=3.0,
+                  config={"test.rate": 500})
+    wait_for(lambda t: t.acked["a-numbers"] >= 300, timeout=60, sup=sup, what="the topology to run")
+    codes = sup.stop(timeout=30)  # held tuples that died with a worker would wait out the 120 s timeout
+    assert set(codes.values()) == {0}, codes
+    report = spout_report(tmp_path)
+    assert report["acked"] == list(range(report["emitted"])) and report["failed"] == 0

@@ -234,8 +234,10 @@ class Process:
         now = self.runtime.clock()
         if now - self.draining_since >= self.cfg.spec.message_timeout_seconds:
             return True
-        # Quiet: nothing of our own pending, nothing queued, no input for a while (ticks don't count).
-        return (self._pending() == 0 and self.runtime.queued() == 0
+        # Quiet: nothing of our own pending, nothing queued or held by a bolt (a batch, a Spark job),
+        # no input for a while (ticks don't count).
+        rt = self.runtime
+        return (self._pending() == 0 and rt.queued() == 0 and rt.held() == 0
                 and now - self.transport.last_input >= DRAIN_QUIET)
 
     def run(self) -> int:

@@ -256,6 +256,10 @@ class Runtime:
         """Items waiting in this process's inboxes and overflows."""
         return sum(len(ex.inbox) + len(ex.overflow) for ex in self.executors)
 
+    def held(self) -> int:
+        """Tracked input tuples bolts have executed but not yet acked or failed."""
+        return sum(task.collector.held for ex in self.executors if ex.kind == "bolt" for task in ex.tasks.values())
+
     def pending_trees(self) -> int:
         return sum(len(s.pending) for s in self.spouts)
 

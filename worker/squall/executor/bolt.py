@@ -63,6 +63,8 @@ class BoltExecutor(Executor):
             tup: Tuple = inbox.popleft()
             n += 1
             task = tasks[tup.task]
+            if tup.anchors:
+                task.collector.held += 1  # a tracked input, until the bolt acks or fails it
             key = (tup.source_component, tup.source_stream)
             task.stats.executed[key] += 1
             self.countdown -= 1

@@ -105,6 +105,8 @@ class OutputCollector:
         #: Set to True (on the executor thread) to receive no input until it is set back to False:
         #: backpressure for a bolt whose background work (e.g. a Spark job) has fallen behind.
         self.paused = False
+        #: Tracked inputs executed and not yet acked or failed (held for a batch, a join, a job).
+        self.held = 0
         self._router = router
         self._stats = stats
         self._acked = stats.acked
@@ -165,6 +167,8 @@ class OutputCollector:
             return
         tup.done = True
         acker = self._acker
+        if tup.anchors:
+            self.held -= 1
         if tup.anchors and acker is not None:
             send, tasks, n, ack_val = self._send, acker.tasks, acker.n, tup.ack_val
             for root, edge in tup.anchors.items():
@@ -180,6 +184,8 @@ class OutputCollector:
             return
         tup.done = True
         acker = self._acker
+        if tup.anchors:
+            self.held -= 1
         if acker is not None:
             for root in tup.anchors:
                 self._send(acker.tasks[root % acker.n], (FAIL, root, 0, -1))
