@@ -3,7 +3,7 @@ VENV ?= .venv
 PYTHON ?= python3
 BIN := $(VENV)/bin
 
-.PHONY: install run test lint bench clean
+.PHONY: install run test lint bench clean e2e image
 
 install: $(VENV)/.installed
 
@@ -22,6 +22,15 @@ test: install
 
 bench: install
 	$(BIN)/python bench/wordcount.py
+
+# End-to-end tests on kind (skipped, with the reason, without docker, kind or kubectl)
+e2e: install
+	bash e2e/run.sh
+
+# The image of the operator, workers and ackers, tagged as the chart expects (squall:<version>)
+IMAGE ?= squall:$(shell sed -n 's/^version = "\(.*\)"$$/\1/p' pyproject.toml)
+image:
+	docker build --tag $(IMAGE) .
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache

@@ -10,7 +10,7 @@ import sys
 from squall.errors import SquallError
 
 # Modules under squall.cli that each register subcommands, in the order --help lists them.
-MODULES = ["run", "process", "validate", "log"]
+MODULES = ["run", "process", "validate", "log", "k8s", "executor"]
 
 
 def parser() -> argparse.ArgumentParser:

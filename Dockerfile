@@ -1,0 +1,65 @@
+# One image for the Squall operator, workers and ackers (entrypoint `squall`), with a Java 17 runtime
+# for the Spark bolt. Build it from the repository root: `make image` (tags it squall:<version>).
+#
+# Size: an estimate, not a measurement (docs/operations.md, "The image"): about 1.1 GB uncompressed
+# (base image 0.13 GB, JRE 0.21 GB, virtualenv 0.75 GB of which PySpark is 0.49 GB), 0.7 GB to pull.
+#
+# At run time nothing is written outside /tmp, so pods run with a read-only root filesystem and an
+# emptyDir on /tmp (the operator renders exactly that for workers and ackers, the chart for itself).
+
+ARG PYTHON_VERSION=3.11
+
+# ---- build: wheels for every pinned dependency and for squall itself, installed into a virtualenv.
+# The full (non-slim) image has compilers, in case a wheel must be built from source (PySpark ships
+# only a source distribution, pure Python); none of them reaches the final image.
+FROM python:${PYTHON_VERSION}-bookworm AS build
+ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+WORKDIR /src
+COPY requirements.lock ./
+RUN pip wheel --no-deps --wheel-dir /wheels -r requirements.lock
+COPY pyproject.toml README.md ./
+COPY worker ./worker
+COPY operator ./operator
+RUN pip wheel --no-deps --wheel-dir /wheels .
+# --no-index: only the wheels built above, so a dependency missing from requirements.lock fails here;
+# pip compiles every module, so nothing needs to write bytecode at run time.
+RUN python -m venv /opt/squall \
+    && /opt/squall/bin/pip install --no-index --find-links /wheels --constraint requirements.lock \
+        "squall[kafka,operator]" pyspark \
+    && /opt/squall/bin/pip check
+
+# ---- final: slim Python, a headless Java 17 runtime, the virtualenv and the examples. No compilers.
+FROM python:${PYTHON_VERSION}-slim-bookworm
+# Debian's JRE package links its man pages into /usr/share/man/man1, which slim images leave out.
+RUN mkdir -p /usr/share/man/man1 \
+    && apt-get update \
+    && apt-get install -y --no-install-recommends openjdk-17-jre-headless \
+    && rm -rf /var/lib/apt/lists/* \
+    && ln -s "/usr/lib/jvm/java-17-openjdk-$(dpkg --print-architecture)" /usr/lib/jvm/java-17 \
+    && groupadd --system --gid 10001 squall \
+    && useradd --system --uid 10001 --gid 10001 --home-dir /tmp --no-create-home \
+        --shell /usr/sbin/nologin squall
+COPY --from=build /opt/squall /opt/squall
+# Spark writes its scratch files, its Ivy cache and its SQL warehouse under /tmp, never the root fs.
+RUN mkdir -p /opt/spark-conf \
+    && printf '%s\n' 'spark.local.dir /tmp/spark' 'spark.jars.ivy /tmp/.ivy2' \
+        'spark.sql.warehouse.dir /tmp/spark-warehouse' > /opt/spark-conf/spark-defaults.conf
+WORKDIR /app
+# the example topologies' classNames (examples.wordcount:SentenceSpout) import from here: squall puts
+# the working directory first on the import path
+COPY examples ./examples
+RUN /opt/squall/bin/python -m compileall -q /app/examples
+ENV PATH=/opt/squall/bin:$PATH \
+    HOME=/tmp \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    JAVA_HOME=/usr/lib/jvm/java-17 \
+    SPARK_CONF_DIR=/opt/spark-conf \
+    SPARK_LOCAL_DIRS=/tmp/spark \
+    PYSPARK_PYTHON=/opt/squall/bin/python \
+    PYSPARK_DRIVER_PYTHON=/opt/squall/bin/python
+USER 10001:10001
+# 7070: gRPC between workers and ackers; 9090: /metrics and /healthz; 8080: the operator's /healthz
+EXPOSE 7070 9090 8080
+ENTRYPOINT ["squall"]
+CMD ["--help"]

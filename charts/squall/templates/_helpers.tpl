@@ -1,0 +1,135 @@
+{{/* The chart's name (app.kubernetes.io/name of the operator's own objects). */}}
+{{- define "squall.name" -}}
+{{- .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* The release's full name: the release name, with the chart's name appended unless it holds it. */}}
+{{- define "squall.fullname" -}}
+{{- if contains .Chart.Name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "squall.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "squall.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: operator
+{{- end -}}
+
+{{- define "squall.labels" -}}
+{{ include "squall.selectorLabels" . }}
+app.kubernetes.io/part-of: squall
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{- end -}}
+
+{{- define "squall.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "squall.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- required "serviceAccount.name is required when serviceAccount.create is false" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "squall.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- end -}}
+
+{{/* SQUALL_OPERATOR_PODMONITOR: the chart's own monitor replaces the operator's per-Topology ones. */}}
+{{- define "squall.topologyPodMonitors" -}}
+{{- $mode := toString .Values.topologyPodMonitors -}}
+{{- $chartMonitor := or .Values.monitoring.podMonitor.enabled .Values.monitoring.serviceMonitor.enabled -}}
+{{- if and .Values.monitoring.podMonitor.enabled .Values.monitoring.serviceMonitor.enabled -}}
+{{- fail "enable at most one of monitoring.podMonitor and monitoring.serviceMonitor: both scrape the same pods" -}}
+{{- end -}}
+{{- if and $chartMonitor (eq $mode "true") -}}
+{{- fail "topologyPodMonitors is \"true\" while the chart's own monitor is enabled: every pod would be scraped twice; set topologyPodMonitors to \"auto\" or \"false\"" -}}
+{{- end -}}
+{{- if $chartMonitor -}}false{{- else -}}{{ $mode }}{{- end -}}
+{{- end -}}
+
+{{/* Labels of the worker and acker pods (and Services) the operator renders: squall_operator.render.labels. */}}
+{{- define "squall.topologyPodSelector" -}}
+matchLabels:
+  app.kubernetes.io/name: squall
+  app.kubernetes.io/managed-by: squall-operator
+matchExpressions:
+  - key: app.kubernetes.io/component
+    operator: In
+    values: [worker, acker]
+{{- end -}}
+
+{{- define "squall.monitorNamespaces" -}}
+{{- if .Values.watchNamespaces -}}
+matchNames:
+{{- range .Values.watchNamespaces }}
+  - {{ . }}
+{{- end }}
+{{- else -}}
+any: true
+{{- end -}}
+{{- end -}}
+
+{{/*
+The operator's permissions in a namespace whose Topologies it runs. Each rule names the code that
+needs it (operator/squall_operator/); tests/chart/test_chart_rbac.py checks them against that code.
+*/}}
+{{- define "squall.namespacedRules" -}}
+# kopf lists and watches Topologies and keeps its state in their annotations (patch); the operator
+# reads one before reconciling it (handlers.Operator.reconcile)
+- apiGroups: [squall.dev]
+  resources: [topologies]
+  verbs: [get, list, watch, patch]
+# handlers.Operator._write: the status subresource
+- apiGroups: [squall.dev]
+  resources: [topologies/status]
+  verbs: [patch]
+# kopf.adopt sets ownerReferences with blockOwnerDeletion, which clusters with the
+# OwnerReferencesPermissionEnforcement admission plugin allow only to who may update the owner's finalizers
+- apiGroups: [squall.dev]
+  resources: [topologies/finalizers]
+  verbs: [update]
+# apply.apply: get, create, patch and prune; kopf watches StatefulSets for the status (on.event)
+- apiGroups: [apps]
+  resources: [statefulsets]
+  verbs: [get, list, watch, create, patch, delete]
+# apply.apply of render.config_map and service_account, which every Topology has (never pruned)
+- apiGroups: [""]
+  resources: [configmaps, serviceaccounts]
+  verbs: [get, create, patch]
+# apply.apply of render.service; the ackers' Service is pruned when ackers becomes 0
+- apiGroups: [""]
+  resources: [services]
+  verbs: [get, create, patch, delete]
+# apply.apply of render.spark_role and spark_role_binding
+- apiGroups: [rbac.authorization.k8s.io]
+  resources: [roles, rolebindings]
+  verbs: [get, create, patch, delete]
+# apply.apply of render.pod_monitor
+- apiGroups: [monitoring.coreos.com]
+  resources: [podmonitors]
+  verbs: [get, create, patch, delete]
+# kopf.event and kopf.warn post core v1 Events
+- apiGroups: [""]
+  resources: [events]
+  verbs: [create]
+{{- if .Values.rbac.sparkExecutors }}
+# what render.spark_role grants to a Spark driver: Kubernetes lets the operator create that Role only
+# if it holds these permissions itself (the alternative, `escalate` and `bind`, would let it grant anything)
+- apiGroups: [""]
+  resources: [pods, services, configmaps, persistentvolumeclaims]
+  verbs: [create, get, list, watch, delete, deletecollection, patch]
+{{- end }}
+{{- end -}}
+
+{{/* Cluster-scoped reads kopf makes when it serves every namespace (with a list of namespaces,
+handlers.kopf_settings turns kopf's scanning off, and kopf reads nothing cluster-wide). */}}
+{{- define "squall.clusterRules" -}}
+# kopf watches CRDs to notice resources that appear or go (kopf: observation.resource_observer)
+- apiGroups: [apiextensions.k8s.io]
+  resources: [customresourcedefinitions]
+  verbs: [list, watch]
+{{- end -}}

@@ -1,0 +1,209 @@
+"""Applying rendered manifests idempotently with the ``kubernetes`` client: create what is missing,
+patch what differs, delete what is no longer rendered, and write nothing when nothing changed.
+
+"Differs" means: some field the operator renders has another value in the live object. Fields the
+API server or other controllers add (defaults, status) are not the operator's and are ignored.
+Patches are JSON merge patches of the whole rendered object: lists (containers, env, ports) are
+replaced as a whole, so an entry that is no longer rendered disappears.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+from kubernetes.utils import parse_quantity
+
+from squall_operator import resource
+
+MERGE_PATCH = "application/merge-patch+json"
+Manifest = dict[str, Any]
+
+# kind -> (API class, the snake_case name in its read_namespaced_<x> methods); other kinds are custom objects
+_TYPED: dict[tuple[str, str], tuple[type, str]] = {
+    ("v1", "ConfigMap"): (client.CoreV1Api, "config_map"),
+    ("v1", "Service"): (client.CoreV1Api, "service"),
+    ("v1", "ServiceAccount"): (client.CoreV1Api, "service_account"),
+    ("apps/v1", "StatefulSet"): (client.AppsV1Api, "stateful_set"),
+    ("rbac.authorization.k8s.io/v1", "Role"): (client.RbacAuthorizationV1Api, "role"),
+    ("rbac.authorization.k8s.io/v1", "RoleBinding"): (client.RbacAuthorizationV1Api, "role_binding"),
+}
+# keys whose values are quantities, which the API server writes back in canonical form
+_QUANTITY_KEYS = {"cpu", "memory", "ephemeral-storage", "storage", "sizeLimit"}
+_PLURALS = {"PodMonitor": "podmonitors", resource.KIND: resource.PLURAL}
+
+
+@dataclass(frozen=True)
+class Ref:
+    """One namespaced object."""
+
+    api_version: str
+    kind: str
+    namespace: str
+    name: str
+
+    @classmethod
+    def of(cls, manifest: Manifest) -> Ref:
+        meta = manifest["metadata"]
+        return cls(manifest["apiVersion"], manifest["kind"], meta["namespace"], meta["name"])
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.name}"
+
+
+class Kube:
+    """Blocking get/create/patch/delete of namespaced objects as plain dicts (kopf runs the handlers
+    that call it in threads)."""
+
+    def __init__(self, api: client.ApiClient) -> None:
+        self.api = api
+
+    def _method(self, ref: Ref, verb: str, *, status: bool) -> tuple[Callable[..., Any], tuple[str, ...]]:
+        """The client method for ``verb`` on ``ref``'s kind, and the arguments that locate the object."""
+        typed = _TYPED.get((ref.api_version, ref.kind))
+        if typed is not None:
+            api_class, snake = typed
+            where = (ref.namespace,) if verb == "create" else (ref.name, ref.namespace)
+            return getattr(api_class(self.api), f"{verb}_namespaced_{snake}"), where
+        group, _, version = ref.api_version.rpartition("/")
+        names = (group, version, ref.namespace, _PLURALS[ref.kind])
+        method = f"{'get' if verb == 'read' else verb}_namespaced_custom_object{'_status' if status else ''}"
+        return getattr(client.CustomObjectsApi(self.api), method), names if verb == "create" else (*names, ref.name)
+
+    def _call(self, ref: Ref, verb: str, *args: Any, status: bool = False, **kwargs: Any) -> Manifest:
+        method, where = self._method(ref, verb, status=status)
+        response = method(*where, *args, _preload_content=False, **kwargs)  # raw JSON: plain dicts
+        return json.loads(response.data or b"{}")
+
+    def get(self, ref: Ref) -> Manifest | None:
+        """The live object, or None if it does not exist (or its kind is not installed)."""
+        try:
+            return self._call(ref, "read")
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def create(self, manifest: Manifest) -> Manifest:
+        return self._call(Ref.of(manifest), "create", manifest)
+
+    def patch(self, ref: Ref, body: Manifest, *, status: bool = False) -> Manifest:
+        """A JSON merge patch (of the status subresource with ``status``: custom objects only)."""
+        return self._call(ref, "patch", body, status=status, _content_type=MERGE_PATCH)
+
+    def delete(self, ref: Ref) -> bool:
+        """Delete the object; False if it was already gone."""
+        try:
+            self._call(ref, "delete")
+        except ApiException as exc:
+            if exc.status == 404:
+                return False
+            raise
+        return True
+
+    def serves(self, group: str, version: str, plural: str) -> bool:
+        """Whether the API server serves ``plural`` (e.g. whether a CRD is installed), by discovery."""
+        try:
+            response = client.CustomObjectsApi(self.api).get_api_resources(group, version, _preload_content=False)
+        except ApiException as exc:
+            if exc.status == 404:
+                return False
+            raise
+        return any(r.get("name") == plural for r in json.loads(response.data or b"{}").get("resources", ()))
+
+
+def covers(live: Any, desired: Any, *, key: str = "") -> bool:
+    """Whether ``live`` has every field of ``desired`` with the same value (extra live fields are fine).
+
+    Lists must match item by item; resource quantities compare by value (``1000m`` is ``1``), as the
+    API server rewrites them.
+    """
+    if isinstance(desired, dict):
+        return isinstance(live, dict) and all(k in live and covers(live[k], v, key=k) for k, v in desired.items())
+    if isinstance(desired, list):
+        return isinstance(live, list) and len(live) == len(desired) and all(
+            covers(a, b, key=key) for a, b in zip(live, desired, strict=True))
+    if live == desired:
+        return True
+    return key in _QUANTITY_KEYS and _quantity(live) is not None and _quantity(live) == _quantity(desired)
+
+
+def _quantity(value: Any) -> Decimal | None:
+    try:
+        return parse_quantity(value)
+    except (ValueError, TypeError):
+        return None
+
+
+@dataclass
+class Applied:
+    """What one apply did, and the live objects it ended with (by kind and name)."""
+
+    live: dict[tuple[str, str], Manifest] = field(default_factory=dict)
+    created: list[str] = field(default_factory=list)
+    patched: list[str] = field(default_factory=list)
+    deleted: list[str] = field(default_factory=list)
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.created or self.patched or self.deleted)
+
+    def summary(self) -> str:
+        parts = [f"{verb} {', '.join(what)}" for verb, what in
+                 (("created", self.created), ("patched", self.patched), ("deleted", self.deleted)) if what]
+        return "; ".join(parts) or "nothing to change"
+
+
+class ApplyError(Exception):
+    """The API server refused to read or write one object; the message names it and says why."""
+
+    def __init__(self, doing: str, ref: Ref, exc: ApiException) -> None:
+        try:
+            reason = json.loads(exc.body or "{}").get("message") or exc.reason
+        except (ValueError, AttributeError):
+            reason = exc.reason
+        super().__init__(f"{doing} {ref} failed: {exc.status} {reason}")
+        self.status = exc.status
+
+
+def apply(kube: Kube, desired: list[Manifest], *, prune: Iterable[Ref] = (),
+          owned: Callable[[Manifest], bool] = lambda _: False) -> Applied:
+    """Make the cluster hold ``desired``, then delete the objects of ``prune`` that are not desired,
+    exist and are ``owned`` (never someone else's object of the same name). Writes only what differs.
+
+    Raises :class:`ApplyError` at the first object the API server refuses (the earlier ones stay done).
+    """
+    done = Applied()
+    wanted = set()
+    for manifest in desired:
+        ref = Ref.of(manifest)
+        wanted.add(ref)
+        doing = "reading"
+        try:
+            live = kube.get(ref)
+            if live is None:
+                doing = "creating"
+                live = kube.create(manifest)
+                done.created.append(str(ref))
+            elif not covers(live, manifest):
+                doing = "patching"
+                live = kube.patch(ref, manifest)
+                done.patched.append(str(ref))
+        except ApiException as exc:
+            raise ApplyError(doing, ref, exc) from exc
+        done.live[(ref.kind, ref.name)] = live
+    for ref in prune:
+        if ref in wanted:
+            continue
+        try:
+            live = kube.get(ref)
+            if live is not None and owned(live) and kube.delete(ref):
+                done.deleted.append(str(ref))
+        except ApiException as exc:
+            raise ApplyError("deleting", ref, exc) from exc
+    return done

@@ -1,0 +1,184 @@
+"""The kopf handlers: reconcile a Topology on create, update and resume; follow its StatefulSets for status.
+
+There is no delete handler, hence no finalizer: a deleted Topology goes at once (even while the
+operator is down), and Kubernetes' garbage collector deletes its children through their
+ownerReferences.
+
+Handlers are plain functions, so kopf runs them in threads, where the blocking ``kubernetes``
+client is at home. Both kinds of handler write a Topology's status; a lock per Topology makes each
+read-compute-write atomic, so the last write always reflects the latest StatefulSets.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import defaultdict
+from collections.abc import Mapping
+from typing import Any
+
+import kopf
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from squall.errors import TopologyError
+from squall_operator import resource, status
+from squall_operator.apply import ApplyError, Kube, Manifest, Ref, apply
+from squall_operator.render import MANAGED_BY, Names, child_refs, render, resolve_image
+from squall_operator.settings import Settings
+
+RETRY_DELAY = 10.0  # seconds before kopf retries a reconcile the API server refused
+
+
+def kopf_settings(operator: Settings) -> kopf.OperatorSettings:
+    """kopf's settings for this operator: one replica without peering, state kept in annotations."""
+    settings = kopf.OperatorSettings()
+    settings.peering.standalone = True
+    # Watching named namespaces needs no cluster-wide permission to list namespaces (and CRDs):
+    # kopf watches exactly those. Watching all namespaces, kopf also notices CRDs installed later.
+    settings.scanning.disabled = not operator.clusterwide
+    # handler progress and the last handled spec go to squall.dev/* annotations, so the status
+    # holds only what the CRD's status schema describes
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=resource.GROUP)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=resource.GROUP)
+    # kopf's own "handler succeeded" messages stay in the log; Squall posts its own Events
+    settings.posting.level = logging.WARNING
+    return settings
+
+
+class Operator:
+    """Reconciles Topologies: validates, renders, applies and reports status and Events."""
+
+    def __init__(self, *, settings: Settings, kube: Kube) -> None:
+        self.settings = settings
+        self.kube = kube
+        self._locks: defaultdict[tuple[str, str], threading.Lock] = defaultdict(threading.Lock)
+        self._locks_guard = threading.Lock()
+
+    def _lock(self, namespace: str, name: str) -> threading.Lock:
+        with self._locks_guard:
+            return self._locks[(namespace, name)]
+
+    def _podmonitor(self) -> bool:
+        if self.settings.podmonitor == "auto":
+            return self.kube.serves("monitoring.coreos.com", "v1", "podmonitors")
+        return self.settings.podmonitor == "true"
+
+    def reconcile(self, namespace: str, name: str, logger: logging.Logger | logging.LoggerAdapter) -> None:
+        """Bring the Topology's children in line with its spec (the latest one: it is read again)."""
+        with self._lock(namespace, name):
+            topology = self.kube.get(Ref(resource.API_VERSION, resource.KIND, namespace, name))
+            if topology is None:
+                return  # deleted meanwhile
+            previous = topology.get("status") or {}
+            generation = topology["metadata"].get("generation")
+            try:
+                spec = resource.check_spec(name, topology.get("spec"), namespace=namespace)
+                image = resolve_image(spec, self.settings.image)
+            except TopologyError as exc:
+                logger.warning("invalid spec, nothing applied: %s", exc)
+                self._write(topology, previous, status.failed(previous, str(exc), generation=generation,
+                                                              at=status.now()))
+                return
+            manifests = render(spec, namespace=namespace, image=image, podmonitor=self._podmonitor())
+            kopf.adopt(manifests, owner=topology)
+            try:
+                applied = apply(self.kube, manifests, prune=[Ref(v, k, namespace, n) for v, k, n in child_refs(name)],
+                                owned=lambda live: _owned(live, topology))
+            except ApplyError as exc:
+                self._write(topology, previous, {**previous, "errors": status.with_error(
+                    previous.get("errors") or [], str(exc), at=status.now())})
+                kopf.warn(topology, reason="ApplyFailed", message=str(exc))
+                raise kopf.TemporaryError(str(exc), delay=RETRY_DELAY) from exc
+            logger.info("reconciled: %s", applied.summary())
+            if applied.changed:
+                kopf.event(topology, type="Normal", reason="Applied", message=applied.summary())
+            names = Names(name)
+            current = status.compute(spec, workers=applied.live.get(("StatefulSet", names.worker)),
+                                     ackers=applied.live.get(("StatefulSet", names.acker)),
+                                     previous=previous, generation=generation, at=status.now())
+            self._write(topology, previous, current)
+
+    def refresh(self, namespace: str, name: str) -> None:
+        """Recompute the status of a Topology whose latest spec is applied from its StatefulSets as
+        they are now (no child is written)."""
+        with self._lock(namespace, name):
+            topology = self.kube.get(Ref(resource.API_VERSION, resource.KIND, namespace, name))
+            if topology is None:
+                return  # the Topology is gone; Kubernetes collects its StatefulSets
+            previous = topology.get("status") or {}
+            generation = topology["metadata"].get("generation")
+            if previous.get("phase") == status.FAILED or previous.get("observedGeneration") != generation:
+                return  # the spec is invalid, or not applied yet: the reconcile writes the status
+            spec = resource.check_spec(name, topology.get("spec"), namespace=namespace)
+            names = Names(name)
+            workers = self.kube.get(Ref("apps/v1", "StatefulSet", namespace, names.worker))
+            ackers = self.kube.get(Ref("apps/v1", "StatefulSet", namespace, names.acker)) if spec.num_ackers else None
+            self._write(topology, previous, status.compute(spec, workers=workers, ackers=ackers, previous=previous,
+                                                           generation=generation, at=status.now()))
+
+    def _write(self, topology: Manifest, previous: dict[str, Any], current: dict[str, Any]) -> None:
+        """Write the status if it changed, and post an Event if the phase did."""
+        if current == previous:
+            return
+        meta = topology["metadata"]
+        try:
+            self.kube.patch(Ref(resource.API_VERSION, resource.KIND, meta["namespace"], meta["name"]),
+                            {"status": status.merge_patch(previous, current)}, status=True)
+        except ApiException as exc:
+            if exc.status == 404:
+                return  # deleted since it was read
+            raise
+        event = status.transition(previous, current)
+        if event is not None:
+            kind, reason, message = event
+            kopf.event(topology, type=kind, reason=reason, message=message)
+
+
+def _owned(live: Manifest, topology: Mapping[str, Any]) -> bool:
+    """Whether ``live`` is this Topology's child (so it may be deleted when no longer rendered)."""
+    meta = live.get("metadata") or {}
+    uid = topology["metadata"].get("uid")
+    if any(ref.get("uid") == uid for ref in meta.get("ownerReferences") or ()):
+        return True
+    labels = meta.get("labels") or {}
+    return (labels.get("app.kubernetes.io/managed-by") == MANAGED_BY
+            and labels.get("app.kubernetes.io/instance") == topology["metadata"]["name"])
+
+
+def _topology_of(body: Mapping[str, Any]) -> str | None:
+    for ref in body.get("metadata", {}).get("ownerReferences") or ():
+        if ref.get("kind") == resource.KIND and ref.get("apiVersion") == resource.API_VERSION:
+            return ref.get("name")
+    return None
+
+
+def register(registry: kopf.OperatorRegistry, *, settings: Settings, api: client.ApiClient) -> Operator:
+    """Register the handlers in ``registry``; the ``kubernetes`` client ``api`` reads and writes objects."""
+    operator = Operator(settings=settings, kube=Kube(api))
+    topologies = dict(group=resource.GROUP, version=resource.VERSION, plural=resource.PLURAL, registry=registry)
+
+    @kopf.on.resume(**topologies, id="reconcile")
+    @kopf.on.create(**topologies, id="reconcile")
+    @kopf.on.update(**topologies, id="reconcile")
+    def reconcile(namespace: str, name: str, logger: logging.Logger, **_: Any) -> None:
+        operator.reconcile(namespace, name, logger)
+
+    @kopf.on.event("apps", "v1", "statefulsets", labels={"app.kubernetes.io/managed-by": MANAGED_BY},
+                   registry=registry, id="status")
+    def statefulset_changed(body: kopf.Body, namespace: str, **_: Any) -> None:
+        name = _topology_of(body)
+        if name is not None:
+            operator.refresh(namespace, name)
+
+    return operator
+
+
+async def operate(*, settings: Settings, api: client.ApiClient, registry: kopf.OperatorRegistry,
+                  stop_flag: Any = None, ready_flag: Any = None) -> None:
+    """Run the operator until ``stop_flag`` (or a signal): one replica, no peering, the namespaces of
+    ``settings`` (all when none), kopf's liveness endpoint at ``settings.liveness``."""
+    register(registry, settings=settings, api=api)
+    await kopf.operator(registry=registry, settings=kopf_settings(settings), standalone=True,
+                        clusterwide=settings.clusterwide, namespaces=list(settings.namespaces),
+                        liveness_endpoint=settings.liveness, stop_flag=stop_flag, ready_flag=ready_flag)

@@ -1,0 +1,301 @@
+"""A topology's Kubernetes objects, rendered by pure functions: spec in, manifests (plain dicts) out.
+
+Nothing here talks to a cluster, so ``squall render`` prints exactly what the operator applies (less
+the ownerReferences, which need the Topology's uid). Manifests hold no nulls, no empty lists and no
+empty maps but ``emptyDir: {}``: the API server drops those, and the operator compares what it
+renders with what it reads back.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+
+from squall.errors import TopologyError
+from squall.topology.spec import TopologySpec
+
+Manifest = dict[str, Any]
+
+GRPC_PORT = 7070
+METRICS_PORT = 9090
+SPARK_DRIVER_PORT = 7078
+SPARK_BLOCK_MANAGER_PORT = 7079
+SPEC_DIR = "/etc/squall"
+SPEC_FILE = "topology.yaml"
+SPEC_HASH = "squall.dev/spec-hash"
+RUN_AS = 10001  # the image's non-root user
+DEFAULT_RESOURCES = {"requests": {"cpu": "100m", "memory": "256Mi"}}
+# Kubernetes' own client and service address, as seen from any pod
+K8S_MASTER = "k8s://https://kubernetes.default.svc:443"
+MANAGED_BY = "squall-operator"
+WORKER, ACKER = "worker", "acker"
+
+
+@dataclass(frozen=True)
+class Names:
+    """The name of every object of one topology: deterministic, so the operator finds them without listing."""
+
+    topology: str
+
+    @property
+    def worker(self) -> str:
+        return f"{self.topology}-worker"
+
+    @property
+    def acker(self) -> str:
+        return f"{self.topology}-acker"
+
+    @property
+    def config_map(self) -> str:
+        return f"{self.topology}-spec"
+
+    @property
+    def service_account(self) -> str:
+        return self.topology
+
+    @property
+    def spark_role(self) -> str:
+        return f"{self.topology}-spark"
+
+    @property
+    def pod_monitor(self) -> str:
+        return self.topology
+
+
+def labels(topology: str, component: str) -> dict[str, str]:
+    """The standard ``app.kubernetes.io/*`` labels of every object of a topology."""
+    return {**selector(topology, component), "app.kubernetes.io/part-of": "squall",
+            "app.kubernetes.io/managed-by": MANAGED_BY}
+
+
+def selector(topology: str, component: str) -> dict[str, str]:
+    """The labels a Service or StatefulSet selects its pods by (never changed once created)."""
+    return {"app.kubernetes.io/name": "squall", "app.kubernetes.io/instance": topology,
+            "app.kubernetes.io/component": component}
+
+
+def spec_hash(spec: TopologySpec) -> str:
+    """A hash of everything in the spec but ``suspended``: it changes, and rolls the pods, on every
+    other change, while suspending only rewrites the ConfigMap that running workers follow."""
+    doc = spec.to_dict()
+    doc.pop("suspended", None)
+    return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def resolve_image(spec: TopologySpec, default: str | None) -> str:
+    """``spec.image``, else the operator's default image; :class:`TopologyError` when there is neither."""
+    image = spec.image or default
+    if not image:
+        raise TopologyError(f"topology {spec.name!r} has no image: set spec.image (or the operator's "
+                            "SQUALL_OPERATOR_IMAGE, or squall render --image)")
+    return image
+
+
+def render(spec: TopologySpec, *, namespace: str, image: str, podmonitor: bool = False) -> list[Manifest]:
+    """Every object of the topology, in the order they are applied.
+
+    ``spec`` must be valid (:func:`squall_operator.resource.check_spec`); ``image`` comes from
+    :func:`resolve_image`; ``podmonitor`` adds a prometheus-operator PodMonitor.
+    """
+    out = [config_map(spec, namespace=namespace), service_account(spec, namespace=namespace)]
+    if spec.spark is not None:
+        out += [spark_role(spec, namespace=namespace), spark_role_binding(spec, namespace=namespace)]
+    out += [service(spec, WORKER, namespace=namespace),
+            stateful_set(spec, WORKER, namespace=namespace, image=image)]
+    if spec.num_ackers:
+        out += [service(spec, ACKER, namespace=namespace),
+                stateful_set(spec, ACKER, namespace=namespace, image=image)]
+    if podmonitor:
+        out.append(pod_monitor(spec, namespace=namespace))
+    return out
+
+
+def child_refs(topology: str) -> list[tuple[str, str, str]]:
+    """(apiVersion, kind, name) of everything :func:`render` can produce for a topology, rendered now or
+    not: what is not rendered any more (ackers: 0, spark removed, PodMonitor off) gets deleted."""
+    names = Names(topology)
+    return [("v1", "ConfigMap", names.config_map), ("v1", "ServiceAccount", names.service_account),
+            ("rbac.authorization.k8s.io/v1", "Role", names.spark_role),
+            ("rbac.authorization.k8s.io/v1", "RoleBinding", names.spark_role),
+            ("v1", "Service", names.worker), ("apps/v1", "StatefulSet", names.worker),
+            ("v1", "Service", names.acker), ("apps/v1", "StatefulSet", names.acker),
+            ("monitoring.coreos.com/v1", "PodMonitor", names.pod_monitor)]
+
+
+def _meta(name: str, namespace: str, topology: str, component: str) -> dict[str, Any]:
+    return {"name": name, "namespace": namespace, "labels": labels(topology, component)}
+
+
+def config_map(spec: TopologySpec, *, namespace: str) -> Manifest:
+    """The whole spec as ``topology.yaml``, mounted into every pod; workers follow its ``suspended``."""
+    return {"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": _meta(Names(spec.name).config_map, namespace, spec.name, "spec"),
+            "data": {SPEC_FILE: yaml.safe_dump(spec.to_dict(), sort_keys=False)}}
+
+
+def service_account(spec: TopologySpec, *, namespace: str) -> Manifest:
+    """The pods' identity; only a Spark driver (a worker pod) uses its token, through the Role below."""
+    return {"apiVersion": "v1", "kind": "ServiceAccount",
+            "metadata": _meta(Names(spec.name).service_account, namespace, spec.name, "identity")}
+
+
+def spark_role(spec: TopologySpec, *, namespace: str) -> Manifest:
+    """What a Spark driver in client mode needs to run its executor pods in the topology's namespace."""
+    return {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+            "metadata": _meta(Names(spec.name).spark_role, namespace, spec.name, "spark"),
+            "rules": [{"apiGroups": [""],
+                       "resources": ["pods", "services", "configmaps", "persistentvolumeclaims"],
+                       "verbs": ["create", "get", "list", "watch", "delete", "deletecollection", "patch"]}]}
+
+
+def spark_role_binding(spec: TopologySpec, *, namespace: str) -> Manifest:
+    names = Names(spec.name)
+    return {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+            "metadata": _meta(names.spark_role, namespace, spec.name, "spark"),
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": names.spark_role},
+            "subjects": [{"kind": "ServiceAccount", "name": names.service_account, "namespace": namespace}]}
+
+
+def _ports(spec: TopologySpec, role: str) -> list[tuple[str, int]]:
+    ports = [("grpc", GRPC_PORT), ("metrics", METRICS_PORT)]
+    if role == WORKER and spec.spark is not None:  # Spark executors connect back to their driver
+        ports += [("spark-driver", SPARK_DRIVER_PORT), ("spark-blockmgr", SPARK_BLOCK_MANAGER_PORT)]
+    return ports
+
+
+def service(spec: TopologySpec, role: str, *, namespace: str) -> Manifest:
+    """The headless Service that gives each pod of a StatefulSet its DNS name (``<pod>.<service>``)."""
+    name = getattr(Names(spec.name), role)
+    return {"apiVersion": "v1", "kind": "Service", "metadata": _meta(name, namespace, spec.name, role),
+            "spec": {"clusterIP": "None",
+                     # peers dial each other while starting up, before any of them is ready
+                     "publishNotReadyAddresses": True,
+                     "selector": selector(spec.name, role),
+                     "ports": [{"name": n, "port": p, "targetPort": n, "protocol": "TCP"}
+                               for n, p in _ports(spec, role)]}}
+
+
+def peers(spec: TopologySpec, role: str, *, namespace: str) -> str:
+    """The ``SQUALL_<ROLE>_PEERS`` template: ``{i}`` is the pod ordinal (see docs/processes.md)."""
+    service_name = getattr(Names(spec.name), role)
+    return f"{service_name}-{{i}}.{service_name}.{namespace}.svc:{GRPC_PORT}"
+
+
+def spark_conf(spec: TopologySpec, *, namespace: str, image: str) -> dict[str, str]:
+    """Spark properties for a worker pod that is a Spark driver in client mode.
+
+    ``$(SQUALL_POD_NAME)`` is expanded by Kubernetes (the variable is defined before the one that
+    uses it). Executors are owned by the driver pod, so they go when it goes.
+    """
+    assert spec.spark is not None
+    spark, names = spec.spark, Names(spec.name)
+    conf = {
+        "spark.master": K8S_MASTER,
+        "spark.submit.deployMode": "client",
+        "spark.driver.host": f"$(SQUALL_POD_NAME).{names.worker}.{namespace}.svc",
+        "spark.driver.port": str(SPARK_DRIVER_PORT),
+        "spark.driver.blockManager.port": str(SPARK_BLOCK_MANAGER_PORT),
+        "spark.driver.bindAddress": "0.0.0.0",
+        "spark.kubernetes.namespace": namespace,
+        "spark.kubernetes.driver.pod.name": "$(SQUALL_POD_NAME)",
+        "spark.kubernetes.container.image": spark.executor_image or image,
+        "spark.kubernetes.authenticate.driver.serviceAccountName": names.service_account,
+        "spark.executor.instances": str(spark.executors),
+        "spark.executor.cores": str(spark.executor_cores),
+        "spark.executor.memory": spark.executor_memory,
+        "spark.driver.memory": spark.driver_memory,
+    }
+    return {**conf, **spark.conf}
+
+
+def environment(spec: TopologySpec, role: str, *, namespace: str, image: str) -> list[dict[str, Any]]:
+    """The process environment contract of docs/processes.md. The index is not set: each process
+    takes it from its StatefulSet hostname (``<topology>-worker-3``)."""
+    env: list[dict[str, Any]] = [
+        {"name": "SQUALL_TOPOLOGY", "value": f"{SPEC_DIR}/{SPEC_FILE}"},
+        {"name": "SQUALL_NAMESPACE", "value": namespace},
+        {"name": "SQUALL_WORKERS", "value": str(spec.workers)},
+        {"name": "SQUALL_ACKERS", "value": str(spec.num_ackers)},
+        {"name": "SQUALL_WORKER_PEERS", "value": peers(spec, WORKER, namespace=namespace)},
+        {"name": "SQUALL_ACKER_PEERS", "value": peers(spec, ACKER, namespace=namespace)},
+        {"name": "SQUALL_GRPC_PORT", "value": str(GRPC_PORT)},
+        {"name": "SQUALL_METRICS_PORT", "value": str(METRICS_PORT)},
+        {"name": "SQUALL_MESSAGE_TIMEOUT_SECONDS", "value": str(spec.message_timeout_seconds)},
+    ]
+    if spec.max_spout_pending is not None:
+        env.append({"name": "SQUALL_MAX_SPOUT_PENDING", "value": str(spec.max_spout_pending)})
+    if role == WORKER and spec.spark is not None:
+        env += [{"name": "SQUALL_POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+                {"name": "SQUALL_SPARK_CONF",
+                 "value": json.dumps(spark_conf(spec, namespace=namespace, image=image), sort_keys=True)}]
+    return env
+
+
+def _probe(period: int, failures: int) -> dict[str, Any]:
+    return {"httpGet": {"path": "/healthz", "port": "metrics"}, "periodSeconds": period, "timeoutSeconds": 2,
+            "failureThreshold": failures}
+
+
+def stateful_set(spec: TopologySpec, role: str, *, namespace: str, image: str) -> Manifest:
+    """The worker (``spec.workers`` pods) or acker (``ackers``, or one per worker) StatefulSet."""
+    names = Names(spec.name)
+    name = getattr(names, role)
+    spark_driver = role == WORKER and spec.spark is not None
+    container: dict[str, Any] = {
+        "name": role,
+        "image": image,
+        "command": ["squall", role],
+        "env": environment(spec, role, namespace=namespace, image=image),
+        "ports": [{"name": n, "containerPort": p, "protocol": "TCP"} for n, p in _ports(spec, role)],
+        "livenessProbe": _probe(10, 3),
+        "readinessProbe": _probe(5, 2),
+        "resources": spec.resources or DEFAULT_RESOURCES,
+        "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
+                            "runAsNonRoot": True, "capabilities": {"drop": ["ALL"]}},
+        "volumeMounts": [{"name": "spec", "mountPath": SPEC_DIR, "readOnly": True},
+                         {"name": "tmp", "mountPath": "/tmp"}],
+    }
+    if spec.image_pull_policy:
+        container["imagePullPolicy"] = spec.image_pull_policy
+    return {
+        "apiVersion": "apps/v1", "kind": "StatefulSet",
+        "metadata": _meta(name, namespace, spec.name, role),
+        "spec": {
+            "replicas": spec.workers if role == WORKER else spec.num_ackers,
+            "serviceName": name,
+            # all pods start (and restart on a rebalance) together: they wait for each other anyway
+            "podManagementPolicy": "Parallel",
+            "updateStrategy": {"type": "RollingUpdate"},
+            "selector": {"matchLabels": selector(spec.name, role)},
+            "template": {
+                "metadata": {"labels": labels(spec.name, role), "annotations": {SPEC_HASH: spec_hash(spec)}},
+                "spec": {
+                    "serviceAccountName": names.service_account,
+                    # only a Spark driver talks to the API server
+                    "automountServiceAccountToken": spark_driver,
+                    # SIGTERM drains: spouts stop, pending trees finish within the message timeout
+                    "terminationGracePeriodSeconds": spec.message_timeout_seconds + 15,
+                    "securityContext": {"runAsNonRoot": True, "runAsUser": RUN_AS, "runAsGroup": RUN_AS,
+                                        "fsGroup": RUN_AS, "seccompProfile": {"type": "RuntimeDefault"}},
+                    "containers": [container],
+                    # mounted as a directory (never subPath), so ConfigMap updates reach running pods
+                    "volumes": [{"name": "spec", "configMap": {"name": names.config_map,
+                                                               "items": [{"key": SPEC_FILE, "path": SPEC_FILE}]}},
+                                {"name": "tmp", "emptyDir": {}}],
+                },
+            },
+        },
+    }
+
+
+def pod_monitor(spec: TopologySpec, *, namespace: str) -> Manifest:
+    """A prometheus-operator PodMonitor scraping ``/metrics`` of every worker and acker pod."""
+    return {"apiVersion": "monitoring.coreos.com/v1", "kind": "PodMonitor",
+            "metadata": _meta(Names(spec.name).pod_monitor, namespace, spec.name, "metrics"),
+            "spec": {"selector": {"matchLabels": {"app.kubernetes.io/name": "squall",
+                                                  "app.kubernetes.io/instance": spec.name}},
+                     "podMetricsEndpoints": [{"port": "metrics", "path": "/metrics"}]}}

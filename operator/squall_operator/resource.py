@@ -1,0 +1,51 @@
+"""The Topology custom resource: its identity, and its ``spec`` as Squall's own spec model.
+
+A Topology's ``spec`` is a topology YAML document; its name is the resource's ``metadata.name``
+(``spec.name`` may be left out, and must match when given).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from squall.errors import TopologyError
+from squall.topology.plan import validate
+from squall.topology.spec import TopologySpec
+
+GROUP = "squall.dev"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+KIND = "Topology"
+PLURAL = "topologies"
+SINGULAR = "topology"
+SHORT_NAMES = ["topo"]
+
+
+def parse_spec(name: str, spec: Any, *, namespace: str | None = None) -> TopologySpec:
+    """The spec of Topology ``name`` as a :class:`TopologySpec`; :class:`TopologyError` if it does not parse."""
+    where = f"Topology {namespace}/{name}" if namespace else f"Topology {name}"
+    if not isinstance(spec, dict):
+        raise TopologyError(f"{where}: spec must be a mapping with spouts and bolts, got {type(spec).__name__}")
+    given = spec.get("name")
+    if given is not None and given != name:
+        raise TopologyError(f"{where}: spec.name {given!r} differs from metadata.name {name!r}; "
+                            "remove spec.name (the resource's name is the topology's name)")
+    return TopologySpec.from_dict({**spec, "name": name}, source=f"{where} spec")
+
+
+def check_spec(name: str, spec: Any, *, namespace: str | None = None) -> TopologySpec:
+    """Parse and validate the spec as the operator does: structure and wiring, without importing user code."""
+    parsed = parse_spec(name, spec, namespace=namespace)
+    validate(parsed, imports=False)
+    return parsed
+
+
+def to_resource(spec: TopologySpec, *, namespace: str | None = None) -> dict[str, Any]:
+    """The Topology resource for ``spec``, for ``kubectl apply``: the spec as written (camelCase, no defaults
+    filled in, so the CRD's and the model's defaults apply), named by ``metadata.name``."""
+    body = spec.model_dump(by_alias=True, mode="json", exclude_unset=True)
+    body.pop("name", None)
+    metadata: dict[str, Any] = {"name": spec.name}
+    if namespace:
+        metadata["namespace"] = namespace
+    return {"apiVersion": API_VERSION, "kind": KIND, "metadata": metadata, "spec": body}

@@ -1,0 +1,167 @@
+"""A Topology's status, computed by pure functions from its spec and its StatefulSets as read.
+
+Phases: ``Pending`` until every pod is ready for the first time, then ``Running`` (also while a spec
+change rolls the pods, or while pods are lost: ``Degraded`` says so); ``Suspended`` while
+``spec.suspended``; ``Failed`` while the spec is invalid. Conditions follow Kubernetes' conventions:
+``Ready``, ``Progressing`` and ``Degraded``, each with a reason and a message.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from squall.topology.spec import TopologySpec
+from squall_operator.render import WORKER, selector, spec_hash
+
+PENDING, RUNNING, SUSPENDED, FAILED = "Pending", "Running", "Suspended", "Failed"
+KEEP_ERRORS = 5
+# Status keys that describe pods; an invalid spec leaves the last known values in place.
+POD_KEYS = ("workers", "readyWorkers", "ackers", "readyAckers", "ready", "selector", "specHash")
+
+
+@dataclass(frozen=True)
+class Rollout:
+    """Where one StatefulSet stands against the number of pods the spec wants."""
+
+    wanted: int
+    replicas: int = 0
+    ready: int = 0
+    updated: int = 0
+    done: bool = False  # every pod runs the current template, as far as the controller has seen
+
+    @classmethod
+    def of(cls, sts: dict[str, Any] | None, wanted: int) -> Rollout:
+        """Read a live StatefulSet (None: it does not exist)."""
+        if sts is None:
+            return cls(wanted=wanted, done=wanted == 0)
+        status = sts.get("status") or {}
+        replicas, ready, updated = (int(status.get(k) or 0) for k in ("replicas", "readyReplicas", "updatedReplicas"))
+        observed = int(status.get("observedGeneration") or 0) >= int(sts.get("metadata", {}).get("generation") or 0)
+        # the controller moves currentRevision to updateRevision once every pod is updated and ready
+        revisions = status.get("currentRevision") == status.get("updateRevision")
+        done = (observed and revisions and sts.get("spec", {}).get("replicas") == wanted
+                and replicas == wanted and updated == wanted)
+        return cls(wanted=wanted, replicas=replicas, ready=ready, updated=updated, done=done)
+
+    @property
+    def all_ready(self) -> bool:
+        return self.done and self.ready == self.wanted
+
+
+def now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _condition(kind: str, status: bool, reason: str, message: str, *, generation: int | None,
+               previous: list[dict[str, Any]], at: str) -> dict[str, Any]:
+    text = "True" if status else "False"
+    before = next((c for c in previous if c.get("type") == kind), None)
+    # lastTransitionTime moves only when the status flips, as Kubernetes' conventions ask
+    since = before["lastTransitionTime"] if before and before.get("status") == text and \
+        before.get("lastTransitionTime") else at
+    out = {"type": kind, "status": text, "reason": reason, "message": message, "lastTransitionTime": since}
+    if generation is not None:
+        out["observedGeneration"] = generation
+    return out
+
+
+def with_error(errors: list[dict[str, Any]], message: str, *, at: str) -> list[dict[str, Any]]:
+    """``errors`` with ``message`` appended (unless it repeats the last one), keeping the newest few."""
+    if errors and errors[-1].get("message") == message:
+        return list(errors)
+    return [*errors, {"time": at, "message": message}][-KEEP_ERRORS:]
+
+
+def failed(previous: dict[str, Any], message: str, *, generation: int | None, at: str) -> dict[str, Any]:
+    """The status of a Topology whose spec is invalid: nothing was applied, pods are as they were."""
+    conditions = previous.get("conditions") or []
+    out = {k: previous[k] for k in POD_KEYS if k in previous}
+    out |= {
+        "phase": FAILED,
+        "conditions": [
+            _condition("Ready", False, "InvalidSpec", message, generation=generation, previous=conditions, at=at),
+            _condition("Progressing", False, "InvalidSpec", "fix the spec: nothing is applied until it is valid",
+                       generation=generation, previous=conditions, at=at),
+            _condition("Degraded", True, "InvalidSpec", message, generation=generation, previous=conditions, at=at),
+        ],
+        "errors": with_error(previous.get("errors") or [], message, at=at),
+    }
+    if generation is not None:
+        out["observedGeneration"] = generation
+    return out
+
+
+def compute(spec: TopologySpec, *, workers: dict[str, Any] | None, ackers: dict[str, Any] | None,
+            previous: dict[str, Any], generation: int | None, at: str) -> dict[str, Any]:
+    """The status of a valid Topology whose worker and acker StatefulSets read as ``workers``/``ackers``.
+
+    ``previous`` is the current status (for the phase history, transition times and errors);
+    ``generation`` is the spec generation the operator has acted on.
+    """
+    w, a = Rollout.of(workers, spec.workers), Rollout.of(ackers, spec.num_ackers)
+    all_ready, done = w.all_ready and a.all_ready, w.done and a.done
+    was_running = previous.get("phase") == RUNNING
+    counts = f"{w.ready}/{w.wanted} workers and {a.ready}/{a.wanted} ackers ready"
+    conditions = previous.get("conditions") or []
+
+    def cond(kind: str, status: bool, reason: str, message: str) -> dict[str, Any]:
+        return _condition(kind, status, reason, message, generation=generation, previous=conditions, at=at)
+
+    if not done:
+        progressing = cond("Progressing", True, "RollingOut",
+                           f"rolling out: {w.updated}/{w.wanted} workers and {a.updated}/{a.wanted} ackers updated")
+    elif not all_ready and not was_running:
+        progressing = cond("Progressing", True, "Starting", counts)
+    else:
+        progressing = cond("Progressing", False, "RolloutComplete", "every pod runs the current spec")
+    degraded = done and not all_ready and was_running
+    if spec.suspended:
+        phase = SUSPENDED
+    elif all_ready or was_running:
+        phase = RUNNING
+    else:
+        phase = PENDING
+    out = {
+        "phase": phase,
+        "workers": w.replicas,
+        "readyWorkers": w.ready,
+        "ackers": a.wanted,
+        "readyAckers": a.ready,
+        "ready": f"{w.ready + a.ready}/{w.wanted + a.wanted}",
+        "selector": ",".join(f"{k}={v}" for k, v in selector(spec.name, WORKER).items()),
+        "specHash": spec_hash(spec),
+        "conditions": [
+            cond("Ready", all_ready, "AllPodsReady" if all_ready else "PodsNotReady", counts),
+            progressing,
+            cond("Degraded", degraded, "PodsNotReady" if degraded else "AsExpected", counts),
+        ],
+        "errors": list(previous.get("errors") or []),
+    }
+    if generation is not None:
+        out["observedGeneration"] = generation
+    return out
+
+
+def transition(previous: dict[str, Any], current: dict[str, Any]) -> tuple[str, str, str] | None:
+    """The Event (type, reason, message) to post when the phase changes, or a Failed topology's
+    message does; None otherwise."""
+    phase = current.get("phase")
+    ready = next((c for c in current.get("conditions", ()) if c["type"] == "Ready"), {})
+    message = ready.get("message", "")
+    if phase == previous.get("phase"):
+        before = next((c for c in previous.get("conditions") or () if c.get("type") == "Ready"), {})
+        if phase != FAILED or before.get("message") == message:
+            return None
+    if phase == FAILED:
+        return "Warning", "Failed", message
+    if phase == SUSPENDED:
+        return "Normal", SUSPENDED, "spouts deactivated; pods keep running"
+    return "Normal", str(phase), message
+
+
+def merge_patch(previous: dict[str, Any], current: dict[str, Any]) -> dict[str, Any]:
+    """A JSON merge patch from ``previous`` to ``current`` (top-level keys: the status is written whole)."""
+    return {**{k: None for k in previous if k not in current}, **current}
+

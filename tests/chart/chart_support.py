@@ -1,0 +1,49 @@
+"""Rendering the Helm chart offline with the real Helm library (helm-python-sdk binds Helm's Go SDK)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import helm_python as helm
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+CHART = REPO / "charts" / "squall"
+RELEASE, NAMESPACE = "squall", "squall-system"
+
+
+@dataclass(frozen=True)
+class Rendered:
+    """One rendered chart: its Kubernetes objects (with the template each came from) and NOTES.txt."""
+
+    objects: list[tuple[str, dict[str, Any]]]
+    notes: str
+
+    def of_kind(self, kind: str) -> list[dict[str, Any]]:
+        return [obj for _, obj in self.objects if obj["kind"] == kind]
+
+    def one(self, kind: str, name: str | None = None) -> dict[str, Any]:
+        found = [obj for obj in self.of_kind(kind) if name is None or obj["metadata"]["name"] == name]
+        assert len(found) == 1, f"expected one {kind} {name or ''}, found {[o['metadata']['name'] for o in found]}"
+        return found[0]
+
+
+def render(values: dict[str, Any] | None = None, *, namespace: str = NAMESPACE) -> Rendered:
+    """``helm template`` of the chart: what ``helm install`` would apply (the CRD aside, see crds/)."""
+    with helm.Chart.load(CHART) as chart:
+        chart.validate_schema(values or {})
+        files = chart.render(values, name=RELEASE, namespace=namespace, is_install=True)
+    objects, notes = [], ""
+    for template, text in sorted(files.items()):
+        if template.endswith("NOTES.txt"):
+            notes = text
+            continue
+        objects += [(template, doc) for doc in yaml.safe_load_all(text) if doc]
+    return Rendered(objects, notes)
+
+
+def deployment_env(rendered: Rendered) -> dict[str, str]:
+    (container,) = rendered.one("Deployment")["spec"]["template"]["spec"]["containers"]
+    return {e["name"]: e["value"] for e in container["env"]}

@@ -1,0 +1,231 @@
+"""The Helm chart renders, lints and produces valid Kubernetes objects, with default and other values."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import helm_python as helm
+import jsonschema
+import kubernetes_validate
+import pytest
+from chart_support import CHART, NAMESPACE, REPO, Rendered, deployment_env, render
+
+from squall.topology import load_spec
+from squall_operator import render as operator_render
+from squall_operator.settings import Settings
+
+# the chart's kubeVersion floor, and the newest schemas kubernetes-validate ships
+KUBE_VERSIONS = ["1.27.0", kubernetes_validate.latest_version()]
+
+VALUE_SETS = {
+    "defaults": {},
+    "namespaced": {"watchNamespaces": ["team-a", "team-b"], "rbac": {"sparkExecutors": False},
+                   "logLevel": "DEBUG", "topologyPodMonitors": "false"},
+    "pod-monitor": {"monitoring": {"podMonitor": {"enabled": True, "labels": {"release": "kps"}, "interval": "15s"}},
+                    "grafanaDashboard": {"namespace": "monitoring", "labels": {"team": "data"},
+                                         "annotations": {"grafana_folder": "Squall"}}},
+    "service-monitor": {"watchNamespaces": ["streams"],
+                        "monitoring": {"serviceMonitor": {"enabled": True, "labels": {"release": "kps"}}}},
+    "customised": {
+        "image": {"repository": "registry.example.com/squall", "tag": "1.2.3", "pullPolicy": "Always"},
+        "topologyImage": "registry.example.com/topologies:7",
+        "imagePullSecrets": [{"name": "regcred"}],
+        "serviceAccount": {"name": "streams-operator", "annotations": {"team": "data"}},
+        "resources": {"requests": {"cpu": "200m", "memory": "256Mi"}, "limits": {"cpu": 1, "memory": "1Gi"}},
+        "podAnnotations": {"example.com/scrape": "false"}, "podLabels": {"team": "data"},
+        "nodeSelector": {"kubernetes.io/os": "linux"},
+        "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "streams", "effect": "NoSchedule"}],
+        "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "pool", "operator": "In", "values": ["streams"]}]}]}}},
+        "priorityClassName": "streams", "topologyPodMonitors": True,
+        "grafanaDashboard": {"enabled": False}, "rbac": {"aggregateToDefaultRoles": False},
+    },
+    "existing-account": {"rbac": {"create": False}, "serviceAccount": {"create": False, "name": "squall-operator"}},
+}
+CLUSTER_SCOPED = {"ClusterRole", "ClusterRoleBinding"}
+
+# kubernetes-validate has no schema for prometheus-operator's kinds: these cover the fields the chart
+# sets, from the monitoring.coreos.com/v1 API reference (unknown fields are refused, as the CRDs do).
+_SELECTOR = {"type": "object", "additionalProperties": False, "properties": {
+    "matchLabels": {"type": "object", "additionalProperties": {"type": "string"}},
+    "matchExpressions": {"type": "array", "items": {
+        "type": "object", "additionalProperties": False, "required": ["key", "operator"],
+        "properties": {"key": {"type": "string"}, "operator": {"enum": ["In", "NotIn", "Exists", "DoesNotExist"]},
+                       "values": {"type": "array", "items": {"type": "string"}}}}}}}
+_ENDPOINT = {"type": "object", "additionalProperties": False, "required": ["port"], "properties": {
+    "port": {"type": "string"}, "path": {"type": "string"},
+    "interval": {"type": "string", "pattern": "^(([0-9]+)(ms|s|m|h|d|w|y))+$"}}}
+_NAMESPACES = {"type": "object", "additionalProperties": False, "properties": {
+    "any": {"type": "boolean"}, "matchNames": {"type": "array", "items": {"type": "string"}}}}
+MONITOR_SPECS = {
+    "PodMonitor": {"type": "object", "additionalProperties": False, "required": ["selector", "podMetricsEndpoints"],
+                   "properties": {"selector": _SELECTOR, "namespaceSelector": _NAMESPACES,
+                                  "podMetricsEndpoints": {"type": "array", "minItems": 1, "items": _ENDPOINT}}},
+    "ServiceMonitor": {"type": "object", "additionalProperties": False, "required": ["selector", "endpoints"],
+                       "properties": {"selector": _SELECTOR, "namespaceSelector": _NAMESPACES,
+                                      "endpoints": {"type": "array", "minItems": 1, "items": _ENDPOINT}}},
+}
+
+
+@pytest.fixture(scope="module", params=sorted(VALUE_SETS))
+def rendered(request) -> tuple[str, Rendered]:
+    return request.param, render(VALUE_SETS[request.param])
+
+
+def test_helm_lint_passes_strictly_with_every_value_set():
+    for name, values in VALUE_SETS.items():
+        report = helm.lint(CHART, values, strict=True, namespace=NAMESPACE, kube_version="v1.27.0")
+        assert report["errors"] == [], f"{name}: {report['errors']}"
+        problems = [m for m in report["messages"] if m["severity"] >= 2]
+        assert problems == [], f"{name}: helm lint reported {problems}"
+
+
+def test_every_manifest_passes_kubernetes_validate(rendered):
+    name, chart = rendered
+    assert chart.objects, f"{name}: nothing rendered"
+    for template, obj in chart.objects:
+        where = f"{name}: {template} {obj['kind']} {obj['metadata'].get('name')}"
+        if obj["apiVersion"] == "monitoring.coreos.com/v1":
+            # the object's metadata through kubernetes-validate; its spec against the schema above
+            kubernetes_validate.validate({"apiVersion": "v1", "kind": "ConfigMap", "metadata": obj["metadata"]},
+                                         KUBE_VERSIONS[-1], strict=True)
+            jsonschema.validate(obj["spec"], MONITOR_SPECS[obj["kind"]])
+            continue
+        for version in KUBE_VERSIONS:
+            try:
+                kubernetes_validate.validate(obj, version, strict=True)
+            except kubernetes_validate.ValidationError as exc:
+                pytest.fail(f"{where} is invalid for Kubernetes {version}: {exc.message} at {list(exc.path)}")
+
+
+def test_objects_are_placed_in_the_right_namespaces(rendered):
+    name, chart = rendered
+    allowed = {NAMESPACE, *VALUE_SETS[name].get("watchNamespaces", []),
+               VALUE_SETS[name].get("grafanaDashboard", {}).get("namespace", NAMESPACE)}
+    for _, obj in chart.objects:
+        namespace = obj["metadata"].get("namespace")
+        if obj["kind"] in CLUSTER_SCOPED:
+            assert namespace is None, f"{obj['kind']} {obj['metadata']['name']} is cluster-scoped"
+        else:
+            assert namespace in allowed, f"{obj['kind']} {obj['metadata']['name']} in {namespace!r}"
+    roles = {obj["metadata"]["namespace"] for obj in chart.of_kind("Role")}
+    rbac = VALUE_SETS[name].get("rbac", {}).get("create", True)
+    assert roles == (set(VALUE_SETS[name].get("watchNamespaces", [])) if rbac else set())
+
+
+def test_the_operator_runs_non_root_on_a_read_only_root_filesystem(rendered):
+    name, chart = rendered
+    deployment = chart.one("Deployment")
+    spec = deployment["spec"]
+    assert spec["replicas"] == 1 and spec["strategy"]["type"] == "Recreate", "kopf runs without peering: one at a time"
+    pod = spec["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["runAsUser"] == operator_render.RUN_AS
+    (container,) = pod["containers"]
+    security = container["securityContext"]
+    assert security["readOnlyRootFilesystem"] is True
+    assert security["allowPrivilegeEscalation"] is False
+    assert security["capabilities"]["drop"] == ["ALL"]
+    mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert "emptyDir" in volumes[mounts["/tmp"]], "the image's HOME and scratch space is /tmp"
+    assert container["command"] == ["python", "-m", "squall_operator"]
+    assert set(container["resources"]) >= {"requests", "limits"}
+    endpoint = Settings.from_env(deployment_env(chart)).liveness
+    liveness = re.fullmatch(r"http://0\.0\.0\.0:(\d+)(/\S*)", endpoint)
+    assert liveness, f"the probes cannot reach {endpoint}"
+    port = {p["name"]: p["containerPort"] for p in container["ports"]}
+    for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+        get = container[probe]["httpGet"]
+        assert port[get["port"]] == int(liveness.group(1)) and get["path"] == liveness.group(2), probe
+    assert pod["serviceAccountName"] == (VALUE_SETS[name].get("serviceAccount", {}).get("name") or "squall")
+
+
+def test_the_environment_is_what_the_operator_reads():
+    source = (REPO / "operator" / "squall_operator" / "settings.py").read_text()
+    read = set(re.findall(r"\b(SQUALL_OPERATOR_[A-Z_]+)\b", source))
+    for name, values in VALUE_SETS.items():
+        env = deployment_env(render(values))
+        assert set(env) == read, f"{name}: the chart sets {sorted(env)}, the operator reads {sorted(read)}"
+        settings = Settings.from_env(env)
+        assert settings.namespaces == tuple(values.get("watchNamespaces", ()))
+        assert settings.log_level == values.get("logLevel", "INFO")
+    customised = Settings.from_env(deployment_env(render(VALUE_SETS["customised"])))
+    assert customised.image == "registry.example.com/topologies:7"
+    assert customised.podmonitor == "true"
+    assert Settings.from_env(deployment_env(render())).image == "squall:0.1.0", "the chart's appVersion"
+
+
+def test_the_charts_own_monitor_replaces_the_operators_pod_monitors():
+    assert deployment_env(render())["SQUALL_OPERATOR_PODMONITOR"] == "auto"
+    assert deployment_env(render(VALUE_SETS["pod-monitor"]))["SQUALL_OPERATOR_PODMONITOR"] == "false"
+    assert deployment_env(render(VALUE_SETS["service-monitor"]))["SQUALL_OPERATOR_PODMONITOR"] == "false"
+    with pytest.raises(helm.HelmRenderError, match="scraped twice"):
+        render({"topologyPodMonitors": "true", "monitoring": {"podMonitor": {"enabled": True}}})
+    with pytest.raises(helm.HelmRenderError, match="at most one"):
+        render({"monitoring": {"podMonitor": {"enabled": True}, "serviceMonitor": {"enabled": True}}})
+
+
+def _matches(selector: dict, labels: dict[str, str]) -> bool:
+    if any(labels.get(k) != v for k, v in selector.get("matchLabels", {}).items()):
+        return False
+    for expr in selector.get("matchExpressions", []):
+        assert expr["operator"] == "In", expr
+        if labels.get(expr["key"]) not in expr["values"]:
+            return False
+    return True
+
+
+def test_monitors_select_exactly_the_pods_and_services_the_operator_renders():
+    spec = load_spec(REPO / "examples" / "wordcount.yaml")
+    objects = operator_render.render(spec, namespace="streams", image="squall:test", podmonitor=False)
+    pods = [o["spec"]["template"]["metadata"]["labels"] for o in objects if o["kind"] == "StatefulSet"]
+    services = [o["metadata"]["labels"] for o in objects if o["kind"] == "Service"]
+    others = [o["metadata"]["labels"] for o in objects if o["kind"] not in ("StatefulSet", "Service")]
+    assert len(pods) == 2 and len(services) == 2, "a worker and an acker StatefulSet and Service"
+    pod_monitor = render(VALUE_SETS["pod-monitor"]).one("PodMonitor")
+    service_monitor = render(VALUE_SETS["service-monitor"]).one("ServiceMonitor")
+    operator_pod = render().one("Deployment")["spec"]["template"]["metadata"]["labels"]
+    assert all(_matches(pod_monitor["spec"]["selector"], labels) for labels in pods)
+    assert all(_matches(service_monitor["spec"]["selector"], labels) for labels in services)
+    for monitor in (pod_monitor, service_monitor):
+        assert not any(_matches(monitor["spec"]["selector"], labels) for labels in [*others, operator_pod])
+    assert pod_monitor["metadata"]["labels"]["release"] == "kps"
+    assert pod_monitor["spec"]["namespaceSelector"] == {"any": True}
+    assert service_monitor["spec"]["namespaceSelector"] == {"matchNames": ["streams"]}
+    # the port the operator names in its pods and Services
+    port = {p["name"] for o in objects if o["kind"] == "Service" for p in o["spec"]["ports"]}
+    assert pod_monitor["spec"]["podMetricsEndpoints"][0]["port"] in port
+    assert service_monitor["spec"]["endpoints"][0]["port"] in port
+
+
+def test_the_chart_ships_the_repository_crd():
+    assert (CHART / "crds" / "topology.yaml").read_bytes() == (REPO / "crds" / "topology.yaml").read_bytes(), (
+        "charts/squall/crds/topology.yaml differs from crds/topology.yaml: copy it over")
+    with helm.Chart.load(CHART) as chart:
+        assert [c["filename"] for c in chart.crds] == ["squall/crds/topology.yaml"]
+
+
+def test_the_dashboard_configmap_holds_the_documented_dashboard():
+    docs = (REPO / "docs" / "grafana-dashboard.json").read_text()
+    assert (CHART / "dashboards" / "squall.json").read_text() == docs, (
+        "charts/squall/dashboards/squall.json and docs/grafana-dashboard.json must be the same file")
+    chart = render(VALUE_SETS["pod-monitor"])
+    config_map = chart.one("ConfigMap")
+    assert config_map["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert config_map["metadata"]["labels"]["team"] == "data"
+    assert config_map["metadata"]["namespace"] == "monitoring"
+    assert config_map["metadata"]["annotations"] == {"grafana_folder": "Squall"}
+    assert json.loads(config_map["data"]["squall.json"]) == json.loads(docs)
+    assert not render({"grafanaDashboard": {"enabled": False}}).of_kind("ConfigMap")
+
+
+def test_notes_give_the_next_steps():
+    notes = render().notes
+    for step in ("rollout status deployment/squall", "squall submit examples/wordcount.yaml | kubectl apply -f -",
+                 "kubectl wait topology/wordcount --for=condition=Ready", "kubectl scale topology/wordcount",
+                 "squall:0.1.0", "squall-dashboard"):
+        assert step in notes, step
+    assert "every namespace" in notes
+    assert "namespaces streams" in render(VALUE_SETS["service-monitor"]).notes

@@ -1,0 +1,117 @@
+"""The Grafana dashboard loads, is laid out, filters by its variables, and shows what the issue asks for.
+
+That every metric it queries is really exported is checked against a running topology in
+tests/procs/test_dashboard_metrics.py.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from dashboard_queries import EXTERNAL, REPO, family, load, parse, queries
+
+DASHBOARD = load()
+QUERIES = queries(DASHBOARD)
+PANELS = [p for p in DASHBOARD["panels"] if p["type"] != "row"]
+
+
+def test_the_parser_finds_metrics_and_labels():
+    q = parse('sum by (component, reason) (rate(squall_failed_total{namespace="$namespace", component=~"a|b"}'
+              '[$__rate_interval]) and on (pod, task) squall_max_spout_pending{topology="x-{1}"})')
+    assert q.metrics == {"squall_failed_total", "squall_max_spout_pending"}
+    assert q.grouping == {"component", "reason", "pod", "task"}
+    assert {s.metric: s.labels for s in q.selectors}["squall_failed_total"] == {"namespace", "component"}
+    q = parse("histogram_quantile(0.99, sum by (le) (rate(squall_complete_latency_seconds_bucket[5m]))) > bool 1")
+    assert q.metrics == {"squall_complete_latency_seconds_bucket"} and q.grouping == {"le"}
+    q = parse('label_values(squall_process_info{namespace="$namespace"}, topology)')
+    assert q.metrics == {"squall_process_info"} and q.grouping == {"topology"}
+    assert family("squall_execute_latency_seconds_count") == "squall_execute_latency_seconds"
+    assert family("squall_acked_total") == "squall_acked_total"
+
+
+def test_it_has_the_variables_namespace_topology_and_component():
+    variables = {v["name"]: v for v in DASHBOARD["templating"]["list"]}
+    assert variables["datasource"]["type"] == "datasource" and variables["datasource"]["query"] == "prometheus"
+    for name in ("namespace", "topology", "component"):
+        assert variables[name]["type"] == "query"
+        assert variables[name]["datasource"]["uid"] == "${datasource}"
+    assert variables["component"]["multi"] and variables["component"]["includeAll"]
+    # each variable narrows the next
+    assert "$namespace" in variables["topology"]["query"]["query"]
+    assert {"$namespace", "$topology"} <= set(re.findall(r"\$\w+", variables["component"]["query"]["query"]))
+
+
+def test_every_panel_queries_the_selected_topology_through_the_datasource_variable():
+    ids = [p["id"] for p in DASHBOARD["panels"]]
+    assert len(ids) == len(set(ids)), "panel ids must be unique"
+    for panel in PANELS:
+        assert panel["datasource"]["uid"] == "${datasource}", panel["title"]
+        assert panel["targets"], panel["title"]
+        for target in panel["targets"]:
+            assert target["datasource"]["uid"] == "${datasource}", panel["title"]
+            assert '"$namespace"' in target["expr"] and "$topology" in target["expr"], (
+                f"{panel['title']}: {target['expr']} does not filter by namespace and topology")
+
+
+def test_panels_fit_the_grid_without_overlapping():
+    boxes = []
+    for panel in DASHBOARD["panels"]:
+        g = panel["gridPos"]
+        assert g["x"] >= 0 and g["w"] > 0 and g["x"] + g["w"] <= 24, panel["title"]
+        for other, (x, y, w, h) in boxes:
+            overlap = g["x"] < x + w and x < g["x"] + g["w"] and g["y"] < y + h and y < g["y"] + g["h"]
+            assert not overlap, f"{panel['title']!r} overlaps {other!r}"
+        boxes.append((panel["title"], (g["x"], g["y"], g["w"], g["h"])))
+
+
+def _panel(title_part: str) -> dict:
+    found = [p for p in PANELS if title_part.lower() in p["title"].lower()]
+    assert len(found) == 1, f"one panel titled like {title_part!r}: {[p['title'] for p in found]}"
+    return found[0]
+
+
+def _queries(panel: dict):
+    return [parse(t["expr"]) for t in panel["targets"]]
+
+
+@pytest.mark.parametrize(("title", "metric", "grouped_by"), [
+    ("acked", "squall_acked_total", {"component"}),
+    ("failed", "squall_failed_total", {"reason"}),  # explicit and timeout apart
+    ("complete latency", "squall_complete_latency_seconds_bucket", {"le", "component"}),
+    ("execute latency", "squall_execute_latency_seconds_bucket", {"le", "component"}),
+    ("process latency", "squall_process_latency_seconds_bucket", {"le", "component"}),
+    ("capacity", "squall_capacity", {"component"}),
+    ("queue depth", "squall_queue_depth", {"component"}),
+    ("backpressure", "squall_overflow_depth", {"component"}),
+    ("replays", "squall_failed_total", {"component"}),
+    ("errors", "squall_errors_total", {"component"}),
+    ("restarts", "kube_pod_container_status_restarts_total", {"pod"}),
+])
+def test_the_issue_s_panels_are_there(title, metric, grouped_by):
+    queries_ = _queries(_panel(title))
+    assert any(metric in q.metrics and grouped_by <= q.grouping for q in queries_), (
+        f"panel {title!r} should query {metric} by {grouped_by}")
+
+
+def test_trees_count_spouts_only_and_latencies_show_p50_and_p99():
+    for title in ("acked", "failed", "replays"):
+        (first, *_) = _queries(_panel(title))
+        # squall_acked_total/failed_total count input tuples for bolts: keep the spout tasks only
+        assert "squall_max_spout_pending" in first.metrics, f"{title}: not restricted to spouts"
+    for title in ("complete latency", "execute latency", "process latency"):
+        exprs = [t["expr"] for t in _panel(title)["targets"]]
+        assert [e.split(",")[0] for e in exprs] == ["histogram_quantile(0.5", "histogram_quantile(0.99"], title
+    pending = _queries(_panel("pending"))
+    assert {"squall_pending_trees", "squall_max_spout_pending"} <= set().union(*(q.metrics for q in pending))
+
+
+def test_every_metric_is_squall_s_and_documented_or_explicitly_allowed():
+    documented = set(re.findall(r"^\| `(squall_\w+)`", (REPO / "docs" / "metrics.md").read_text(), re.M))
+    used = set().union(*(q.metrics for q in QUERIES))
+    for metric in used:
+        if metric in EXTERNAL:
+            continue
+        assert metric.startswith("squall_"), f"{metric} is not Squall's: add it to EXTERNAL with its source"
+        assert family(metric) in documented, f"{metric} is not in docs/metrics.md"
+    assert set(EXTERNAL) <= used, "EXTERNAL lists a metric the dashboard no longer queries"

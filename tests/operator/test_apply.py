@@ -1,0 +1,94 @@
+"""Idempotent apply: create what is missing, patch what differs, delete what is owned and no longer
+rendered, and write nothing when the cluster already holds what is rendered."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from squall.topology.spec import TopologySpec
+from squall_operator.apply import Ref, apply, covers
+from squall_operator.render import child_refs, render
+
+SPEC = {"name": "wc", "workers": 2, "spouts": [{"name": "s", "className": "m:S"}]}
+
+
+class MemoryKube:
+    """Stands in for :class:`squall_operator.apply.Kube`: objects in a dict, with the API server's habit
+    of adding fields (here: a status and a default) to what it stores."""
+
+    def __init__(self) -> None:
+        self.objects: dict[Ref, dict[str, Any]] = {}
+        self.writes: list[str] = []
+
+    def get(self, ref: Ref) -> dict[str, Any] | None:
+        return copy.deepcopy(self.objects.get(ref))
+
+    def create(self, manifest: dict[str, Any]) -> dict[str, Any]:
+        self.writes.append(f"create {Ref.of(manifest)}")
+        stored = copy.deepcopy(manifest) | {"status": {}}
+        stored["metadata"]["uid"] = "123"
+        self.objects[Ref.of(manifest)] = stored
+        return copy.deepcopy(stored)
+
+    def patch(self, ref: Ref, body: dict[str, Any]) -> dict[str, Any]:
+        self.writes.append(f"patch {ref}")
+        self.objects[ref] = {**self.objects[ref], **copy.deepcopy(body)}
+        return copy.deepcopy(self.objects[ref])
+
+    def delete(self, ref: Ref) -> bool:
+        self.writes.append(f"delete {ref}")
+        return self.objects.pop(ref, None) is not None
+
+
+def manifests(**changes: Any) -> list[dict[str, Any]]:
+    return render(TopologySpec.from_dict({**SPEC, **changes}), namespace="ns", image="squall:1")
+
+
+def prune() -> list[Ref]:
+    return [Ref(v, k, "ns", n) for v, k, n in child_refs("wc")]
+
+
+def test_covers_ignores_what_the_server_adds_but_not_what_differs():
+    desired = {"spec": {"replicas": 2, "ports": [{"name": "grpc", "port": 7070}]}}
+    assert covers({"spec": {"replicas": 2, "ports": [{"name": "grpc", "port": 7070, "protocol": "TCP"}],
+                            "revisionHistoryLimit": 10}, "status": {}}, desired)
+    assert not covers({"spec": {"replicas": 3, "ports": [{"name": "grpc", "port": 7070}]}}, desired)
+    assert not covers({"spec": {"replicas": 2, "ports": []}}, desired)
+    assert not covers({"spec": {"replicas": 2}}, desired)
+    assert not covers({"spec": {"replicas": 2, "ports": [{"name": "grpc", "port": 7070}, {"name": "x"}]}}, desired)
+
+
+def test_covers_compares_quantities_by_value():
+    desired = {"resources": {"requests": {"cpu": "1000m", "memory": "1024Mi"}}}
+    assert covers({"resources": {"requests": {"cpu": "1", "memory": "1Gi"}}}, desired)
+    assert not covers({"resources": {"requests": {"cpu": "2", "memory": "1Gi"}}}, desired)
+    assert not covers({"env": [{"name": "A", "value": "1"}]}, {"env": [{"name": "A", "value": "1.0"}]})
+
+
+def test_apply_creates_then_writes_nothing_then_patches_only_what_changed():
+    kube = MemoryKube()
+    first = apply(kube, manifests(), prune=prune())
+    assert first.created == ["ConfigMap wc-spec", "ServiceAccount wc", "Service wc-worker", "StatefulSet wc-worker",
+                             "Service wc-acker", "StatefulSet wc-acker"]
+    assert first.live[("StatefulSet", "wc-worker")]["status"] == {}
+
+    kube.writes.clear()
+    again = apply(kube, manifests(), prune=prune())
+    assert kube.writes == [] and not again.changed and again.summary() == "nothing to change"
+
+    suspended = apply(kube, manifests(suspended=True), prune=prune())
+    assert kube.writes == ["patch ConfigMap wc-spec"] and suspended.patched == ["ConfigMap wc-spec"]
+
+
+def test_apply_deletes_only_its_own_children_that_are_no_longer_rendered():
+    kube = MemoryKube()
+    apply(kube, manifests(), prune=prune())
+    foreign = Ref("v1", "Service", "ns", "wc-acker")
+
+    done = apply(kube, manifests(ackers=0), prune=prune(), owned=lambda live: live["kind"] != "Service")
+    assert done.deleted == ["StatefulSet wc-acker"] and foreign in kube.objects  # not ours: left alone
+    assert done.patched == ["ConfigMap wc-spec", "StatefulSet wc-worker"]  # SQUALL_ACKERS=0, a new spec hash
+    kube.writes.clear()
+    done = apply(kube, manifests(ackers=0), prune=prune(), owned=lambda live: True)
+    assert done.deleted == ["Service wc-acker"] and kube.writes == ["delete Service wc-acker"]

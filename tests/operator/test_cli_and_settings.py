@@ -1,0 +1,91 @@
+"""``squall render`` / ``squall submit``, and the operator's settings from its environment."""
+
+from __future__ import annotations
+
+import logging
+import pathlib
+import subprocess
+import sys
+
+import kopf
+import pytest
+import yaml
+
+from squall.cli import main
+from squall.errors import ConfigError
+from squall.topology.spec import load_spec
+from squall_operator.handlers import kopf_settings
+from squall_operator.resource import parse_spec
+from squall_operator.settings import Settings
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+WORDCOUNT = REPO / "examples" / "wordcount.yaml"
+
+
+def test_render_prints_what_the_operator_creates(capsys):
+    assert main(["render", str(WORDCOUNT), "-n", "prod", "--image", "squall:1", "--podmonitor"]) == 0
+    docs = list(yaml.safe_load_all(capsys.readouterr().out))
+    assert [(d["kind"], d["metadata"]["name"]) for d in docs] == [
+        ("ConfigMap", "wordcount-spec"), ("ServiceAccount", "wordcount"), ("Service", "wordcount-worker"),
+        ("StatefulSet", "wordcount-worker"), ("Service", "wordcount-acker"), ("StatefulSet", "wordcount-acker"),
+        ("PodMonitor", "wordcount")]
+    assert {d["metadata"]["namespace"] for d in docs} == {"prod"}
+    assert docs[3]["spec"]["template"]["spec"]["containers"][0]["image"] == "squall:1"
+    assert load_spec(WORDCOUNT).to_dict() == yaml.safe_load(docs[0]["data"]["topology.yaml"])
+
+
+def test_render_needs_an_image_and_a_valid_topology(tmp_path, capsys):
+    assert main(["render", str(WORDCOUNT)]) == 2
+    assert "has no image: set spec.image" in capsys.readouterr().err
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(WORDCOUNT.read_text().replace("component: split", "component: splitt"))
+    assert main(["render", str(bad), "--image", "x"]) == 2
+    assert "unknown component 'splitt'" in capsys.readouterr().err
+
+
+def test_render_and_submit_need_neither_kopf_nor_the_kubernetes_client():
+    """A worker image may be built without the operator's dependencies."""
+    code = ("import sys; sys.modules['kopf'] = sys.modules['kubernetes'] = None; from squall.cli import main; "
+            f"sys.exit(main(['render', {str(WORDCOUNT)!r}, '--image', 'x']) or main(['submit', {str(WORDCOUNT)!r}]))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "kind: StatefulSet" in done.stdout and "kind: Topology" in done.stdout
+
+
+def test_submit_writes_the_topology_resource(tmp_path, capsys):
+    assert main(["submit", str(WORDCOUNT), "-n", "prod"]) == 0
+    cr = yaml.safe_load(capsys.readouterr().out)
+    assert (cr["apiVersion"], cr["kind"], cr["metadata"]) == ("squall.dev/v1alpha1", "Topology",
+                                                              {"name": "wordcount", "namespace": "prod"})
+    assert "name" not in cr["spec"] and cr["spec"]["bolts"][1]["inputs"][0]["grouping"] == {
+        "type": "fields", "fields": ["word"]}  # as written: the defaults are the CRD's and the model's
+    assert parse_spec("wordcount", cr["spec"]) == load_spec(WORDCOUNT)
+
+    out = tmp_path / "wordcount-topology.yaml"
+    assert main(["submit", str(WORDCOUNT), "-o", str(out)]) == 0
+    assert "kubectl apply -f" in capsys.readouterr().err
+    assert "namespace" not in yaml.safe_load(out.read_text())["metadata"]
+
+
+def test_settings_from_the_environment():
+    assert Settings.from_env({}) == Settings()
+    assert Settings().clusterwide and Settings().podmonitor == "auto"
+    s = Settings.from_env({"SQUALL_OPERATOR_NAMESPACES": " team-a, team-b ,", "SQUALL_OPERATOR_IMAGE": "squall:1",
+                           "SQUALL_OPERATOR_LOG_LEVEL": "debug", "SQUALL_OPERATOR_PODMONITOR": "False",
+                           "SQUALL_OPERATOR_LIVENESS": "http://0.0.0.0:9999/healthz"})
+    assert s == Settings(namespaces=("team-a", "team-b"), image="squall:1", log_level="DEBUG", podmonitor="false",
+                         liveness="http://0.0.0.0:9999/healthz")
+    assert not s.clusterwide and s.log_level_number == logging.DEBUG
+    with pytest.raises(ConfigError, match="SQUALL_OPERATOR_LOG_LEVEL='LOUD'"):
+        Settings.from_env({"SQUALL_OPERATOR_LOG_LEVEL": "loud"})
+    with pytest.raises(ConfigError, match="SQUALL_OPERATOR_PODMONITOR='maybe': use auto, true or false"):
+        Settings.from_env({"SQUALL_OPERATOR_PODMONITOR": "maybe"})
+
+
+def test_kopf_runs_standalone_and_keeps_its_state_in_annotations():
+    settings = kopf_settings(Settings())
+    assert settings.peering.standalone and not settings.scanning.disabled
+    assert kopf_settings(Settings(namespaces=("a",))).scanning.disabled  # no cluster-wide listing needed
+    assert isinstance(settings.persistence.progress_storage, kopf.AnnotationsProgressStorage)
+    assert settings.persistence.progress_storage.prefix == "squall.dev"
+    assert settings.persistence.diffbase_storage.prefix == "squall.dev"

@@ -1,0 +1,260 @@
+"""The Topology CRD: generated from the spec model and current, valid for Kubernetes, and in agreement
+with the model on which documents are good.
+
+The API server is not here, so its validation is emulated with ``jsonschema`` on the CRD's schema,
+translated as the API server reads it: ``nullable`` adds null to the type, and unknown fields are
+errors (kubectl's strict field validation, its default).
+"""
+
+from __future__ import annotations
+
+import copy
+import pathlib
+from typing import Any
+
+import jsonschema
+import kubernetes_validate
+import pytest
+import yaml
+
+from squall.errors import TopologyError
+from squall.topology.spec import load_spec
+from squall_operator import crd
+from squall_operator.resource import parse_spec, to_resource
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+EXAMPLES = sorted((REPO / "examples").glob("*.yaml"))
+
+
+def test_the_checked_in_crd_is_generated_from_the_current_model():
+    assert (REPO / "crds" / "topology.yaml").read_text() == crd.crd_yaml(), \
+        "crds/topology.yaml is stale: run python -m squall_operator.crd"
+    assert crd.main(["--check"]) == 0
+
+
+def test_check_fails_on_a_stale_file(tmp_path, capsys):
+    stale = tmp_path / "topology.yaml"
+    stale.write_text(crd.crd_yaml().replace("minimum: 1", "minimum: 2", 1))
+    assert crd.main(["--check", "--output", str(stale)]) == 1
+    assert "is stale" in capsys.readouterr().err
+    assert crd.main(["--output", str(stale)]) == 0
+    assert stale.read_text() == crd.crd_yaml()
+
+
+def test_the_crd_is_a_valid_kubernetes_object():
+    kubernetes_validate.validate(yaml.safe_load(crd.crd_yaml()), "1.30.0", strict=True)
+
+
+def version() -> dict[str, Any]:
+    return crd.crd()["spec"]["versions"][0]
+
+
+def test_names_subresources_and_columns():
+    spec = crd.crd()["spec"]
+    assert crd.crd()["metadata"]["name"] == "topologies.squall.dev"
+    assert (spec["group"], spec["scope"], version()["name"]) == ("squall.dev", "Namespaced", "v1alpha1")
+    assert spec["names"]["shortNames"] == ["topo"] and spec["names"]["kind"] == "Topology"
+    assert version()["subresources"] == {"status": {}, "scale": {
+        "specReplicasPath": ".spec.workers", "statusReplicasPath": ".status.workers",
+        "labelSelectorPath": ".status.selector"}}
+    root = version()["schema"]["openAPIV3Schema"]["properties"]
+    for column in version()["additionalPrinterColumns"]:
+        section, field = column["jsonPath"].lstrip(".").split(".")
+        assert section == "metadata" or field in root[section]["properties"], column
+    assert [c["name"] for c in version()["additionalPrinterColumns"]] == ["Workers", "Ackers", "Ready", "Phase",
+                                                                         "Age"]
+    spec_schema = root["spec"]["properties"]
+    assert spec_schema["workers"] == {"type": "integer", "default": 1, "minimum": 1}
+    assert spec_schema["messageTimeoutSeconds"] == {"type": "integer", "default": 30, "minimum": 1}
+    assert spec_schema["ackers"] | {"description": ""} == {"type": "integer", "nullable": True, "minimum": 0,
+                                                         "description": ""}
+    grouping = spec_schema["bolts"]["items"]["properties"]["inputs"]["items"]["properties"]["grouping"]
+    assert grouping["properties"]["type"]["enum"] == ["shuffle", "fields", "all", "global", "none", "direct",
+                                                      "localOrShuffle", "custom"]
+    for key in ("tickFrequencySeconds", "spoutWait", "errorReporting", "transfer", "executorQueueSize",
+                "maxSpoutPending", "image", "imagePullPolicy", "resources", "suspended", "spark"):
+        assert key in spec_schema or key in spec_schema["bolts"]["items"]["properties"], key
+
+
+def test_the_schema_is_structural():
+    """What the API server demands of a CRD schema: a type on every node (or preserved unknown
+    fields), and no references, unions or additionalProperties next to properties."""
+    def walk(node: dict[str, Any], path: str) -> None:
+        assert "type" in node or node.get("x-kubernetes-preserve-unknown-fields"), path
+        for banned in ("$ref", "$defs", "anyOf", "oneOf", "allOf", "title"):
+            assert banned not in node, f"{path}: {banned}"
+        assert not ("properties" in node and "additionalProperties" in node), path
+        assert node.get("default", 0) is not None, path
+        for name, sub in node.get("properties", {}).items():
+            walk(sub, f"{path}.{name}")
+        if "items" in node:
+            walk(node["items"], f"{path}[]")
+        if isinstance(node.get("additionalProperties"), dict):
+            walk(node["additionalProperties"], f"{path}{{}}")
+    walk(version()["schema"]["openAPIV3Schema"], "")
+
+
+def as_api_server(node: dict[str, Any]) -> dict[str, Any]:
+    """The CRD schema as JSON schema, read as the API server reads it."""
+    node = copy.deepcopy(node)
+    out: dict[str, Any] = {}
+    for key, value in node.items():
+        if key == "properties":
+            out[key] = {name: as_api_server(sub) for name, sub in value.items()}
+        elif key in ("items", "additionalProperties") and isinstance(value, dict):
+            out[key] = as_api_server(value)
+        elif key in ("exclusiveMinimum", "exclusiveMaximum"):  # OpenAPI 3.0's flag, JSON schema's number
+            bound = "minimum" if key == "exclusiveMinimum" else "maximum"
+            out[key] = node[bound]
+        elif not key.startswith("x-kubernetes-") and key not in ("nullable", "default", "format"):
+            out[key] = value
+    for bound in ("minimum", "maximum"):
+        if node.get(f"exclusive{bound.capitalize()}") is True:
+            out.pop(bound, None)
+    if node.get("nullable"):  # a null passes every other check of a nullable field
+        return {"anyOf": [{"type": "null"}, out]}
+    if "properties" in node and not node.get("x-kubernetes-preserve-unknown-fields"):
+        out["additionalProperties"] = False  # strict field validation
+    return out
+
+
+SPEC_SCHEMA = as_api_server(version()["schema"]["openAPIV3Schema"]["properties"]["spec"])
+
+
+def crd_accepts(doc: Any) -> bool:
+    return not list(jsonschema.Draft202012Validator(SPEC_SCHEMA).iter_errors(doc))
+
+
+def model_accepts(doc: Any) -> bool:
+    try:
+        parse_spec("wc", doc)
+    except TopologyError:
+        return False
+    return True
+
+
+MINIMAL = {"spouts": [{"name": "s", "className": "m:S"}]}
+FULL = {
+    "name": "wc", "workers": 3, "ackers": None, "messageTimeoutSeconds": 10, "maxSpoutPending": None,
+    "executorQueueSize": 64, "spoutWait": {"level1Count": 1, "level2Count": 2, "level3SleepMs": 0.5},
+    "errorReporting": {"maxPerInterval": 2, "intervalSeconds": 1.5, "keepLast": 3},
+    "transfer": {"batchSize": 128, "flushIntervalMs": 0.5, "maxFrameBytes": 65536},
+    "config": {"anything": {"nested": [1, "two"]}},
+    "spouts": [{"name": "s", "className": "m:S", "parallelism": 2, "tasks": 4, "config": {"k": 1}}],
+    "bolts": [{"name": "b", "className": "m:B", "tasks": None, "tickFrequencySeconds": 0.5,
+               "inputs": [{"component": "s", "stream": "default",
+                           "grouping": {"type": "fields", "fields": ["w"], "customClass": None}},
+                          {"component": "s", "grouping": {"type": "custom", "customClass": "m:G"}},
+                          {"component": "s", "grouping": {"type": "localOrShuffle", "fields": None}}]}],
+    "image": "squall:1", "imagePullPolicy": None, "resources": {"limits": {"cpu": 2}}, "suspended": True,
+    "spark": {"executorImage": None, "executors": 1, "executorCores": 2, "executorMemory": "512m",
+              "driverMemory": "2g", "conf": {"spark.a": "b"}},
+}
+
+
+def with_(doc: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
+    """``doc`` with ``value`` at a dotted ``path`` (integers index lists); ``...`` deletes the key."""
+    doc = copy.deepcopy(doc)
+    *parents, last = [int(p) if p.isdigit() else p for p in path.split(".")]
+    node = doc
+    for part in parents:
+        node = node[part]
+    if value is ...:
+        del node[last]
+    else:
+        node[last] = value
+    return doc
+
+
+GOOD = {
+    "minimal": MINIMAL,
+    "every field": FULL,
+    "imagePullPolicy": with_(FULL, "imagePullPolicy", "Always"),
+    "no ackers": with_(MINIMAL, "ackers", 0),
+    "a default stream and grouping": {**MINIMAL, "bolts": [{"name": "b", "className": "m:B",
+                                                           "inputs": [{"component": "s"}]}]},
+    **{f"example {p.stem}": to_resource(load_spec(p))["spec"] for p in EXAMPLES},
+}
+BAD = {
+    "workers 0": with_(FULL, "workers", 0),
+    "negative ackers": with_(FULL, "ackers", -1),
+    "message timeout 0": with_(FULL, "messageTimeoutSeconds", 0),
+    "max spout pending 0": with_(FULL, "maxSpoutPending", 0),
+    "queue size 0": with_(FULL, "executorQueueSize", 0),
+    "workers not a number": with_(FULL, "workers", "two"),
+    "no spouts": with_(FULL, "spouts", ...),
+    "empty spouts": with_(FULL, "spouts", []),
+    "unknown top-level key": with_(FULL, "wrokers", 2),
+    "unknown key in a bolt": with_(FULL, "bolts.0.paralellism", 2),
+    "unknown key in a grouping": with_(FULL, "bolts.0.inputs.0.grouping.key", "w"),
+    "unknown grouping type": with_(FULL, "bolts.0.inputs.0.grouping.type", "random"),
+    "grouping without type": with_(FULL, "bolts.0.inputs.0.grouping.type", ...),
+    "bolt without inputs": with_(FULL, "bolts.0.inputs", ...),
+    "bolt with empty inputs": with_(FULL, "bolts.0.inputs", []),
+    "input without component": with_(FULL, "bolts.0.inputs.0.component", ...),
+    "spout without className": with_(FULL, "spouts.0.className", ...),
+    "bad component name": with_(FULL, "spouts.0.name", "1spout"),
+    "parallelism 0": with_(FULL, "spouts.0.parallelism", 0),
+    "tasks 0": with_(FULL, "spouts.0.tasks", 0),
+    "tick every 0 s": with_(FULL, "bolts.0.tickFrequencySeconds", 0),
+    "negative wait count": with_(FULL, "spoutWait.level1Count", -1),
+    "error interval 0": with_(FULL, "errorReporting.intervalSeconds", 0),
+    "batch too large": with_(FULL, "transfer.batchSize", 70000),
+    "flush interval too long": with_(FULL, "transfer.flushIntervalMs", 2),
+    "frames too small": with_(FULL, "transfer.maxFrameBytes", 1024),
+    "bad pull policy": with_(FULL, "imagePullPolicy", "Sometimes"),
+    "suspended not a boolean": with_(FULL, "suspended", "maybe"),
+    "bad executor memory": with_(FULL, "spark.executorMemory", "1gb"),
+    "spark conf not strings": with_(FULL, "spark.conf", {"spark.a": 1}),
+    "zero executors": with_(FULL, "spark.executors", 0),
+    "resources not a map": with_(FULL, "resources", "big"),
+    "bad topology name": with_(FULL, "name", "Word_Count"),
+}
+
+
+@pytest.mark.parametrize("name", GOOD)
+def test_both_accept(name):
+    assert crd_accepts(GOOD[name]), list(jsonschema.Draft202012Validator(SPEC_SCHEMA).iter_errors(GOOD[name]))
+    assert model_accepts(GOOD[name])
+
+
+@pytest.mark.parametrize("name", BAD)
+def test_both_reject(name):
+    assert not crd_accepts(BAD[name])
+    assert not model_accepts(BAD[name])
+
+
+# Where they differ, on purpose: the API server checks types strictly, where the model converts a
+# string that spells a number or boolean; and rules that tie fields together are only in the model,
+# so such a Topology is accepted by the API server and then reported Failed by the operator.
+ONLY_THE_MODEL_ACCEPTS = {
+    "workers as a string": with_(FULL, "workers", "2"),
+    "suspended as a string": with_(FULL, "suspended", "true"),
+}
+ONLY_THE_CRD_ACCEPTS = {
+    "fields grouping without fields": with_(FULL, "bolts.0.inputs.0.grouping.fields", ...),
+    "fields on a shuffle grouping": with_(FULL, "bolts.0.inputs.2.grouping.fields", ["w"]),
+    "custom grouping without customClass": with_(FULL, "bolts.0.inputs.1.grouping.customClass", ...),
+    "spec.name other than metadata.name": with_(FULL, "name", "other"),
+}
+
+
+@pytest.mark.parametrize("name", ONLY_THE_MODEL_ACCEPTS)
+def test_the_crd_is_stricter_on_types(name):
+    assert model_accepts(ONLY_THE_MODEL_ACCEPTS[name]) and not crd_accepts(ONLY_THE_MODEL_ACCEPTS[name])
+
+
+@pytest.mark.parametrize("name", ONLY_THE_CRD_ACCEPTS)
+def test_rules_across_fields_are_the_operators(name):
+    assert crd_accepts(ONLY_THE_CRD_ACCEPTS[name]) and not model_accepts(ONLY_THE_CRD_ACCEPTS[name])
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
+def test_submitted_examples_are_valid_topologies_that_parse_back(path):
+    topology = load_spec(path)
+    cr = to_resource(topology, namespace="prod")
+    assert cr["apiVersion"] == "squall.dev/v1alpha1" and cr["kind"] == "Topology"
+    assert cr["metadata"] == {"name": topology.name, "namespace": "prod"}
+    root = as_api_server(version()["schema"]["openAPIV3Schema"])
+    jsonschema.validate(cr, root)
+    assert parse_spec(cr["metadata"]["name"], cr["spec"]) == topology

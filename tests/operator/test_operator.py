@@ -1,0 +1,322 @@
+"""The operator, end to end: kopf runs Squall's handlers for real against kmock's emulated API server.
+
+kmock has no StatefulSet controller and no garbage collector (see operator_kit): tests write the
+StatefulSet status the controller would, and check the ownerReferences the collector follows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import logging
+import os
+import sys
+
+import aiohttp
+import pytest
+import yaml
+from operator_kit import (
+    CONFIGMAPS,
+    NAMESPACE,
+    PODMONITORS,
+    SERVICES,
+    SPEC,
+    STATEFULSETS,
+    TOPOLOGIES,
+    condition,
+    create_topology,
+    declare_podmonitors,
+    env,
+    events,
+    eventually,
+    free_port,
+    logged,
+    mark,
+    obj,
+    patch,
+    patch_spec,
+    roll_out,
+    spec_in_config_map,
+    status,
+    writes_since,
+)
+
+pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(60)]
+
+CHILDREN = [(CONFIGMAPS, "wc-spec"), ("v1/serviceaccounts", "wc"), (SERVICES, "wc-worker"),
+            (STATEFULSETS, "wc-worker"), (SERVICES, "wc-acker"), (STATEFULSETS, "wc-acker")]
+
+
+@pytest.fixture(autouse=True)
+def _operator_logs(caplog):
+    caplog.set_level(logging.INFO, logger="kopf.objects")
+
+
+async def running(api, name: str = "wc") -> None:
+    """Once the latest spec is applied, let the emulated StatefulSet controller finish the rollouts,
+    and wait for phase Running."""
+    await eventually("the latest spec applied", lambda: status(api, name).get("observedGeneration")
+                     == obj(api, TOPOLOGIES, name)["metadata"]["generation"])
+    for sts in (f"{name}-worker", f"{name}-acker"):
+        if obj(api, STATEFULSETS, sts) is not None:
+            await roll_out(api, sts)
+    await eventually("phase Running and ready", lambda: status(api, name).get("phase") == "Running"
+                     and condition(api, name, "Ready").get("status") == "True")
+
+
+async def test_create_renders_owned_children_and_reports_readiness(api, start_operator):
+    op = await start_operator()
+    topology = await create_topology(api, "wc", SPEC)
+
+    await eventually("every child", lambda: all(obj(api, res, name) for res, name in CHILDREN))
+    owner = {"apiVersion": "squall.dev/v1alpha1", "kind": "Topology", "name": "wc",
+             "uid": topology["metadata"]["uid"], "controller": True, "blockOwnerDeletion": True}
+    for res, name in CHILDREN:
+        assert obj(api, res, name)["metadata"]["ownerReferences"] == [owner], name
+        assert obj(api, res, name)["metadata"]["labels"]["app.kubernetes.io/instance"] == "wc"
+    workers, ackers = obj(api, STATEFULSETS, "wc-worker"), obj(api, STATEFULSETS, "wc-acker")
+    assert workers["spec"]["replicas"] == 2 and ackers["spec"]["replicas"] == 2  # ackers: null = one per worker
+    assert env(workers) == env(ackers) and env(workers)["SQUALL_WORKERS"] == "2"
+    assert env(workers)["SQUALL_ACKERS"] == "2"
+    assert env(workers)["SQUALL_WORKER_PEERS"] == f"wc-worker-{{i}}.wc-worker.{NAMESPACE}.svc:7070"
+    assert env(workers)["SQUALL_MESSAGE_TIMEOUT_SECONDS"] == "20"
+    assert spec_in_config_map(api, "wc")["name"] == "wc"
+    assert spec_in_config_map(api, "wc")["bolts"][1]["inputs"][0]["grouping"] == {
+        "type": "fields", "fields": ["word"], "customClass": None}
+    assert obj(api, PODMONITORS, "wc") is None  # no PodMonitor CRD in this cluster
+
+    await eventually("status Pending", lambda: status(api, "wc").get("phase") == "Pending")
+    assert status(api, "wc")["observedGeneration"] == 1
+    assert condition(api, "wc", "Progressing")["status"] == "True"
+    assert condition(api, "wc", "Ready") | {"lastTransitionTime": None} == {
+        "type": "Ready", "status": "False", "reason": "PodsNotReady", "message": "0/2 workers and 0/2 ackers ready",
+        "lastTransitionTime": None, "observedGeneration": 1}
+    await eventually("the Applied event", lambda: events(api, "Applied"))
+    assert "created ConfigMap wc-spec" in events(api, "Applied")[0]["message"]
+    assert events(api, "Applied")[0]["involvedObject"]["uid"] == topology["metadata"]["uid"]
+
+    await roll_out(api, "wc-worker")
+    await eventually("2 ready workers", lambda: status(api, "wc").get("readyWorkers") == 2)
+    assert status(api, "wc")["phase"] == "Pending"  # the ackers are not ready yet
+    await roll_out(api, "wc-acker")
+    await eventually("phase Running", lambda: status(api, "wc").get("phase") == "Running")
+    assert status(api, "wc")["ready"] == "4/4"
+    assert condition(api, "wc", "Ready")["status"] == "True"
+    assert condition(api, "wc", "Progressing")["reason"] == "RolloutComplete"
+    await eventually("the Running event", lambda: events(api, "Running"))
+
+    await roll_out(api, "wc-worker", ready=1)  # a worker pod dies
+    await eventually("Degraded", lambda: condition(api, "wc", "Degraded").get("status") == "True")
+    assert status(api, "wc")["phase"] == "Running"
+    assert condition(api, "wc", "Degraded")["message"] == "1/2 workers and 2/2 ackers ready"
+
+    async with aiohttp.ClientSession() as session, session.get(op.settings.liveness) as response:
+        assert response.status == 200
+
+
+async def test_scaling_rolls_the_pods_and_an_unchanged_reconcile_writes_nothing(api, start_operator, caplog):
+    await start_operator()
+    await create_topology(api, "wc", SPEC)
+    await running(api)
+    hash_before = obj(api, STATEFULSETS, "wc-worker")["spec"]["template"]["metadata"]["annotations"]
+
+    await patch_spec(api, "wc", {"workers": 3})
+    await eventually("3 workers", lambda: obj(api, STATEFULSETS, "wc-worker")["spec"]["replicas"] == 3)
+    await eventually("3 ackers", lambda: obj(api, STATEFULSETS, "wc-acker")["spec"]["replicas"] == 3)
+    for sts in ("wc-worker", "wc-acker"):
+        assert env(obj(api, STATEFULSETS, sts))["SQUALL_WORKERS"] == "3"
+        assert obj(api, STATEFULSETS, sts)["spec"]["template"]["metadata"]["annotations"] != hash_before
+    assert spec_in_config_map(api, "wc")["workers"] == 3
+    await eventually("observedGeneration 2", lambda: status(api, "wc").get("observedGeneration") == 2)
+    assert condition(api, "wc", "Progressing")["reason"] == "RollingOut"
+    assert status(api, "wc")["phase"] == "Running"  # rolling, not stopped
+    await running(api)
+    assert status(api, "wc")["ready"] == "6/6"
+
+    # parallelism changes no pod template field but the spec hash: it rolls the pods too
+    bolts = copy.deepcopy(SPEC["bolts"])
+    bolts[0]["parallelism"] = 3
+    hash_before = obj(api, STATEFULSETS, "wc-worker")["spec"]["template"]["metadata"]["annotations"]
+    await patch_spec(api, "wc", {"bolts": bolts})
+    await eventually("a new spec hash", lambda: obj(api, STATEFULSETS, "wc-worker")["spec"]["template"]
+                     ["metadata"]["annotations"] != hash_before)
+    await running(api)
+
+    # a change kopf reacts to, but that changes nothing rendered: reads only
+    before, logs = mark(api), len(caplog.records)
+    await patch(api, TOPOLOGIES, "wc", {"metadata": {"annotations": {"example.com/note": "hello"}}})
+    await eventually("a reconcile", lambda: logged(caplog.records, "reconciled: nothing to change", logs))
+    assert writes_since(api, before) == []
+    assert [w for w in writes_since(api, before, {"topologies"}) if w.endswith("/status")] == []
+
+
+async def test_a_restarted_operator_resumes_without_writing(api, start_operator, caplog):
+    op = await start_operator()
+    await create_topology(api, "wc", SPEC)
+    await running(api)
+    await op.stop()
+
+    before, logs = mark(api), len(caplog.records)
+    await start_operator()
+    await eventually("the resumed reconcile", lambda: logged(caplog.records, "reconciled: nothing to change", logs))
+    assert writes_since(api, before) == []
+    assert writes_since(api, before, {"topologies"}) == []  # not even the status: nothing changed
+
+
+async def test_an_invalid_spec_fails_and_touches_no_child(api, start_operator):
+    await start_operator()
+    broken = copy.deepcopy(SPEC)
+    broken["bolts"][0]["inputs"][0]["component"] = "sentencess"
+    before = mark(api)
+    await create_topology(api, "wc", broken)
+
+    await eventually("phase Failed", lambda: status(api, "wc").get("phase") == "Failed")
+    ready = condition(api, "wc", "Ready")
+    assert (ready["status"], ready["reason"]) == ("False", "InvalidSpec")
+    assert "bolt 'split' inputs[0]: unknown component 'sentencess'" in ready["message"]
+    assert "unknown component 'sentencess'" in status(api, "wc")["errors"][-1]["message"]
+    warning = await eventually("the Warning event", lambda: events(api, "Failed"))
+    assert warning[0]["type"] == "Warning" and "unknown component 'sentencess'" in warning[0]["message"]
+    assert writes_since(api, before) == []
+    assert all(obj(api, res, name) is None for res, name in CHILDREN)
+
+    await patch_spec(api, "wc", {"bolts": SPEC["bolts"]})  # fixed
+    await eventually("the children", lambda: obj(api, STATEFULSETS, "wc-worker"))
+    await running(api)
+    assert condition(api, "wc", "Ready")["status"] == "True"
+
+    # broken again, with a bad field this time: the running pods are left as they are
+    before = mark(api)
+    await patch_spec(api, "wc", {"workers": 0})
+    await eventually("phase Failed", lambda: status(api, "wc").get("phase") == "Failed")
+    assert "workers: Input should be greater than or equal to 1" in condition(api, "wc", "Ready")["message"]
+    assert status(api, "wc")["readyWorkers"] == 2  # the last known pods, still running the old spec
+    assert writes_since(api, before) == []
+    assert obj(api, STATEFULSETS, "wc-worker")["spec"]["replicas"] == 2
+    await eventually("a second Failed event", lambda: len(events(api, "Failed")) == 2)
+
+
+async def test_suspend_rewrites_only_the_config_map(api, start_operator):
+    await start_operator()
+    await create_topology(api, "wc", SPEC)
+    await running(api)
+    template = obj(api, STATEFULSETS, "wc-worker")["spec"]["template"]
+
+    before = mark(api)
+    await patch_spec(api, "wc", {"suspended": True})
+    await eventually("phase Suspended", lambda: status(api, "wc").get("phase") == "Suspended")
+    assert spec_in_config_map(api, "wc")["suspended"] is True  # the workers deactivate their spouts
+    assert writes_since(api, before) == [f"PATCH /api/v1/namespaces/{NAMESPACE}/configmaps/wc-spec"]
+    assert obj(api, STATEFULSETS, "wc-worker")["spec"]["template"] == template  # no pod restarts
+    suspended = await eventually("the Suspended event", lambda: events(api, "Suspended"))
+    assert suspended[0]["type"] == "Normal"
+
+    await patch_spec(api, "wc", {"suspended": False})
+    await eventually("phase Running", lambda: status(api, "wc").get("phase") == "Running")
+    assert spec_in_config_map(api, "wc")["suspended"] is False
+    assert obj(api, STATEFULSETS, "wc-worker")["spec"]["template"] == template
+    await eventually("a second Running event", lambda: len(events(api, "Running")) == 2)
+
+
+async def test_optional_children_come_and_go(api, start_operator):
+    declare_podmonitors(api)  # auto: the PodMonitor CRD is installed
+    await start_operator()
+    spec = {**SPEC, "ackers": 1, "spark": {"executors": 3}}
+    await create_topology(api, "wc", spec)
+
+    await eventually("the PodMonitor", lambda: obj(api, PODMONITORS, "wc"))
+    role = obj(api, "rbac.authorization.k8s.io/v1/roles", "wc-spark")
+    assert role is not None and obj(api, "rbac.authorization.k8s.io/v1/rolebindings", "wc-spark") is not None
+    assert obj(api, STATEFULSETS, "wc-acker")["spec"]["replicas"] == 1
+    assert {p["port"] for p in obj(api, SERVICES, "wc-worker")["spec"]["ports"]} == {7070, 9090, 7078, 7079}
+    assert '"spark.executor.instances": "3"' in env(obj(api, STATEFULSETS, "wc-worker"))["SQUALL_SPARK_CONF"]
+
+    await patch(api, TOPOLOGIES, "wc", {"spec": {"ackers": 0, "spark": None}})
+    await eventually("no acker StatefulSet", lambda: obj(api, STATEFULSETS, "wc-acker") is None)
+    assert obj(api, SERVICES, "wc-acker") is None
+    assert obj(api, "rbac.authorization.k8s.io/v1/roles", "wc-spark") is None
+    assert obj(api, "rbac.authorization.k8s.io/v1/rolebindings", "wc-spark") is None
+    assert "SQUALL_SPARK_CONF" not in env(obj(api, STATEFULSETS, "wc-worker"))
+    assert obj(api, PODMONITORS, "wc") is not None
+    await roll_out(api, "wc-worker")
+    await eventually("phase Running without ackers", lambda: status(api, "wc").get("phase") == "Running")
+    assert status(api, "wc")["ready"] == "2/2"
+
+
+async def test_delete_leaves_the_children_to_the_garbage_collector(api, start_operator, caplog):
+    await start_operator()
+    topology = await create_topology(api, "wc", SPEC)
+    await running(api)
+
+    response = await api.delete(f"/apis/squall.dev/v1alpha1/namespaces/{NAMESPACE}/topologies/wc")
+    assert response.status == 200
+    assert obj(api, TOPOLOGIES, "wc") is None  # no finalizer held it back
+    assert all(not (v or {}).get("metadata", {}).get("finalizers")
+               for v in api.objects[TOPOLOGIES, NAMESPACE, "wc"].history)
+
+    # kmock has no garbage collector: what would make Kubernetes delete the children is their owner
+    for res, name in CHILDREN:
+        refs = obj(api, res, name)["metadata"]["ownerReferences"]
+        assert [(r["uid"], r["blockOwnerDeletion"]) for r in refs] == [(topology["metadata"]["uid"], True)]
+    # a StatefulSet changing after its Topology is gone: handled, and no child is written
+    before, logs = mark(api), len(caplog.records)
+    await roll_out(api, "wc-worker", ready=0)
+    await eventually("the StatefulSet event handled",
+                     lambda: logged(caplog.records, "Handler 'status' succeeded", logs))
+    assert writes_since(api, before) == [
+        f"PATCH /apis/apps/v1/namespaces/{NAMESPACE}/statefulsets/wc-worker/status"]  # the test's own write
+    assert obj(api, TOPOLOGIES, "wc") is None
+
+
+async def test_a_namespaced_operator_leaves_other_namespaces_alone(api, start_operator):
+    await start_operator(namespaces=(NAMESPACE,))
+    await create_topology(api, "other", SPEC, namespace="elsewhere")
+    await create_topology(api, "wc", SPEC)
+
+    await eventually("phase Pending", lambda: status(api, "wc").get("phase") == "Pending")
+    assert obj(api, TOPOLOGIES, "other", namespace="elsewhere").get("status") is None
+    assert obj(api, STATEFULSETS, "other-worker", namespace="elsewhere") is None
+
+
+async def test_a_refused_write_is_reported(api, start_operator):
+    forbidden = {"apiVersion": "v1", "kind": "Status", "status": "Failure", "reason": "Forbidden", "code": 403,
+                 "message": "statefulsets.apps is forbidden: User cannot create resource"}
+    api[f"post /apis/apps/v1/namespaces/{NAMESPACE}/statefulsets"] << 403 << forbidden
+    await start_operator()
+    await create_topology(api, "wc", SPEC)
+
+    errors = await eventually("a recorded error", lambda: status(api, "wc").get("errors"))
+    assert errors[-1]["message"] == ("creating StatefulSet wc-worker failed: 403 statefulsets.apps is forbidden: "
+                                     "User cannot create resource")
+    warning = await eventually("the Warning event", lambda: events(api, "ApplyFailed"))
+    assert warning[0]["type"] == "Warning" and warning[0]["message"] == errors[-1]["message"]
+
+
+async def test_python_m_squall_operator_runs_with_a_kubeconfig(api, tmp_path):
+    """The entrypoint of the operator's pod: settings from the environment, kopf's login through the
+    kubernetes client's config, the liveness endpoint, and a clean stop on SIGTERM."""
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "kmock",
+        "clusters": [{"name": "kmock", "cluster": {"server": str(api.url)}}],
+        "users": [{"name": "test", "user": {"token": "secret"}}],
+        "contexts": [{"name": "kmock", "context": {"cluster": "kmock", "user": "test"}}]}))
+    liveness = f"http://127.0.0.1:{free_port()}/healthz"
+    env = os.environ | {"KUBECONFIG": str(kubeconfig), "SQUALL_OPERATOR_IMAGE": "squall:entry",
+                        "SQUALL_OPERATOR_LIVENESS": liveness, "SQUALL_OPERATOR_LOG_LEVEL": "INFO"}
+    log = tmp_path / "operator.log"
+    with log.open("wb") as out:
+        process = await asyncio.create_subprocess_exec(sys.executable, "-m", "squall_operator", env=env,
+                                                       stdout=out, stderr=out)
+    try:
+        await create_topology(api, "wc", SPEC)
+        await eventually("the worker StatefulSet", lambda: obj(api, STATEFULSETS, "wc-worker"))
+        assert obj(api, STATEFULSETS, "wc-worker")["spec"]["template"]["spec"]["containers"][0]["image"] == \
+            "squall:entry"
+        async with aiohttp.ClientSession() as session, session.get(liveness) as response:
+            assert response.status == 200
+        assert any(r.headers.get("Authorization") == "Bearer secret" for r in list(api))
+    finally:
+        process.terminate()
+        code = await asyncio.wait_for(process.wait(), 30)
+    assert code == 0, log.read_text()

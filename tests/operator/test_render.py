@@ -1,0 +1,278 @@
+"""Rendering, as pure functions: the important fields of every object, Kubernetes' own schemas for all
+of them, and the runtime accepting the environment the operator gives its pods."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from squall.errors import TopologyError
+from squall.process import ProcessConfig
+from squall.topology.spec import TopologySpec, load_spec
+from squall_operator.render import child_refs, render, resolve_image, spec_hash
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+EXAMPLES = sorted((REPO / "examples").glob("*.yaml"))
+K8S_VERSION = "1.30.0"  # the oldest Kubernetes the manifests must suit
+NS = "prod"
+
+BASE = {
+    "name": "wc",
+    "workers": 2,
+    "messageTimeoutSeconds": 20,
+    "spouts": [{"name": "sentences", "className": "examples.wordcount:SentenceSpout"}],
+    "bolts": [{"name": "split", "className": "examples.wordcount:SplitSentence", "parallelism": 2,
+               "inputs": [{"component": "sentences"}]}],
+}
+SPARK = {**BASE, "ackers": 1, "image": "squall:1", "imagePullPolicy": "IfNotPresent", "maxSpoutPending": None,
+         "resources": {"requests": {"cpu": "500m", "memory": "2Gi"}, "limits": {"memory": "2Gi"}},
+         "spark": {"executors": 3, "executorMemory": "2g", "conf": {"spark.sql.shuffle.partitions": "8"}}}
+NO_ACKERS = {**BASE, "ackers": 0}
+
+
+def spec(doc: dict) -> TopologySpec:
+    return TopologySpec.from_dict(doc)
+
+
+def by_kind(manifests: list[dict]) -> dict[tuple[str, str], dict]:
+    return {(m["kind"], m["metadata"]["name"]): m for m in manifests}
+
+
+def container(sts: dict) -> dict:
+    return sts["spec"]["template"]["spec"]["containers"][0]
+
+
+def env_list(sts: dict) -> list[dict]:
+    return container(sts)["env"]
+
+
+def env(sts: dict) -> dict[str, str]:
+    return {e["name"]: e["value"] for e in env_list(sts) if "value" in e}
+
+
+SPECS = {**{f"example {p.stem}": load_spec(p) for p in EXAMPLES},
+         "spark": spec(SPARK), "no ackers": spec(NO_ACKERS)}
+
+
+@pytest.mark.parametrize("name", SPECS)
+@pytest.mark.parametrize("podmonitor", [False, True])
+def test_every_manifest_is_valid_kubernetes(name, podmonitor):
+    manifests = render(SPECS[name], namespace=NS, image="squall:test", podmonitor=podmonitor)
+    for manifest in manifests:
+        if manifest["kind"] == "PodMonitor":  # kubernetes-validate has no schema for prometheus-operator CRDs
+            assert manifest["apiVersion"] == "monitoring.coreos.com/v1"
+            continue
+        kubernetes_validate.validate(manifest, K8S_VERSION, strict=True)
+    assert ("PodMonitor" in {m["kind"] for m in manifests}) == podmonitor
+
+
+@pytest.mark.parametrize("name", SPECS)
+def test_no_nulls_or_empty_values_that_the_api_server_would_drop(name):
+    """The operator compares what it renders with what it reads back, which must hold all of it."""
+    def walk(value, path):
+        assert value is not None, path
+        if isinstance(value, dict):
+            assert value or path.endswith("emptyDir"), path
+            for key, sub in value.items():
+                walk(sub, f"{path}.{key}")
+        elif isinstance(value, list):
+            assert value, path
+            for i, sub in enumerate(value):
+                walk(sub, f"{path}[{i}]")
+    for manifest in render(SPECS[name], namespace=NS, image="squall:test", podmonitor=True):
+        walk(manifest, f"{manifest['kind']}/{manifest['metadata']['name']}")
+
+
+def test_objects_names_and_labels():
+    manifests = render(spec(BASE), namespace=NS, image="squall:test")
+    assert [(m["kind"], m["metadata"]["name"]) for m in manifests] == [
+        ("ConfigMap", "wc-spec"), ("ServiceAccount", "wc"), ("Service", "wc-worker"), ("StatefulSet", "wc-worker"),
+        ("Service", "wc-acker"), ("StatefulSet", "wc-acker")]
+    for m in manifests:
+        assert m["metadata"]["namespace"] == NS
+        assert {k: v for k, v in m["metadata"]["labels"].items() if k != "app.kubernetes.io/component"} == {
+            "app.kubernetes.io/name": "squall", "app.kubernetes.io/instance": "wc",
+            "app.kubernetes.io/part-of": "squall", "app.kubernetes.io/managed-by": "squall-operator"}
+        assert (m["apiVersion"], m["kind"], m["metadata"]["name"]) in child_refs("wc")
+    spark = render(spec(SPARK), namespace=NS, image="squall:test", podmonitor=True)
+    assert {(m["apiVersion"], m["kind"], m["metadata"]["name"]) for m in spark} == set(child_refs("wc"))
+
+
+def test_config_map_holds_the_whole_spec():
+    topology = spec(SPARK)
+    cm = by_kind(render(topology, namespace=NS, image="x"))["ConfigMap", "wc-spec"]
+    assert TopologySpec.from_dict(yaml.safe_load(cm["data"]["topology.yaml"])) == topology
+
+
+def test_statefulsets():
+    objs = by_kind(render(spec(BASE), namespace=NS, image="squall:test"))
+    for role, replicas in (("worker", 2), ("acker", 2)):  # ackers: null = one per worker
+        sts = objs["StatefulSet", f"wc-{role}"]
+        pod = sts["spec"]["template"]
+        assert sts["spec"]["replicas"] == replicas
+        assert sts["spec"]["serviceName"] == f"wc-{role}"
+        assert sts["spec"]["podManagementPolicy"] == "Parallel"
+        assert sts["spec"]["selector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
+        assert pod["metadata"]["labels"]["app.kubernetes.io/component"] == role
+        c = container(sts)
+        assert c["command"] == ["squall", role] and c["image"] == "squall:test"
+        ports = {p["name"]: p["containerPort"] for p in c["ports"]}
+        assert ports == {"grpc": 7070, "metrics": 9090}
+        for probe in ("livenessProbe", "readinessProbe"):
+            assert c[probe]["httpGet"]["path"] == "/healthz" and ports[c[probe]["httpGet"]["port"]] == 9090
+        assert c["resources"] == {"requests": {"cpu": "100m", "memory": "256Mi"}}
+        assert c["securityContext"]["allowPrivilegeEscalation"] is False
+        assert c["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+        security = pod["spec"]["securityContext"]
+        assert security["runAsNonRoot"] is True and security["runAsUser"] != 0
+        assert pod["spec"]["serviceAccountName"] == "wc"
+        assert pod["spec"]["automountServiceAccountToken"] is False  # no Spark: no API access
+        # SIGTERM drains for up to the message timeout: the grace period must outlast it
+        assert pod["spec"]["terminationGracePeriodSeconds"] > 20
+        # the ConfigMap is mounted as a directory: a subPath mount would never see updates (suspend)
+        mount = next(m for m in c["volumeMounts"] if m["name"] == "spec")
+        assert "subPath" not in mount and mount["readOnly"] is True
+        volume = next(v for v in pod["spec"]["volumes"] if v["name"] == "spec")
+        assert volume["configMap"]["name"] == "wc-spec"
+        assert env(sts)["SQUALL_TOPOLOGY"] == f"{mount['mountPath']}/{volume['configMap']['items'][0]['path']}"
+        assert "imagePullPolicy" not in c
+    assert container(by_kind(render(spec(SPARK), namespace=NS, image="x"))["StatefulSet", "wc-worker"])[
+        "resources"] == SPARK["resources"]
+
+
+def test_environment_is_the_process_contract():
+    objs = by_kind(render(spec(BASE), namespace=NS, image="squall:test"))
+    assert env(objs["StatefulSet", "wc-worker"]) == {
+        "SQUALL_TOPOLOGY": "/etc/squall/topology.yaml",
+        "SQUALL_NAMESPACE": NS,
+        "SQUALL_WORKERS": "2",
+        "SQUALL_ACKERS": "2",
+        "SQUALL_WORKER_PEERS": "wc-worker-{i}.wc-worker.prod.svc:7070",
+        "SQUALL_ACKER_PEERS": "wc-acker-{i}.wc-acker.prod.svc:7070",
+        "SQUALL_GRPC_PORT": "7070",
+        "SQUALL_METRICS_PORT": "9090",
+        "SQUALL_MESSAGE_TIMEOUT_SECONDS": "20",
+        "SQUALL_MAX_SPOUT_PENDING": "1000",
+    }
+    assert env_list(objs["StatefulSet", "wc-acker"]) == env_list(objs["StatefulSet", "wc-worker"])
+    no_limit = by_kind(render(spec({**BASE, "maxSpoutPending": None}), namespace=NS, image="x"))
+    assert "SQUALL_MAX_SPOUT_PENDING" not in env(no_limit["StatefulSet", "wc-worker"])
+
+
+@pytest.mark.parametrize("role,hostname,index", [("worker", "wc-worker-1", 1), ("acker", "wc-acker-0", 0)])
+def test_the_runtime_accepts_the_pod_environment(tmp_path, role, hostname, index):
+    """What a pod gets (env, and the ConfigMap as its spec file) is what squall worker/acker need."""
+    objs = by_kind(render(spec(BASE), namespace=NS, image="squall:test"))
+    spec_file = tmp_path / "topology.yaml"
+    spec_file.write_text(objs["ConfigMap", "wc-spec"]["data"]["topology.yaml"])
+    pod_env = env(objs["StatefulSet", f"wc-{role}"]) | {"SQUALL_TOPOLOGY": str(spec_file), "HOSTNAME": hostname}
+    cfg = ProcessConfig.from_env(role, pod_env)
+    assert cfg.index == index
+    assert cfg.worker_addresses == [f"wc-worker-{i}.wc-worker.{NS}.svc:7070" for i in range(2)]
+    assert cfg.acker_addresses == [f"wc-acker-{i}.wc-acker.{NS}.svc:7070" for i in range(2)]
+    assert (cfg.grpc_port, cfg.metrics_port) == (7070, 9090)
+    assert cfg.spec.message_timeout_seconds == 20
+
+
+def test_headless_services_resolve_pods_before_they_are_ready():
+    objs = by_kind(render(spec(BASE), namespace=NS, image="x"))
+    for role in ("worker", "acker"):
+        svc, sts = objs["Service", f"wc-{role}"], objs["StatefulSet", f"wc-{role}"]
+        assert svc["spec"]["clusterIP"] == "None"
+        assert svc["spec"]["publishNotReadyAddresses"] is True
+        assert svc["spec"]["selector"] == sts["spec"]["selector"]["matchLabels"]
+        assert {p["name"]: p["port"] for p in svc["spec"]["ports"]} == {"grpc": 7070, "metrics": 9090}
+
+
+def test_suspending_changes_only_the_config_map():
+    running = render(spec(BASE), namespace=NS, image="x")
+    suspended = render(spec({**BASE, "suspended": True}), namespace=NS, image="x")
+    changed = [a["kind"] for a, b in zip(running, suspended, strict=True) if a != b]
+    assert changed == ["ConfigMap"]
+
+
+@pytest.mark.parametrize("change", [
+    {"workers": 3}, {"ackers": 1}, {"messageTimeoutSeconds": 60}, {"image": "squall:2"},
+    {"bolts": [{**BASE["bolts"][0], "parallelism": 3}]}, {"config": {"key": "value"}},
+])
+def test_every_other_spec_change_rolls_both_statefulsets(change):
+    before = by_kind(render(spec(BASE), namespace=NS, image="x"))
+    after = by_kind(render(spec({**BASE, **change}), namespace=NS, image="x"))
+    assert spec_hash(spec(BASE)) != spec_hash(spec({**BASE, **change}))
+    for sts in ("wc-worker", "wc-acker"):
+        assert before["StatefulSet", sts]["spec"]["template"] != after["StatefulSet", sts]["spec"]["template"]
+
+
+def test_no_ackers():
+    objs = by_kind(render(spec(NO_ACKERS), namespace=NS, image="x"))
+    assert ("StatefulSet", "wc-acker") not in objs and ("Service", "wc-acker") not in objs
+    assert env(objs["StatefulSet", "wc-worker"])["SQUALL_ACKERS"] == "0"
+
+
+def test_spark_driver_and_executors():
+    objs = by_kind(render(spec(SPARK), namespace=NS, image="squall:1"))
+    worker, acker = objs["StatefulSet", "wc-worker"], objs["StatefulSet", "wc-acker"]
+    names = [e["name"] for e in env_list(worker)]
+    # $(SQUALL_POD_NAME) is only expanded when the variable is defined earlier in the list
+    assert names.index("SQUALL_POD_NAME") < names.index("SQUALL_SPARK_CONF")
+    assert env_list(worker)[names.index("SQUALL_POD_NAME")]["valueFrom"] == {
+        "fieldRef": {"fieldPath": "metadata.name"}}
+    assert json.loads(env(worker)["SQUALL_SPARK_CONF"]) == {
+        "spark.master": "k8s://https://kubernetes.default.svc:443",
+        "spark.submit.deployMode": "client",
+        "spark.driver.host": "$(SQUALL_POD_NAME).wc-worker.prod.svc",
+        "spark.driver.port": "7078",
+        "spark.driver.blockManager.port": "7079",
+        "spark.driver.bindAddress": "0.0.0.0",
+        "spark.kubernetes.namespace": NS,
+        "spark.kubernetes.driver.pod.name": "$(SQUALL_POD_NAME)",
+        "spark.kubernetes.container.image": "squall:1",
+        "spark.kubernetes.authenticate.driver.serviceAccountName": "wc",
+        "spark.executor.instances": "3",
+        "spark.executor.cores": "1",
+        "spark.executor.memory": "2g",
+        "spark.driver.memory": "1g",
+        "spark.sql.shuffle.partitions": "8",
+    }
+    assert "SQUALL_SPARK_CONF" not in env(acker) and "SQUALL_POD_NAME" not in {e["name"] for e in env_list(acker)}
+    assert worker["spec"]["template"]["spec"]["automountServiceAccountToken"] is True
+    assert acker["spec"]["template"]["spec"]["automountServiceAccountToken"] is False
+    assert {p["name"]: p["port"] for p in objs["Service", "wc-worker"]["spec"]["ports"]} == {
+        "grpc": 7070, "metrics": 9090, "spark-driver": 7078, "spark-blockmgr": 7079}
+    assert {p["containerPort"] for p in container(worker)["ports"]} == {7070, 9090, 7078, 7079}
+    assert {p["port"] for p in objs["Service", "wc-acker"]["spec"]["ports"]} == {7070, 9090}
+    assert container(worker)["imagePullPolicy"] == "IfNotPresent"
+
+    role = objs["Role", "wc-spark"]
+    assert role["rules"] == [{"apiGroups": [""],
+                              "resources": ["pods", "services", "configmaps", "persistentvolumeclaims"],
+                              "verbs": ["create", "get", "list", "watch", "delete", "deletecollection", "patch"]}]
+    binding = objs["RoleBinding", "wc-spark"]
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "wc-spark"}
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "wc", "namespace": NS}]
+
+    own_image = json.loads(env(by_kind(render(
+        spec({**SPARK, "spark": {"executorImage": "spark:3"}}), namespace=NS, image="squall:1"))[
+        "StatefulSet", "wc-worker"])["SQUALL_SPARK_CONF"])
+    assert own_image["spark.kubernetes.container.image"] == "spark:3"
+    assert ("Role", "wc-spark") not in by_kind(render(spec(BASE), namespace=NS, image="x"))
+
+
+def test_pod_monitor_scrapes_workers_and_ackers():
+    objs = by_kind(render(spec(BASE), namespace=NS, image="x", podmonitor=True))
+    monitor = objs["PodMonitor", "wc"]
+    assert monitor["spec"]["podMetricsEndpoints"] == [{"port": "metrics", "path": "/metrics"}]
+    for role in ("worker", "acker"):
+        pod_labels = objs["StatefulSet", f"wc-{role}"]["spec"]["template"]["metadata"]["labels"]
+        assert monitor["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
+
+
+def test_image_comes_from_the_spec_or_the_operator():
+    assert resolve_image(spec({**BASE, "image": "mine:1"}), "default:1") == "mine:1"
+    assert resolve_image(spec(BASE), "default:1") == "default:1"
+    with pytest.raises(TopologyError, match="has no image: set spec.image"):
+        resolve_image(spec(BASE), None)

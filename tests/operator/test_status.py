@@ -1,0 +1,142 @@
+"""A Topology's status as pure functions of its spec, its StatefulSets and its previous status."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from squall.topology.spec import TopologySpec
+from squall_operator import status
+from squall_operator.status import Rollout, compute, failed, merge_patch, transition, with_error
+
+SPEC = TopologySpec.from_dict({"name": "wc", "workers": 2, "ackers": 1,
+                               "spouts": [{"name": "s", "className": "m:S"}]})
+T0, T1 = "2026-01-01T00:00:00Z", "2026-01-01T00:01:00Z"
+
+
+def sts(*, replicas: int, ready: int | None = None, updated: int | None = None, generation: int = 1,
+        observed: int | None = 1, revisions: tuple[str, str] = ("r1", "r1"), wanted: int | None = None) -> dict:
+    """A StatefulSet as the API server shows it (``observed=None``: its controller has not seen it yet)."""
+    current, update = revisions
+    body: dict[str, Any] = {"metadata": {"generation": generation}, "spec": {"replicas": wanted or replicas},
+                            "status": {"replicas": replicas, "readyReplicas": replicas if ready is None else ready,
+                                       "updatedReplicas": replicas if updated is None else updated,
+                                       "currentRevision": current, "updateRevision": update}}
+    if observed is not None:
+        body["status"]["observedGeneration"] = observed
+    return body
+
+
+def cond(st: dict, kind: str) -> tuple[str, str]:
+    c = next(c for c in st["conditions"] if c["type"] == kind)
+    return c["status"], c["reason"]
+
+
+def test_rollout_reads_a_statefulset():
+    assert Rollout.of(None, 0).done and Rollout.of(None, 0).all_ready  # ackers: 0 wants none
+    assert not Rollout.of(None, 2).done
+    assert Rollout.of(sts(replicas=2), 2).all_ready
+    assert not Rollout.of(sts(replicas=2, observed=None), 2).done  # a fresh one: the controller is behind
+    assert not Rollout.of(sts(replicas=2, generation=2, observed=1), 2).done
+    assert not Rollout.of(sts(replicas=2, revisions=("r1", "r2")), 2).done  # rolling
+    assert not Rollout.of(sts(replicas=2), 3).done  # not scaled yet
+    lost = Rollout.of(sts(replicas=2, ready=1), 2)
+    assert lost.done and not lost.all_ready and (lost.ready, lost.updated) == (1, 2)
+
+
+def test_a_new_topology_is_pending_until_every_pod_is_ready():
+    st = compute(SPEC, workers=sts(replicas=2, observed=None), ackers=None, previous={}, generation=1, at=T0)
+    assert st["phase"] == "Pending" and st["observedGeneration"] == 1
+    assert cond(st, "Ready") == ("False", "PodsNotReady") and cond(st, "Progressing") == ("True", "RollingOut")
+    assert cond(st, "Degraded") == ("False", "AsExpected")
+    starting = compute(SPEC, workers=sts(replicas=2, ready=0), ackers=sts(replicas=1, ready=0), previous=st,
+                       generation=1, at=T1)
+    assert starting["phase"] == "Pending" and cond(starting, "Progressing") == ("True", "Starting")
+    assert cond(starting, "Degraded") == ("False", "AsExpected")  # pods that never ran are not lost
+
+    running = compute(SPEC, workers=sts(replicas=2), ackers=sts(replicas=1), previous=starting, generation=1, at=T1)
+    assert running["phase"] == "Running"
+    assert cond(running, "Ready") == ("True", "AllPodsReady")
+    assert cond(running, "Progressing") == ("False", "RolloutComplete")
+    assert (running["workers"], running["readyWorkers"], running["ackers"], running["readyAckers"]) == (2, 2, 1, 1)
+    assert running["ready"] == "3/3"
+    assert running["selector"] == ("app.kubernetes.io/name=squall,app.kubernetes.io/instance=wc,"
+                                   "app.kubernetes.io/component=worker")
+
+
+def test_a_running_topology_that_loses_a_pod_is_degraded():
+    running = compute(SPEC, workers=sts(replicas=2), ackers=sts(replicas=1), previous={}, generation=1, at=T0)
+    lost = compute(SPEC, workers=sts(replicas=2, ready=1), ackers=sts(replicas=1), previous=running, generation=1,
+                   at=T1)
+    assert lost["phase"] == "Running"
+    assert cond(lost, "Degraded") == ("True", "PodsNotReady") and cond(lost, "Ready") == ("False", "PodsNotReady")
+    assert next(c for c in lost["conditions"] if c["type"] == "Degraded")["message"] == \
+        "1/2 workers and 1/1 ackers ready"
+
+
+def test_a_spec_change_rolls_without_leaving_running():
+    running = compute(SPEC, workers=sts(replicas=2), ackers=sts(replicas=1), previous={}, generation=1, at=T0)
+    rolling = compute(SPEC, workers=sts(replicas=2, generation=2, observed=1), ackers=sts(replicas=1),
+                      previous=running, generation=2, at=T1)
+    assert rolling["phase"] == "Running" and rolling["observedGeneration"] == 2
+    assert cond(rolling, "Progressing") == ("True", "RollingOut") and cond(rolling, "Degraded")[0] == "False"
+
+
+def test_suspended_and_no_ackers():
+    suspended = TopologySpec.from_dict({**SPEC.to_dict(), "suspended": True, "ackers": 0})
+    st = compute(suspended, workers=sts(replicas=2), ackers=None, previous={}, generation=3, at=T0)
+    assert st["phase"] == "Suspended" and st["ready"] == "2/2" and st["ackers"] == 0
+    assert cond(st, "Ready") == ("True", "AllPodsReady")
+
+
+def test_transition_times_move_only_when_a_condition_flips():
+    first = compute(SPEC, workers=sts(replicas=2, ready=0), ackers=sts(replicas=1), previous={}, generation=1, at=T0)
+    same = compute(SPEC, workers=sts(replicas=2, ready=1), ackers=sts(replicas=1), previous=first, generation=1,
+                   at=T1)
+    ready = compute(SPEC, workers=sts(replicas=2), ackers=sts(replicas=1), previous=same, generation=1, at=T1)
+    times = {c["type"]: c["lastTransitionTime"] for c in same["conditions"]}
+    assert times == {"Ready": T0, "Progressing": T0, "Degraded": T0}
+    assert {c["type"]: c["lastTransitionTime"] for c in ready["conditions"]} == {
+        "Ready": T1, "Progressing": T1, "Degraded": T0}
+
+
+def test_an_invalid_spec_keeps_the_pods_figures_and_records_the_error():
+    running = compute(SPEC, workers=sts(replicas=2), ackers=sts(replicas=1), previous={}, generation=1, at=T0)
+    st = failed(running, "bolt 'b': unknown component 'x'", generation=2, at=T1)
+    assert st["phase"] == "Failed" and st["observedGeneration"] == 2
+    assert (st["readyWorkers"], st["ready"]) == (2, "3/3")
+    assert cond(st, "Ready") == ("False", "InvalidSpec") and cond(st, "Degraded") == ("True", "InvalidSpec")
+    assert next(c for c in st["conditions"] if c["type"] == "Ready")["message"] == "bolt 'b': unknown component 'x'"
+    assert st["errors"] == [{"time": T1, "message": "bolt 'b': unknown component 'x'"}]
+    assert failed(st, "bolt 'b': unknown component 'x'", generation=2, at=T1)["errors"] == st["errors"]
+
+
+def test_recent_errors_are_bounded():
+    errors: list[dict] = []
+    for i in range(status.KEEP_ERRORS + 3):
+        errors = with_error(errors, f"error {i}", at=T0)
+    assert [e["message"] for e in errors] == [f"error {i}" for i in range(3, status.KEEP_ERRORS + 3)]
+
+
+@pytest.mark.parametrize("before,after,event", [
+    ({}, {"phase": "Pending"}, ("Normal", "Pending", "m")),
+    ({"phase": "Pending"}, {"phase": "Running"}, ("Normal", "Running", "m")),
+    ({"phase": "Running"}, {"phase": "Running"}, None),
+    ({"phase": "Running"}, {"phase": "Suspended"}, ("Normal", "Suspended", "spouts deactivated; pods keep running")),
+    ({"phase": "Running"}, {"phase": "Failed"}, ("Warning", "Failed", "m")),
+])
+def test_an_event_for_each_transition(before, after, event):
+    ready = {"type": "Ready", "status": "False", "reason": "r", "message": "m"}
+    assert transition(before | {"conditions": [ready]}, after | {"conditions": [ready]}) == event
+
+
+def test_a_failed_topology_reports_each_new_problem():
+    old = {"phase": "Failed", "conditions": [{"type": "Ready", "message": "one"}]}
+    assert transition(old, {"phase": "Failed", "conditions": [{"type": "Ready", "message": "one"}]}) is None
+    assert transition(old, {"phase": "Failed", "conditions": [{"type": "Ready", "message": "two"}]}) == (
+        "Warning", "Failed", "two")
+
+
+def test_merge_patch_removes_what_is_gone():
+    assert merge_patch({"a": 1, "b": 2}, {"a": 3}) == {"a": 3, "b": None}

@@ -1,0 +1,316 @@
+"""SparkBolt on a real local Spark: results, acks, fails and replays, timeouts and backpressure.
+
+Every run stops on an event (never a bare sleep); the deadlines are generous because a Spark job
+takes a second or more on a small machine.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter, defaultdict
+from pathlib import Path
+
+import pytest
+from examples.clickstream import SESSION_GAP, TOP_PAGES, ClickSpout, SessionStats, clicks
+from pyspark.sql import functions as F
+
+from engine_kit import RecordingSpout, one, run_until
+from squall import Bolt, Spout, TopologyBuilder, load_spec, validate
+from squall.executor.bolt import BUDGET
+from squall.spark import SparkBolt
+from squall.testing import LocalCluster
+
+pytestmark = [pytest.mark.spark, pytest.mark.usefixtures("spark")]
+
+REPO = Path(__file__).resolve().parents[2]
+
+DEADLINE = 60.0
+
+
+class ReplaySpout(Spout):
+    """Emits ``[i]`` with msg id ``i`` for ``i < conf["count"]``; replays whatever fails; records verdicts."""
+
+    outputs = ["id"]
+
+    def open(self, conf, context, collector):
+        super().open(conf, context, collector)
+        self.unsent = list(range(conf["count"]))[::-1]
+        self.replay: list[int] = []
+        self.acked: list[int] = []
+        self.failed: list[int] = []
+
+    def next_tuple(self):
+        if self.replay:
+            msg_id = self.replay.pop()
+        elif self.unsent:
+            msg_id = self.unsent.pop()
+        else:
+            return
+        self.collector.emit([msg_id], msg_id=msg_id)
+
+    def ack(self, msg_id):
+        self.acked.append(msg_id)
+
+    def fail(self, msg_id):
+        self.failed.append(msg_id)
+        self.replay.append(msg_id)
+
+    def done(self) -> bool:
+        return len(set(self.acked)) == self.conf["count"]
+
+
+class Recording:
+    """Mixed into a SparkBolt: records, per input's values, every ack, fail and reset_timeout."""
+
+    def prepare(self, conf, context, collector):
+        super().prepare(conf, context, collector)
+        self.acks: Counter = Counter()
+        self.fails: Counter = Counter()
+        self.resets: Counter = Counter()
+        self.calls = 0
+        for name, record in (("ack", self.acks), ("fail", self.fails), ("reset_timeout", self.resets)):
+            original = getattr(collector, name)
+
+            def wrapped(tup, original=original, record=record):
+                record[tuple(tup.values)] += 1
+                original(tup)
+            setattr(collector, name, wrapped)
+
+
+class ParityCounts(Recording, SparkBolt):
+    """Counts the ids of a batch by parity; with ``conf["raise_first"]`` its first job fails in Spark,
+    with ``conf["sleep_first"]`` its first job takes that many seconds, and with ``conf["block_first"]``
+    its first job waits for ``self.release``."""
+
+    outputs = ["parity", "n"]
+
+    def prepare(self, conf, context, collector):
+        super().prepare(conf, context, collector)
+        self.release = threading.Event()
+
+    def process(self, df):
+        self.calls += 1
+        first = self.calls == 1
+        if first and self.conf.get("sleep_first"):
+            time.sleep(self.conf["sleep_first"])  # a long job, as far as the bolt can tell
+        if first and self.conf.get("block_first"):
+            self.release.wait(DEADLINE)
+        out = df.groupBy((F.col("id") % 2).alias("parity")).agg(F.count("*").alias("n"))
+        if first and self.conf.get("raise_first"):
+            # fails while the job runs on the executors, as a bad record would
+            out = out.withColumn("n", F.coalesce(F.raise_error(F.lit("bad batch")).cast("long"), F.col("n")))
+        return out
+
+
+class Collect(Bolt):
+    """A sink that keeps its inputs' values; fails the first tuple whose values are in ``conf["fail_once"]``."""
+
+    def prepare(self, conf, context, collector):
+        super().prepare(conf, context, collector)
+        self.rows: list[tuple] = []
+        self.to_fail = [list(v) for v in conf.get("fail_once", [])]
+
+    def execute(self, tup):
+        if tup.values in self.to_fail:
+            self.to_fail.remove(tup.values)
+            self.collector.fail(tup)
+            return
+        self.rows.append(tuple(tuple(v) if isinstance(v, list) else v for v in tup.values))
+        self.collector.ack(tup)
+
+
+def parity_topology(*, count: int, batch: int, wait_ms: float = 20_000, timeout: int = 30,
+                    collect: dict | None = None, **bolt_config) -> LocalCluster:
+    builder = TopologyBuilder("spark-parity")
+    builder.set_spout("spout", ReplaySpout, config={"count": count})
+    builder.set_bolt("spark", ParityCounts, config={"spark.batch.size": batch, "spark.batch.max.wait.ms": wait_ms,
+                                                     **bolt_config}).shuffle_grouping("spout")
+    builder.set_bolt("sink", Collect, config=collect or {}).global_grouping("spark")
+    return LocalCluster(builder.build(message_timeout_seconds=timeout, max_spout_pending=1000))
+
+
+def expected_stats(events: list[tuple[str, str, int]]) -> Counter:
+    """The clickstream result rows of one batch, computed in plain Python."""
+    by_user: dict[str, list[tuple[int, str]]] = defaultdict(list)
+    for user, page, ts in events:
+        by_user[user].append((ts, page))
+    rows: Counter = Counter()
+    for user, seen in by_user.items():
+        seen.sort()
+        sessions = 1 + sum(1 for (a, _), (b, _) in zip(seen, seen[1:], strict=False) if b - a > SESSION_GAP)
+        views = Counter(page for _, page in seen)
+        top = tuple(page for page, _ in sorted(views.items(), key=lambda kv: (-kv[1], kv[0]))[:TOP_PAGES])
+        rows[(user, len(seen), sessions, top)] += 1
+    return rows
+
+
+class RecordingSessionStats(Recording, SessionStats):
+    pass
+
+
+def test_the_clickstream_yaml_loads_and_validates():
+    spec = load_spec(REPO / "examples" / "clickstream.yaml")
+    validate(spec)
+    assert [b.name for b in spec.bolts] == ["sessions", "print"]
+
+
+def test_clickstream_results_are_correct_and_every_input_is_acked_exactly_once():
+    n, batch = 300, 100
+    builder = TopologyBuilder("clickstream")
+    builder.set_spout("clicks", ClickSpout, config={"clickstream.clicks": n, "clickstream.users": 5})
+    builder.set_bolt("sessions", RecordingSessionStats,
+                     config={"spark.batch.size": batch, "spark.batch.max.wait.ms": 20_000}
+                     ).fields_grouping("clicks", ["user"])
+    builder.set_bolt("print", Collect).global_grouping("sessions")
+    with LocalCluster(builder.build(message_timeout_seconds=30)) as cluster:
+        spout, bolt, sink = one(cluster, "clicks"), one(cluster, "sessions"), one(cluster, "print")
+        run_until(cluster, lambda: cluster.counts("clicks").acked == n and cluster.pending() == 0, seconds=DEADLINE)
+
+        # One task and no failure: the batches are the spout's clicks in emit order, 100 at a time.
+        source = clicks(seed=spout.context.task_id, users=5)
+        events = [next(source) for _ in range(n)]
+        expected = sum((expected_stats(events[i:i + batch]) for i in range(0, n, batch)), Counter())
+        assert Counter(sink.rows) == expected
+        assert sum(clicks for _, clicks, _, _ in sink.rows) == n
+
+        assert bolt.acks == Counter({tuple(e): 1 for e in events})  # every input acked exactly once
+        assert not bolt.fails
+        counts = cluster.counts("clicks")
+        assert (counts.acked, counts.failed, counts.timed_out) == (n, 0, 0)
+        assert spout.pending == {} and spout.replay == []
+
+
+def test_a_raising_job_fails_every_input_which_are_replayed_and_then_acked():
+    with parity_topology(count=10, batch=10, raise_first=True) as cluster:
+        spout, bolt, sink = one(cluster, "spout"), one(cluster, "spark"), one(cluster, "sink")
+        run_until(cluster, lambda: spout.done() and cluster.pending() == 0, seconds=DEADLINE)
+
+        assert sorted(spout.failed) == list(range(10))  # the whole batch, once
+        assert sorted(spout.acked) == list(range(10))  # the replay, once
+        assert bolt.fails == Counter({(i,): 1 for i in range(10)})
+        assert bolt.acks == Counter({(i,): 1 for i in range(10)})
+        assert bolt.calls == 2
+        assert sorted(sink.rows) == [(0, 5), (1, 5)]  # only the replay's job emitted
+        (error,) = cluster.errors("spark")
+        assert "bad batch" in error.error
+
+
+def test_a_downstream_fail_replays_every_spout_tuple_of_the_batch():
+    # Each result row is anchored to every input: failing the "even" row fails the odd ids' trees too.
+    with parity_topology(count=10, batch=10, collect={"fail_once": [[0, 5]]}) as cluster:
+        spout, bolt, sink = one(cluster, "spout"), one(cluster, "spark"), one(cluster, "sink")
+        run_until(cluster, lambda: spout.done() and cluster.pending() == 0, seconds=DEADLINE)
+
+        assert sorted(spout.failed) == list(range(10))
+        assert sorted(spout.acked) == list(range(10))
+        assert bolt.acks == Counter({(i,): 2 for i in range(10)})  # the bolt acked both batches
+        assert not bolt.fails
+        assert sorted(sink.rows) == [(0, 5), (1, 5), (1, 5)]  # the first odd row, then the replay's rows
+
+
+def test_a_job_longer_than_the_message_timeout_keeps_its_trees_alive():
+    # Trees time out 2 to 4 s after their last reset; the first job takes 5 s, and the second batch
+    # waits behind it. Without resets every one of them would time out.
+    with parity_topology(count=10, batch=5, wait_ms=500, timeout=2, sleep_first=5) as cluster:
+        spout, bolt = one(cluster, "spout"), one(cluster, "spark")
+        run_until(cluster, lambda: spout.done() and cluster.pending() == 0, seconds=DEADLINE)
+
+        counts = cluster.counts("spout")
+        assert (counts.acked, counts.failed, counts.timed_out) == (10, 0, 0)
+        assert bolt.acks == Counter({(i,): 1 for i in range(10)})
+        assert all(bolt.resets[(i,)] >= 2 for i in range(10))  # the running batch and the waiting one
+
+
+def test_a_full_next_batch_pauses_input_until_the_running_job_is_over():
+    count, batch = 200, 50
+    with parity_topology(count=count, batch=batch, block_first=True) as cluster:
+        spout, bolt = one(cluster, "spout"), one(cluster, "spark")
+        try:
+            # The spout emits everything (maxSpoutPending is 1000); the bolt stops taking it in.
+            run_until(cluster, lambda: not spout.unsent and bolt.collector.paused, seconds=DEADLINE)
+            executed = cluster.counts("spark").executed
+            assert executed <= 2 * batch + BUDGET  # the running batch, the next one, one scheduler round
+            assert executed < count
+        finally:
+            bolt.release.set()
+        run_until(cluster, lambda: spout.done() and cluster.pending() == 0, seconds=DEADLINE)
+        assert not bolt.collector.paused
+        assert bolt.acks == Counter({(i,): 1 for i in range(count)})
+        assert not spout.failed
+
+
+def test_inputs_with_other_fields_than_the_first_are_failed_and_reported():
+    class Other(Spout):
+        outputs = ["name"]
+
+        def open(self, conf, context, collector):
+            super().open(conf, context, collector)
+            self.sent = False
+            self.failed: list = []
+
+        def next_tuple(self):
+            if not self.sent:
+                self.sent = True
+                self.collector.emit(["x"], msg_id="x")
+
+        def fail(self, msg_id):
+            self.failed.append(msg_id)
+
+    builder = TopologyBuilder("spark-mixed")
+    builder.set_spout("ids", ReplaySpout, config={"count": 4})
+    builder.set_spout("names", Other)
+    spark = builder.set_bolt("spark", ParityCounts, config={"spark.batch.size": 4})
+    spark.shuffle_grouping("ids").shuffle_grouping("names")
+    with LocalCluster(builder.build()) as cluster:
+        ids, names = one(cluster, "ids"), one(cluster, "names")
+        # "ids" first, so the bolt takes its fields from them; then "names"
+        for ex in cluster.runtime.spouts:
+            ex.set_active(ex.component == "ids")
+        run_until(cluster, lambda: cluster.counts("spark").executed == 4, seconds=DEADLINE)
+        cluster.activate()
+        run_until(cluster, lambda: names.failed == ["x"] and ids.done(), seconds=DEADLINE)
+        assert any("must declare the same fields" in e.error for e in cluster.errors("spark"))
+
+
+class WrongColumns(SparkBolt):
+    outputs = ["parity", "n"]
+
+    def process(self, df):
+        return df.withColumn("parity", F.col("id") % 2)  # columns: id, parity
+
+
+class Shapes(SparkBolt):
+    outputs = ["point", "ids", "raw", "tags"]
+
+    def process(self, df):
+        return df.agg(F.struct(F.min("id").alias("lo"), F.max("id").alias("hi")).alias("point"),
+                      F.sort_array(F.collect_list("id")).alias("ids"),
+                      F.lit(b"\x00\x01").alias("raw"),
+                      F.create_map(F.lit("n"), F.count("*")).alias("tags"))
+
+
+def one_bolt_topology(bolt: type, *, count: int) -> LocalCluster:
+    builder = TopologyBuilder("spark-results")
+    builder.set_spout("spout", RecordingSpout, config={"count": count})
+    builder.set_bolt("spark", bolt, config={"spark.batch.size": count}).shuffle_grouping("spout")
+    builder.set_bolt("sink", Collect).global_grouping("spark")
+    return LocalCluster(builder.build())
+
+
+def test_a_result_that_does_not_fit_the_outputs_fails_the_batch_and_emits_nothing():
+    with one_bolt_topology(WrongColumns, count=4) as cluster:
+        spout, sink = one(cluster, "spout"), one(cluster, "sink")
+        run_until(cluster, spout.settled, seconds=DEADLINE)
+        assert sorted(spout.failed) == [0, 1, 2, 3] and spout.acked == []
+        assert sink.rows == []
+        (error,) = cluster.errors("spark")
+        assert "columns (id, parity), but the bolt declares outputs (parity, n)" in error.error
+
+
+def test_result_values_become_tuple_values():
+    with one_bolt_topology(Shapes, count=3) as cluster:
+        spout, sink = one(cluster, "spout"), one(cluster, "sink")
+        run_until(cluster, lambda: spout.settled() and len(sink.rows) == 1, seconds=DEADLINE)
+        assert sorted(spout.acked) == [0, 1, 2]
+        assert sink.rows == [({"lo": 0, "hi": 2}, (0, 1, 2), b"\x00\x01", {"n": 3})]

@@ -1,0 +1,96 @@
+"""SparkBolt settings and session properties that are refused or applied before Spark starts (no JVM)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from engine_kit import RecordingSpout
+from squall import ConfigError, TopologyBuilder, TopologyError, direct
+from squall.spark import SparkBolt
+from squall.spark.bolt import Batching
+from squall.spark.session import CONF_ENV, DEFAULTS, spark_conf
+from squall.testing import LocalCluster
+
+
+class Counts(SparkBolt):
+    outputs = ["id"]
+
+    def process(self, df):
+        return df
+
+
+class TwoStreams(Counts):
+    outputs = {"a": ["id"], "b": ["id"]}
+
+
+class Direct(Counts):
+    outputs = {"default": direct("id")}
+
+
+def start(bolt: type = Counts, *, timeout: int = 30, **config) -> None:
+    builder = TopologyBuilder("spark-config")
+    builder.set_spout("spout", RecordingSpout)
+    builder.set_bolt("spark", bolt, config=config).shuffle_grouping("spout")
+    LocalCluster(builder.build(message_timeout_seconds=timeout)).shutdown()
+
+
+def test_importing_squall_spark_does_not_import_pyspark():
+    code = "import sys, squall, squall.spark; assert 'pyspark' not in sys.modules, 'pyspark was imported'"
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@pytest.mark.parametrize("value", [0, -5, "100", 2.5, True])
+def test_a_bad_batch_size_is_refused_with_the_key(value):
+    with pytest.raises(ConfigError, match=r"'spark'.*spark\.batch\.size=.* must be a whole number >= 1"):
+        start(**{"spark.batch.size": value})
+
+
+@pytest.mark.parametrize("value", [0, -1, "1000", float("nan"), None])
+def test_a_bad_max_wait_is_refused_with_the_key(value):
+    with pytest.raises(ConfigError, match=r"spark\.batch\.max\.wait\.ms=.* must be a number of milliseconds > 0"):
+        start(**{"spark.batch.max.wait.ms": value})
+
+
+def test_a_max_wait_that_does_not_fit_in_the_message_timeout_is_refused():
+    with pytest.raises(ConfigError, match=r"spark\.batch\.max\.wait\.ms=5000 is not below the message timeout "
+                                          r"\(5 s = 5000 ms\).*lower spark\.batch\.max\.wait\.ms or raise "
+                                          r"messageTimeoutSeconds"):
+        start(timeout=5, **{"spark.batch.max.wait.ms": 5000})
+
+
+def test_the_default_max_wait_fits_a_short_message_timeout():
+    assert Batching.from_conf({}, component="c", message_timeout=30) == Batching(1000, 1.0)
+    assert Batching.from_conf({}, component="c", message_timeout=1) == Batching(1000, 0.5)
+    assert Batching.from_conf({"spark.batch.size": 10, "spark.batch.max.wait.ms": 250}, component="c",
+                              message_timeout=1) == Batching(10, 0.25)
+
+
+def test_a_spark_bolt_emits_on_one_stream_only():
+    with pytest.raises(TopologyError, match=r"emits its result rows on one stream.*declares 2 \(a, b\)"):
+        start(TwoStreams)
+    with pytest.raises(TopologyError, match="cannot emit on the direct stream 'default'"):
+        start(Direct)
+
+
+def test_session_properties_are_the_defaults_overlaid_with_the_environment():
+    assert spark_conf({}) == DEFAULTS
+    assert DEFAULTS["spark.master"] == "local[*]"
+    conf = spark_conf({CONF_ENV: '{"spark.master": "k8s://https://kubernetes.default.svc:443", '
+                                 '"spark.executor.instances": 3, "spark.ui.enabled": true}'})
+    assert conf["spark.master"] == "k8s://https://kubernetes.default.svc:443"
+    assert conf["spark.executor.instances"] == "3"
+    assert conf["spark.ui.enabled"] == "true"
+    assert conf["spark.sql.shuffle.partitions"] == DEFAULTS["spark.sql.shuffle.partitions"]
+
+
+@pytest.mark.parametrize(("raw", "message"), [
+    ("{not json", "is not valid JSON"),
+    ('["spark.master"]', "must be a JSON object of Spark properties, got list"),
+    ('{"spark.jars": ["a.jar"]}', "property 'spark.jars' must be a string, number or boolean"),
+])
+def test_a_bad_spark_conf_environment_is_refused(raw, message):
+    with pytest.raises(ConfigError, match=rf"{CONF_ENV}.*{message}"):
+        spark_conf({CONF_ENV: raw})

@@ -1,0 +1,315 @@
+"""``SparkBolt``: input tuples gathered into micro-batches, each processed as a Spark DataFrame.
+
+A batch is acked only when its Spark job succeeded and its result rows were emitted, each row
+anchored to every input of the batch; a job that raises fails every input, so the spouts replay
+them. The job runs on the task's own background thread, because the executor thread is shared by
+every executor of the worker process; everything that touches the collector is handed back to the
+executor thread with ``call_soon_threadsafe``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import queue
+import threading
+import time
+from dataclasses import dataclass
+from functools import partial
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from squall.api import Bolt
+from squall.errors import ConfigError, TopologyError
+from squall.spark.alarm import Alarm
+from squall.spark.session import active_session, get_session
+from squall.tuples import Fields, Tuple
+from squall.values import check_values
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+    from squall.executor.collectors import OutputCollector
+    from squall.topology.context import TopologyContext
+
+log = logging.getLogger(__name__)
+
+BATCH_SIZE = "spark.batch.size"
+MAX_WAIT_MS = "spark.batch.max.wait.ms"
+DEFAULT_BATCH_SIZE = 1000
+DEFAULT_MAX_WAIT_MS = 1000.0
+
+
+@dataclass(frozen=True)
+class Batching:
+    """How a SparkBolt task cuts its input into micro-batches."""
+
+    size: int  # a batch is submitted as soon as it holds this many tuples
+    max_wait: float  # seconds: ... or when its first tuple has waited this long
+
+    @classmethod
+    def from_conf(cls, conf: dict[str, Any], *, component: str, message_timeout: float) -> Batching:
+        """Read ``spark.batch.size`` and ``spark.batch.max.wait.ms``; raise :class:`ConfigError` naming the fix."""
+        size = conf.get(BATCH_SIZE, DEFAULT_BATCH_SIZE)
+        if type(size) is not int or size < 1:
+            raise ConfigError(f"bolt {component!r}: {BATCH_SIZE}={size!r} must be a whole number >= 1 "
+                              "(the most tuples in one micro-batch)")
+        timeout_ms = message_timeout * 1000
+        if MAX_WAIT_MS not in conf:
+            # The default must fit any valid message timeout, however short.
+            return cls(size, min(DEFAULT_MAX_WAIT_MS, timeout_ms / 2) / 1000)
+        wait = conf[MAX_WAIT_MS]
+        if type(wait) not in (int, float) or not wait > 0:
+            raise ConfigError(f"bolt {component!r}: {MAX_WAIT_MS}={wait!r} must be a number of milliseconds > 0")
+        if wait >= timeout_ms:
+            raise ConfigError(f"bolt {component!r}: {MAX_WAIT_MS}={wait!r} is not below the message timeout "
+                              f"({message_timeout:g} s = {timeout_ms:g} ms), so a batch's first tuple could time "
+                              f"out before its batch even starts; lower {MAX_WAIT_MS} or raise "
+                              "messageTimeoutSeconds")
+        return cls(size, wait / 1000)
+
+
+@dataclass
+class Batch:
+    """A micro-batch handed to the job thread; its inputs are acked or failed when the job is over."""
+
+    inputs: list[Tuple]
+    fields: Fields
+    reset_due: float  # when the inputs' message timeout is next reset, while the job runs
+
+
+class SparkBolt(Bolt):
+    """A bolt whose work is a PySpark DataFrame function over micro-batches of its input.
+
+    Subclass it, declare ``outputs`` and implement :meth:`process`::
+
+        from pyspark.sql import functions as F
+        from squall.spark import SparkBolt
+
+        class PageViews(SparkBolt):
+            schema = "user STRING, page STRING"   # optional: a DDL string; default: inferred
+            outputs = ["page", "views"]
+
+            def process(self, df):
+                return df.groupBy("page").agg(F.count("*").alias("views"))
+
+    The DataFrame's columns are the input stream's declared fields. Each result row is emitted as
+    one tuple (the columns named as the declared output fields, in any order), anchored to every
+    input of the batch; then every input is acked. If ``process`` or the Spark job raises, every
+    input of the batch is failed and the error reported. Config keys (the bolt's ``conf``):
+    ``spark.batch.size`` (default 1000) and ``spark.batch.max.wait.ms`` (default 1000, and at most
+    half the message timeout; a value at or above the message timeout is refused).
+
+    ``process`` runs on the task's job thread, not the executor thread: it must not use
+    ``self.collector``. All inputs must carry the same fields (subscribe to streams that declare
+    identical fields); a tuple with other fields is failed and reported.
+    """
+
+    #: Optional Spark DDL schema of the input DataFrame, e.g. ``"user STRING, ts BIGINT"``: its
+    #: column names must be the input fields, in order. Without it Spark infers the types from each
+    #: batch, which fails on a column that is None in every row of a batch.
+    schema: ClassVar[str | None] = None
+
+    def process(self, df: DataFrame) -> DataFrame | None:
+        """Return the result DataFrame of one micro-batch (or None to emit nothing, e.g. after a write)."""
+        raise NotImplementedError(f"{type(self).__name__} must implement process(df)")
+
+    # -- on the executor thread -------------------------------------------------------------
+
+    def prepare(self, conf: dict[str, Any], context: TopologyContext, collector: OutputCollector) -> None:
+        super().prepare(conf, context, collector)
+        component = context.component_id
+        self.batching = Batching.from_conf(conf, component=component, message_timeout=context.message_timeout_seconds)
+        self._stream, self._out_fields = _output_stream(type(self), component)
+        if importlib.util.find_spec("pyspark") is None:
+            raise ConfigError(f"bolt {component!r} is a SparkBolt, and PySpark is not installed in the "
+                              "worker's environment: pip install pyspark")
+        # The message timeout counts from a tree's emit or its last reset; resetting twice per
+        # timeout keeps a batch's trees alive however long its job takes.
+        self._reset_every = context.message_timeout_seconds / 2
+        self._fields: Fields | None = None  # the input fields, from the first tuple
+        self._buffer: list[Tuple] = []  # the next batch, gathering
+        self._buffer_due = 0.0  # when the gathering batch has waited long enough
+        self._running: Batch | None = None  # the batch whose job runs (one at a time per task)
+        self._job_group = f"squall:{context.topology_name}:{component}:{context.task_id}"
+        self._jobs: queue.SimpleQueue[Batch | None] = queue.SimpleQueue()
+        name = f"squall-spark-{component}-{context.task_id}"
+        self._alarm = Alarm(name=f"{name}-alarm", post=collector.call_soon_threadsafe, fire=self._on_alarm)
+        # A daemon: a job stuck in Spark must not keep the worker process from exiting.
+        threading.Thread(target=self._job_loop, name=name, daemon=True).start()
+
+    def execute(self, tup: Tuple) -> None:
+        if tup.is_tick:  # a bolt keeps its own time; ticks are untracked
+            self.collector.ack(tup)
+            return
+        fields = self._fields
+        if fields is None:
+            self._fields = tup.fields
+        elif tup.fields is not fields and tup.fields != fields:
+            self.collector.fail(tup)
+            self.collector.report_error(TopologyError(
+                f"bolt {self.context.component_id!r} is a SparkBolt: all its inputs must declare the same "
+                f"fields, but {tup.source_component}/{tup.source_stream} declares ({', '.join(tup.fields)}) "
+                f"and an earlier input ({', '.join(fields)}); give them the same fields or use one SparkBolt each"))
+            return
+        buffer = self._buffer
+        buffer.append(tup)
+        n = len(buffer)
+        if n == 1:
+            now = time.monotonic()
+            self._buffer_due = now + self.batching.max_wait
+            self._advance(now)
+        elif n >= self.batching.size:
+            self._advance(time.monotonic())
+
+    def cleanup(self) -> None:
+        """Stop the threads and cancel a running job; its inputs time out and are replayed."""
+        self._alarm.close()
+        self._jobs.put(None)
+        if self._running is not None:
+            session = active_session()
+            if session is not None:
+                session.sparkContext.cancelJobGroup(self._job_group)
+
+    def _advance(self, now: float) -> None:
+        """Start the next job when it is due, and keep ``paused`` and the alarm in step with the state."""
+        buffer, size = self._buffer, self.batching.size
+        if self._running is None and buffer and (len(buffer) >= size or now >= self._buffer_due):
+            batch = Batch(buffer[:size], self._fields, reset_due=now + self._reset_every)
+            # The executor checks ``paused`` once per round, so a round may deliver more than ``size``
+            # tuples: the rest starts the next batch.
+            self._buffer = buffer = buffer[size:]
+            if buffer:
+                self._buffer_due = now + self.batching.max_wait
+            self._running = batch
+            self._jobs.put(batch)
+        running = self._running
+        # Backpressure: with a job running and the next batch full, take no more input.
+        self.collector.paused = running is not None and len(buffer) >= size
+        if running is not None:
+            self._alarm.set(running.reset_due)
+        elif buffer:
+            self._alarm.set(self._buffer_due)
+
+    def _on_alarm(self) -> None:
+        now = time.monotonic()
+        running = self._running
+        if running is not None and now >= running.reset_due:
+            # The next batch waits for this job too, so its trees need the reset as much.
+            reset = self.collector.reset_timeout
+            for tup in running.inputs:
+                reset(tup)
+            for tup in self._buffer:
+                reset(tup)
+            running.reset_due = now + self._reset_every
+        self._advance(now)
+
+    def _finish(self, batch: Batch, rows: list[list[Any]] | None, error: BaseException | None) -> None:
+        """The job of ``batch`` is over: emit its rows anchored to every input and ack them, or fail them."""
+        collector = self.collector
+        try:
+            if error is None:
+                anchors, stream, emit = batch.inputs, self._stream, collector.emit
+                for values in rows or ():
+                    emit(values, anchors=anchors, stream=stream)
+                for tup in anchors:
+                    collector.ack(tup)
+            else:
+                for tup in batch.inputs:
+                    collector.fail(tup)
+                collector.report_error(error)
+        except Exception as exc:  # noqa: BLE001 - an emit was refused: the batch must still be decided
+            for tup in batch.inputs:
+                collector.fail(tup)  # no-op for inputs already acked
+            collector.report_error(exc)
+        finally:
+            self._running = None
+            self._advance(time.monotonic())
+
+    # -- on the job thread ------------------------------------------------------------------
+
+    def _job_loop(self) -> None:
+        post = self.collector.call_soon_threadsafe
+        try:
+            get_session()  # start Spark now, not when the first batch is due
+        except Exception as exc:  # noqa: BLE001 - each batch retries, and fails if Spark is still down
+            log.warning("bolt %r task %d: Spark did not start: %s", self.context.component_id,
+                        self.context.task_id, exc)
+            post(partial(self.collector.report_error, exc))
+        while True:
+            batch = self._jobs.get()
+            if batch is None:
+                return
+            try:
+                rows, error = self._run(batch), None
+            except Exception as exc:  # noqa: BLE001 - a failed job fails its batch, the bolt goes on
+                rows, error = None, exc
+            post(partial(self._finish, batch, rows, error))
+
+    def _run(self, batch: Batch) -> list[list[Any]]:
+        """One Spark job: the batch as a DataFrame, ``process``, and the result rows as checked tuple values."""
+        from pyspark.sql import DataFrame
+
+        spark = get_session()
+        ctx = self.context
+        spark.sparkContext.setJobGroup(self._job_group, f"squall {ctx.topology_name}/{ctx.component_id} task "
+                                       f"{ctx.task_id}: {len(batch.inputs)} tuples", interruptOnCancel=True)
+        columns = list(batch.fields.names)
+        df = spark.createDataFrame([tup.values for tup in batch.inputs], schema=self.schema or columns)
+        if df.columns != columns:
+            raise TopologyError(f"bolt {ctx.component_id!r}: schema {self.schema!r} names the columns "
+                                f"({', '.join(df.columns)}), but the input fields are ({', '.join(columns)}); "
+                                "name the schema's columns after the fields, in order")
+        out = self.process(df)
+        if out is None:
+            return []
+        if not isinstance(out, DataFrame):
+            raise TypeError(f"bolt {ctx.component_id!r}: process() returned {type(out).__name__}; "
+                            "return a DataFrame, or None to emit nothing")
+        fields = self._out_fields
+        if self._stream is None or sorted(out.columns) != sorted(fields):
+            declared = f"declares outputs ({', '.join(fields)})" if self._stream else "declares no outputs"
+            raise TopologyError(f"bolt {ctx.component_id!r}: process() returned a DataFrame with columns "
+                                f"({', '.join(out.columns)}), but the bolt {declared}; select or rename its "
+                                "columns to match, or return None to emit nothing")
+        result = []
+        for row in out.select(*fields).collect():
+            values = [_plain(v) for v in row]
+            # Checked here, so a bad value fails the whole batch before any of its rows is emitted.
+            check_values(values, fields=fields, component=ctx.component_id, stream=self._stream)
+            result.append(values)
+        return result
+
+
+def _output_stream(cls: type[SparkBolt], component: str) -> tuple[str | None, tuple[str, ...]]:
+    """The one stream a SparkBolt emits its rows on (None if it declares none) and its fields."""
+    streams = cls.declared_streams()
+    if not streams:
+        return None, ()
+    if len(streams) > 1:
+        raise TopologyError(f"bolt {component!r}: a SparkBolt emits its result rows on one stream, but "
+                            f"{cls.__name__}.outputs declares {len(streams)} ({', '.join(streams)}); declare one")
+    ((stream, declared),) = streams.items()
+    if declared.direct:
+        raise TopologyError(f"bolt {component!r}: a SparkBolt cannot emit on the direct stream {stream!r}; "
+                            "declare it without direct(...)")
+    return stream, declared.fields
+
+
+_SCALARS = frozenset((str, int, float, bool, bytes, type(None)))
+
+
+def _plain(value: Any) -> Any:
+    """A Spark result value as a tuple value: structs (Rows) become dicts, binary becomes bytes."""
+    if type(value) in _SCALARS:
+        return value
+    from pyspark.sql import Row
+
+    if isinstance(value, Row):
+        return {k: _plain(v) for k, v in value.asDict().items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, bytearray):
+        return bytes(value)
+    return value

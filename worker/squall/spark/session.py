@@ -1,0 +1,114 @@
+"""The worker process's one SparkSession: built on first use, shared by every SparkBolt task, stopped at exit.
+
+Spark's properties are :data:`DEFAULTS` (a small local Spark) overlaid with the JSON object in the
+environment variable ``SQUALL_SPARK_CONF``. In Kubernetes the operator renders that variable
+(``spark.master=k8s://...``, the driver's host and ports, the executors' image and count...), so
+this module needs no knowledge of where it runs.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import logging
+import os
+import sys
+import threading
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from squall.errors import ConfigError
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+log = logging.getLogger(__name__)
+
+CONF_ENV = "SQUALL_SPARK_CONF"
+
+#: Sized for a worker that shares its machine with other work; every key can be overridden.
+DEFAULTS: dict[str, str] = {
+    "spark.master": "local[*]",
+    "spark.app.name": "squall",
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.sql.shuffle.partitions": "4",  # micro-batches are small: the default 200 is mostly overhead
+    "spark.driver.memory": "1g",
+    "spark.log.level": "WARN",
+}
+
+_lock = threading.Lock()
+_session: SparkSession | None = None
+
+
+def spark_conf(env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The Spark properties a session is built with: :data:`DEFAULTS` overlaid with ``SQUALL_SPARK_CONF``."""
+    env = os.environ if env is None else env
+    conf = dict(DEFAULTS)
+    raw = env.get(CONF_ENV, "").strip()
+    if not raw:
+        return conf
+    try:
+        overlay = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{CONF_ENV} is not valid JSON ({exc}); set it to an object such as "
+                          '{"spark.master": "local[2]"}') from None
+    if not isinstance(overlay, dict):
+        raise ConfigError(f"{CONF_ENV} must be a JSON object of Spark properties, got {type(overlay).__name__}")
+    for key, value in overlay.items():
+        if isinstance(value, (dict, list)) or value is None:
+            raise ConfigError(f"{CONF_ENV}: property {key!r} must be a string, number or boolean, "
+                              f"got {json.dumps(value)}")
+        # JSON true/false become Spark's "true"/"false", not Python's "True"/"False"
+        conf[key] = json.dumps(value) if isinstance(value, bool) else str(value)
+    return conf
+
+
+def get_session() -> SparkSession:
+    """This process's SparkSession, built (thread-safely) on the first call; later calls return it.
+
+    Building it starts the JVM and takes seconds: call it from a background thread, never from an
+    executor's thread.
+    """
+    global _session
+    with _lock:
+        if _session is None:
+            _session = _build(spark_conf())
+        return _session
+
+
+def active_session() -> SparkSession | None:
+    """The session if :func:`get_session` has built it, else None (never builds one)."""
+    return _session
+
+
+def stop_session() -> None:
+    """Stop the session if there is one (registered with ``atexit`` when it is built)."""
+    global _session
+    with _lock:
+        session, _session = _session, None
+    if session is not None:
+        log.info("stopping the SparkSession")
+        session.stop()
+
+
+def _build(conf: dict[str, str]) -> SparkSession:
+    try:
+        from pyspark.sql import SparkSession
+    except ImportError:
+        raise ConfigError("SparkBolt needs PySpark in the worker's environment: pip install pyspark") from None
+    if conf["spark.master"].startswith("local"):
+        # Local Python workers must be this interpreter (PySpark's default is whatever 'python3' is
+        # on PATH, which may lack PySpark or be another version). In a cluster the executor image
+        # decides, so the operator sets PYSPARK_PYTHON there if it needs to.
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    log.info("starting a SparkSession with master %s", conf["spark.master"])
+    builder = SparkSession.builder
+    for key, value in conf.items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
+    # Registered after PySpark's own exit handlers, so it runs before them (atexit is LIFO),
+    # while the JVM is still there to stop cleanly.
+    atexit.register(stop_session)
+    log.info("SparkSession ready: master %s, Spark %s", session.sparkContext.master, session.version)
+    return session
