@@ -11,8 +11,8 @@ import sys
 from collections import Counter
 
 import pytest
-from engine_kit import RecordingSpout, one, run_until_quiet
 
+from engine_kit import RecordingSpout, one, run_until_quiet
 from squall import Bolt, EmitError, Spout, TopologyBuilder, direct
 from squall.grouping import make_grouper
 from squall.testing import LocalCluster
@@ -304,3 +304,16 @@ def test_every_subscriber_of_a_stream_gets_its_own_copy(subscribers):
         assert sorted(spout.acked) == list(range(50))
         for i in range(subscribers):
             assert sorted(values[0] for values, _ in received(cluster, f"bolt{i}")) == list(range(50))
+
+
+def test_the_single_str_key_fast_path_hashes_exactly_like_stable_hash():
+    import random
+
+    from squall.grouping import FieldsHash, stable_hash
+
+    rng = random.Random(7)
+    grouper = FieldsHash(list(range(1, 1001)), [1])
+    for size in [0, 1, 31, 32, 255, 256, 65535, 65536, 70000]:
+        for text in ("x" * size, "é" * (size // 2), "".join(rng.choice("ab日") for _ in range(size))):
+            expected = grouper.tasks[stable_hash([text]) % 1000]
+            assert grouper.choose([0, text]) == [expected], (size, text[:10])

@@ -70,14 +70,39 @@ class Shuffle:
         return [task]
 
 
+def _one_str_prefix_crc(size: int) -> int:
+    """CRC-32 of what msgpack writes before the bytes of ``[s]``, for a str ``s`` of ``size`` bytes."""
+    if size < 32:
+        header = bytes([0xA0 | size])
+    elif size < 2**8:
+        header = b"\xd9" + size.to_bytes(1, "big")
+    elif size < 2**16:
+        header = b"\xda" + size.to_bytes(2, "big")
+    else:
+        header = b"\xdb" + size.to_bytes(4, "big")
+    return zlib.crc32(b"\x91" + header)  # 0x91: an array of one element
+
+
+_PREFIX_CRC = [_one_str_prefix_crc(n) for n in range(256)]
+
+
 class FieldsHash:
-    __slots__ = ("tasks", "indices")
+    __slots__ = ("tasks", "indices", "single")
 
     def __init__(self, tasks: Sequence[int], indices: list[int]) -> None:
         self.tasks = list(tasks)
         self.indices = indices
+        self.single = indices[0] if len(indices) == 1 else None
 
     def choose(self, values: list[Any]) -> list[int]:
+        if self.single is not None:
+            key = values[self.single]
+            if type(key) is str:
+                # The hot case, one str key: stable_hash([key]) without building its msgpack bytes.
+                data = key.encode()
+                size = len(data)
+                prefix = _PREFIX_CRC[size] if size < 256 else _one_str_prefix_crc(size)
+                return [self.tasks[zlib.crc32(data, prefix) % len(self.tasks)]]
         return [self.tasks[stable_hash([values[i] for i in self.indices]) % len(self.tasks)]]
 
 

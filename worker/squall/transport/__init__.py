@@ -85,8 +85,10 @@ class Transport:
         key = (self.owner[task], DATA if type(item) is Tuple else CONTROL)
         buf = self._buffers[key]
         if buf:
-            if (len(buf) >= self.batch_size or self.clock() - self._since[key] >= self.flush_interval) \
-                    and not self._flush(key) and len(buf) >= self.batch_size:
+            size = len(buf)
+            # The clock is read every 32 items only: the end of each scheduler round flushes anyway.
+            if (size >= self.batch_size or not size & 31 and self.clock() - self._since[key] >= self.flush_interval) \
+                    and not self._flush(key) and size >= self.batch_size:
                 return False  # a full batch and a busy link: backpressure
         else:
             self._since[key] = self.clock()

@@ -89,7 +89,9 @@ class PeerLink:
         """
         if not self.connected.is_set():
             return self.ever_connected
-        return not self._frames.full()
+        # The queue's length without its lock: this thread is the only producer, so it can only
+        # be shorter than read, never longer.
+        return len(self._frames.queue) < self._frames.maxsize
 
     def offer(self, frame: bytes) -> None:
         """Queue a frame; call only after :meth:`has_room` said yes."""
