@@ -3,7 +3,7 @@ VENV ?= .venv
 PYTHON ?= python3
 BIN := $(VENV)/bin
 
-.PHONY: install run test lint bench clean e2e image
+.PHONY: install run test lint bench clean e2e image crd proto
 
 install: $(VENV)/.installed
 
@@ -31,6 +31,14 @@ e2e: install
 IMAGE ?= squall:$(shell sed -n 's/^version = "\(.*\)"$$/\1/p' pyproject.toml)
 image:
 	docker build --tag $(IMAGE) .
+
+# Regenerate checked-in generated files after changing the spec model or the .proto
+crd: install
+	$(BIN)/python -m squall_operator.crd
+	cp crds/topology.yaml charts/squall/crds/topology.yaml
+
+proto: install
+	$(BIN)/python -m squall.proto.generate
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache
