@@ -17,7 +17,7 @@ run: install
 	$(BIN)/squall run examples/wordcount.yaml --duration 30
 
 test: install
-	$(BIN)/ruff check worker operator tests examples bench
+	$(BIN)/ruff check --no-cache worker operator tests examples bench e2e
 	$(BIN)/pytest
 
 bench: install

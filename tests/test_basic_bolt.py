@@ -4,8 +4,8 @@ or reported) when it raises."""
 from __future__ import annotations
 
 import pytest
-from engine_kit import HoldBolt, RecordingSpout, one, run_until_quiet
 
+from engine_kit import HoldBolt, RecordingSpout, one, run_until_quiet
 from squall import BasicBolt, EmitError, FailedException, ReportedFailedException, TopologyBuilder
 from squall.testing import LocalCluster
 

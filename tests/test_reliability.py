@@ -4,8 +4,8 @@ edge is acked; a fail anywhere in the tree reaches the spout as exactly one ``fa
 from __future__ import annotations
 
 import pytest
-from engine_kit import HoldBolt, PassBolt, RecordingSpout, one, run_until_quiet
 
+from engine_kit import HoldBolt, PassBolt, RecordingSpout, one, run_until_quiet
 from squall import Bolt, TopologyBuilder
 from squall.testing import LocalCluster
 

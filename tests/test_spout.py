@@ -4,7 +4,6 @@ deactivate / activate."""
 from __future__ import annotations
 
 from engine_kit import HoldBolt, PassBolt, RecordingSpout, one, run_until, run_until_quiet
-
 from squall import Bolt, TopologyBuilder
 from squall.testing import LocalCluster
 

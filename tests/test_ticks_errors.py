@@ -6,8 +6,8 @@ from __future__ import annotations
 import logging
 
 import pytest
-from engine_kit import RecordingSpout, one, run_until, run_until_quiet
 
+from engine_kit import RecordingSpout, one, run_until, run_until_quiet
 from squall import Bolt, TopologyBuilder
 from squall.executor.errors import ErrorLog, ErrorReporter
 from squall.testing import LocalCluster

@@ -6,7 +6,6 @@ from __future__ import annotations
 import time
 
 from engine_kit import HoldBolt, RecordingSpout, one, run_until, run_until_quiet
-
 from squall import Bolt, TopologyBuilder
 from squall.testing import LocalCluster
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import copy
 
 import pytest
-from engine_kit import PassBolt, RecordingSpout
 
+from engine_kit import PassBolt, RecordingSpout
 from squall import Bolt, Spout, TopologyBuilder, TopologyError, TopologySpec, direct, load_spec, validate
 from squall.testing import LocalCluster
 

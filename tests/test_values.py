@@ -4,8 +4,8 @@ declared stream; a refused emit sends nothing and says what to change."""
 from __future__ import annotations
 
 import pytest
-from engine_kit import HoldBolt, RecordingSpout, one, run_until_quiet
 
+from engine_kit import HoldBolt, RecordingSpout, one, run_until_quiet
 from squall import Bolt, EmitError, Spout, TopologyBuilder
 from squall.testing import LocalCluster
 from squall.values import check_values
