@@ -140,17 +140,14 @@ class Process:
         if cfg.role == ACKER:  # an acker only ever talks to the spouts' workers
             owner = {t: p for t, p in owner.items() if plan.task_component[t] in plan.spout_names}
         remote_owner = {t: p for t, p in owner.items() if t not in mine}
-        # Who streams to us: every other worker (bolt input, acker messages), and the ackers if we
-        # run spouts (their verdicts).
-        has_spouts = any(ex.component in plan.spout_names for ex in executors)
-        workers = {f"{WORKER}-{i}" for i in range(cfg.spec.workers)} - {cfg.name}
-        ackers = {f"{ACKER}-{j}" for j in range(cfg.spec.num_ackers)}
-        senders = workers | ackers if cfg.role == WORKER and has_spouts else workers
-        if cfg.role == ACKER:
-            senders = {f"{WORKER}-{i}" for i in range(cfg.spec.workers)}
         addresses = {f"{WORKER}-{i}": a for i, a in enumerate(cfg.worker_addresses)}
         addresses |= {f"{ACKER}-{j}": a for j, a in enumerate(cfg.acker_addresses)}
         spout_tasks = frozenset(t for ex in executors if ex.component in plan.spout_names for t in ex.tasks)
+        # Who streams to us: every worker but us (bolt input, acker messages), and the ackers if we
+        # run spouts (their verdicts).
+        senders = {f"{WORKER}-{i}" for i in range(cfg.spec.workers)} - {cfg.name}
+        if spout_tasks:
+            senders |= {f"{ACKER}-{j}" for j in range(cfg.spec.num_ackers)}
         decoder = Decoder(plan, bolt_tasks=frozenset(t for ex in executors for t in ex.tasks) - spout_tasks,
                           spout_tasks=spout_tasks, acker_tasks=frozenset(acker_tasks),
                           max_frame=cfg.spec.transfer.max_frame_bytes)
