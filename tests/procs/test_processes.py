@@ -93,7 +93,7 @@ def test_summary_and_exit_of_squall_run(tmp_path, monkeypatch):
 
 
 
-def _send_raw(port: int, frames: list[bytes], lane: str = "data"):
+def _send_raw(port: int, frames: list[bytes], plan: str, lane: str = "data"):
     import grpc
 
     from squall.proto.squall_pb2 import TransferSummary
@@ -102,7 +102,8 @@ def _send_raw(port: int, frames: list[bytes], lane: str = "data"):
         call = channel.stream_unary("/squall.v1.Squall/Transfer", request_serializer=None,
                                     response_deserializer=TransferSummary.FromString)
         with pytest.raises(grpc.RpcError) as err:
-            call(iter(frames), metadata=(("squall-lane", lane), ("squall-sender", "intruder")), timeout=10)
+            call(iter(frames), metadata=(("squall-lane", lane), ("squall-sender", "intruder"), ("squall-plan", plan)),
+                 timeout=10)
     return err.value
 
 
@@ -110,14 +111,19 @@ def test_a_malformed_or_oversized_frame_closes_only_its_stream(cluster, tmp_path
     import grpc
 
     from squall.scrape import fetch
+    from squall.topology.assignment import plan_id
 
     sup = cluster(count=-1, workers=1, ackers=1, config={"test.rate": 500})
     wait_for(lambda t: t.acked["a-numbers"] >= 100, timeout=60, sup=sup, what="the topology to run")
     worker = sup.child("worker-0")
-    bad = _send_raw(worker.grpc_port, [b"\x0a\x05garbage-that-is-not-msgpack"])
+    plan = plan_id(sup.spec)
+    bad = _send_raw(worker.grpc_port, [b"\x0a\x05garbage-that-is-not-msgpack"], plan)
     assert bad.code() == grpc.StatusCode.INVALID_ARGUMENT and "malformed frame" in bad.details()
-    huge = _send_raw(worker.grpc_port, [b"\x0a" + b"\xff" * 5 + b"\x01" + b"x" * (17 * 2**20)])
+    huge = _send_raw(worker.grpc_port, [b"\x0a" + b"\xff" * 5 + b"\x01" + b"x" * (17 * 2**20)], plan)
     assert huge.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    # A sender routing by another plan (another spec, W or A: a rolling update) is refused up front.
+    other = _send_raw(worker.grpc_port, [b""], "0123456789abcdef")
+    assert other.code() == grpc.StatusCode.FAILED_PRECONDITION and "runs plan 0123456789abcdef" in other.details()
     # The process kept serving its real peers: trees keep completing, nothing failed.
     before = sup.scrape().acked["a-numbers"]
     after = wait_for(lambda t: t.acked["a-numbers"] >= before + 200, timeout=30, sup=sup, what="more acks")
@@ -184,3 +190,32 @@ def test_a_draining_worker_waits_for_tuples_its_bolts_still_hold(cluster, tmp_pa
     assert set(codes.values()) == {0}, codes
     report = spout_report(tmp_path)
     assert report["acked"] == list(range(report["emitted"])) and report["failed"] == 0
+
+
+def test_processes_of_different_plans_never_exchange_tuples(cluster, tmp_path):
+    """A rolling update: an acker started from another spec is refused by the worker, and the
+    worker's streams to it are refused too; once the acker runs the same plan again, work resumes."""
+    import subprocess
+    import sys
+
+    sup = cluster(count=-1, workers=1, ackers=1, timeout=2, config={"test.rate": 500})
+    wait_for(lambda t: t.acked["a-numbers"] >= 100, timeout=60, sup=sup, what="the topology to run")
+    acker, worker = sup.child("acker-0"), sup.child("worker-0")
+    acker.proc.kill()
+    acker.proc.wait()
+    env = {**sup.env, "SQUALL_ACKER_INDEX": "0", "SQUALL_GRPC_PORT": str(acker.grpc_port),
+           "SQUALL_METRICS_PORT": str(acker.metrics_port), "SQUALL_MESSAGE_TIMEOUT_SECONDS": "9"}
+    with open(acker.log_path, "ab") as out:  # the "new version" of the acker: another spec
+        acker.proc = subprocess.Popen([sys.executable, "-m", "squall", "acker"], env=env, stdout=out,
+                                      stderr=subprocess.STDOUT)
+    wait_for(lambda t: "from worker-0: it runs plan" in acker.log_path.read_text(), timeout=30, sup=sup,
+             what="the acker to refuse the worker's streams")
+    wait_for(lambda t: "from acker-0: it runs plan" in worker.log_path.read_text(), timeout=30, sup=sup,
+             what="the worker to refuse the acker's streams")
+    stalled = wait_for(lambda t: t.timed_out["a-numbers"] > 0, timeout=30, sup=sup,
+                       what="trees to time out while no acker of this plan runs")
+    acker.proc.kill()
+    acker.proc.wait()
+    sup.check()  # restarts the acker with the topology's own environment: the same plan again
+    wait_for(lambda t: t.acked["a-numbers"] >= stalled.acked["a-numbers"] + 200, timeout=60, sup=sup,
+             what="work to resume once the plans agree")

@@ -20,7 +20,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from squall.errors import ConfigError, SquallError
 from squall.metrics import MetricsServer, RuntimeCollector
 from squall.runtime import Runtime
-from squall.topology.assignment import assign
+from squall.topology.assignment import assign, plan_id
 from squall.topology.plan import Plan
 from squall.topology.spec import TopologySpec, load_spec
 from squall.transport import Transport
@@ -152,7 +152,8 @@ class Process:
                           spout_tasks=spout_tasks, acker_tasks=frozenset(acker_tasks),
                           max_frame=cfg.spec.transfer.max_frame_bytes)
         t = cfg.spec.transfer
-        self.transport = Transport(name=cfg.name, owner=remote_owner, addresses=addresses, senders=senders,
+        self.transport = Transport(name=cfg.name, plan=plan_id(cfg.spec), owner=remote_owner, addresses=addresses,
+                                   senders=senders,
                                    decoder=decoder,
                                    bind=f"{cfg.bind_host}:{cfg.grpc_port}", batch_size=t.batch_size,
                                    flush_interval=t.flush_interval_ms / 1000, max_frame=t.max_frame_bytes,

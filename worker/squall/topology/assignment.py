@@ -6,9 +6,12 @@ operator compute the same answer without talking to each other.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass
 
 from squall.topology.plan import ExecutorPlan, Plan
+from squall.topology.spec import TopologySpec
 
 
 @dataclass(frozen=True)
@@ -35,6 +38,19 @@ class Assignment:
         for j, tasks in enumerate(self.acker_tasks):
             owner.update(dict.fromkeys(tasks, ("acker", j)))
         return owner
+
+
+def plan_id(spec: TopologySpec) -> str:
+    """A short hash of everything the processes of a topology must agree on: the spec with its
+    worker and acker counts (``suspended`` aside, as it changes without restarts).
+
+    Processes refuse streams from peers with another plan id, so during a rolling update the old
+    and the new pods never exchange tuples routed by different assignments.
+    """
+    doc = spec.to_dict()
+    doc.pop("suspended", None)
+    doc["ackers"] = spec.num_ackers
+    return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def assign(plan: Plan) -> Assignment:

@@ -25,10 +25,11 @@ class Transport:
     process names onto ``host:port``.
     """
 
-    def __init__(self, *, name: str, owner: dict[int, str], addresses: dict[str, str], senders: set[str],
-                 decoder: Decoder, bind: str, batch_size: int, flush_interval: float, max_frame: int,
-                 queue_frames: int, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, *, name: str, plan: str, owner: dict[int, str], addresses: dict[str, str],
+                 senders: set[str], decoder: Decoder, bind: str, batch_size: int, flush_interval: float,
+                 max_frame: int, queue_frames: int, clock: Callable[[], float] = time.monotonic) -> None:
         self.name = name
+        self.plan = plan
         # The peers that keep streams open to us: until they all have, what they send may be dropped.
         self._inbound = {(peer, lane) for peer in senders for lane in (DATA, CONTROL)}
         self.owner = owner
@@ -37,8 +38,8 @@ class Transport:
         self.clock = clock
         self._wake: Callable[[], None] = lambda: None
         peers = sorted(set(owner.values()))
-        self.links = {(p, lane): PeerLink(peer=p, address=addresses[p], lane=lane, sender=name, max_frame=max_frame,
-                                          queue_frames=queue_frames, wake=self.wake)
+        self.links = {(p, lane): PeerLink(peer=p, address=addresses[p], lane=lane, sender=name, plan=plan,
+                                          max_frame=max_frame, queue_frames=queue_frames, wake=self.wake)
                       for p in peers for lane in (DATA, CONTROL)}
         self._buffers: dict[tuple[str, str], list[Any]] = {key: [] for key in self.links}
         self._since: dict[tuple[str, str], float] = {}
@@ -56,7 +57,7 @@ class Transport:
         """Connect to the runtime that owns the inboxes, and start listening and connecting."""
         self._wake = wake
         self.ingress = Ingress(try_deliver=try_deliver, wake=wake, frames=frames)
-        self.receiver = Receiver(decoder=self._decoder, ingress=self.ingress, bind=self._bind,
+        self.receiver = Receiver(decoder=self._decoder, ingress=self.ingress, bind=self._bind, plan=self.plan,
                                  max_frame=self._max_frame, streams=self._streams)
         self.receiver.start()
         for link in self.links.values():

@@ -20,6 +20,8 @@ from squall.proto.squall_pb2 import TransferSummary
 log = logging.getLogger("squall.transport")
 
 METHOD = "/squall.v1.Squall/Transfer"
+PLAN_KEY = "squall-plan"
+BACKOFF = (0.1, 2.0)  # seconds between attempts on a stream the peer refused
 DATA, CONTROL = "data", "control"
 
 
@@ -66,9 +68,9 @@ class LinkStats:
 class PeerLink:
     """Streams frames to ``address`` on ``lane``, reconnecting for as long as the process lives."""
 
-    def __init__(self, *, peer: str, address: str, lane: str, sender: str, max_frame: int, queue_frames: int,
-                 wake: Callable[[], None]) -> None:
-        self.peer, self.address, self.lane, self.sender = peer, address, lane, sender
+    def __init__(self, *, peer: str, address: str, lane: str, sender: str, plan: str, max_frame: int,
+                 queue_frames: int, wake: Callable[[], None]) -> None:
+        self.peer, self.address, self.lane, self.sender, self.plan = peer, address, lane, sender, plan
         self.stats = LinkStats()
         self._frames: queue.Queue[bytes] = queue.Queue(queue_frames)
         self._wake = wake
@@ -118,28 +120,35 @@ class PeerLink:
     def _run(self) -> None:
         call = self._channel.stream_unary(METHOD, request_serializer=None,
                                           response_deserializer=TransferSummary.FromString)
-        metadata = (("squall-lane", self.lane), ("squall-sender", self.sender))
-        first = True
+        metadata = (("squall-lane", self.lane), ("squall-sender", self.sender), (PLAN_KEY, self.plan))
+        backoff = BACKOFF[0]
         while not self._closed.is_set():
             try:
                 grpc.channel_ready_future(self._channel).result(timeout=1.0)
             except grpc.FutureTimeoutError:
                 continue
-            if not first:
-                self.stats.reconnects += 1
-                log.info("reconnected to %s (%s) on the %s lane", self.peer, self.address, self.lane)
-            first = False
-            self.ever_connected = True
-            self.connected.set()
+            future = call.future(self._stream(), metadata=metadata)
+            # The peer answers with its plan id once it has accepted the stream (same plan).
+            accepted = dict(future.initial_metadata() or ()).get(PLAN_KEY) == self.plan
+            if accepted:
+                backoff = BACKOFF[0]
+                if self.ever_connected:
+                    self.stats.reconnects += 1
+                    log.info("reconnected to %s (%s) on the %s lane", self.peer, self.address, self.lane)
+                self.ever_connected = True
+                self.connected.set()
             try:
-                call(self._stream(), metadata=metadata)
+                future.result()
             except grpc.RpcError as exc:
                 if not self._closed.is_set():
-                    log.warning("stream to %s (%s, %s lane) broke: %s", self.peer, self.address, self.lane,
-                                exc.details() if hasattr(exc, "details") else exc)
+                    log.warning("stream to %s (%s, %s lane) %s: %s", self.peer, self.address, self.lane,
+                                "broke" if accepted else "refused", exc.details() or exc.code())
             finally:
                 self.connected.clear()
                 self._drop_queued()
+            if not accepted:  # refused (another plan, a malformed frame): don't hammer the peer
+                self._closed.wait(backoff)
+                backoff = min(backoff * 2, BACKOFF[1])
 
     def _drop_queued(self) -> None:
         while True:

@@ -11,7 +11,7 @@ import grpc
 from squall.proto.squall_pb2 import TransferSummary
 from squall.transport.codec import Decoder, FrameError
 from squall.transport.ingress import Ingress
-from squall.transport.links import CONTROL, DATA, server_options
+from squall.transport.links import CONTROL, DATA, PLAN_KEY, server_options
 
 log = logging.getLogger("squall.transport")
 
@@ -26,8 +26,10 @@ class ReceiveStats:
 
 
 class Receiver:
-    def __init__(self, *, decoder: Decoder, ingress: Ingress, bind: str, max_frame: int, streams: int) -> None:
+    def __init__(self, *, decoder: Decoder, ingress: Ingress, bind: str, plan: str, max_frame: int,
+                 streams: int) -> None:
         self.decoder = decoder
+        self.plan = plan
         self.ingress = ingress
         self.stats = ReceiveStats()
         self.open_streams: set[tuple[str, str]] = set()  # (sender, lane) of the streams being served
@@ -53,6 +55,16 @@ class Receiver:
         if lane not in (DATA, CONTROL):
             context.abort(grpc.StatusCode.INVALID_ARGUMENT,
                           f"metadata squall-lane must be data or control, not {lane!r}")
+        theirs = meta.get(PLAN_KEY, "")
+        if theirs != self.plan:
+            # A peer routing by another assignment would misdeliver tuples: refuse it until both
+            # run the same spec (the end of a rolling update, or a fixed configuration).
+            log.info("refusing the %s stream from %s: it runs plan %s, this process plan %s (a rolling "
+                     "update in progress, or processes given different specs)", lane, sender, theirs or "?",
+                     self.plan)
+            context.abort(grpc.StatusCode.FAILED_PRECONDITION,
+                          f"{sender} runs plan {theirs or '?'} but this process runs plan {self.plan}")
+        context.send_initial_metadata(((PLAN_KEY, self.plan),))
         key = (sender, lane)
         with self._lock:
             self.open_streams.add(key)
