@@ -56,6 +56,17 @@ class NumberSpout(Spout):
             os.replace(tmp, self.report_path)
 
 
+class ReportingSink(Bolt):
+    """Acks everything; reports an error for the tuple whose n is 5."""
+
+    outputs = []
+
+    def execute(self, tup):
+        if tup["n"] == 5:
+            self.collector.report_error(ValueError("five is not allowed here"))
+        self.collector.ack(tup)
+
+
 class BrokenSpout(NumberSpout):
     """A spout whose ``open`` fails, as one with a missing input file would."""
 

@@ -219,3 +219,15 @@ def test_processes_of_different_plans_never_exchange_tuples(cluster, tmp_path):
     sup.check()  # restarts the acker with the topology's own environment: the same plan again
     wait_for(lambda t: t.acked["a-numbers"] >= stalled.acked["a-numbers"] + 200, timeout=60, sup=sup,
              what="work to resume once the plans agree")
+
+
+def test_reported_errors_are_queryable_on_each_process(cluster):
+    import json
+
+    from squall.scrape import fetch
+
+    sup = cluster(count=100, workers=1, ackers=1, sink="ReportingSink")
+    wait_for(lambda t: t.acked["a-numbers"] >= 100, timeout=60, sup=sup, what="every tree acked")
+    errors = json.loads(fetch(f"http://127.0.0.1:{sup.child('worker-0').metrics_port}/errors"))
+    assert [(e["component"], e["error"]) for e in errors] == [("c-sink", "ValueError: five is not allowed here")]
+    assert json.loads(fetch(f"http://127.0.0.1:{sup.child('acker-0').metrics_port}/errors")) == []

@@ -162,13 +162,18 @@ class Process:
         registry = self.registry = CollectorRegistry(auto_describe=False)
         registry.register(RuntimeCollector(self.runtime, role=cfg.role, index=cfg.index, transport=self.transport))
         self.metrics = MetricsServer(registry=registry, host=cfg.bind_host, port=cfg.metrics_port,
-                                     healthy=self.healthy)
+                                     healthy=self.healthy, errors=self.recent_errors)
         self.activated = False
         self.suspended = cfg.spec.suspended
         self._waiting_logged = float("-inf")
         self.draining_since: float | None = None
         self._spec_path = Path(os.environ.get("SQUALL_TOPOLOGY", ""))
         self._spec_mtime = self._mtime()
+
+    def recent_errors(self) -> list[dict]:
+        """The last errors each component reported in this process (``GET /errors``)."""
+        return [{"component": e.component, "task": e.task, "time": e.time, "error": e.error}
+                for e in self.runtime.errors.recent()]
 
     def healthy(self) -> bool:
         return self.runtime.clock() - self.runtime.heartbeat < HEALTHY_WITHIN

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import threading
 import time
 import traceback
 from collections import deque
@@ -27,14 +28,17 @@ class ErrorLog:
     def __init__(self, keep: int) -> None:
         self.keep = keep
         self._errors: dict[str, deque[ReportedError]] = {}
+        self._lock = threading.Lock()  # read by the metrics server's thread (GET /errors)
 
     def add(self, error: ReportedError) -> None:
-        self._errors.setdefault(error.component, deque(maxlen=self.keep)).append(error)
+        with self._lock:
+            self._errors.setdefault(error.component, deque(maxlen=self.keep)).append(error)
 
     def recent(self, component: str | None = None) -> list[ReportedError]:
-        if component is not None:
-            return list(self._errors.get(component, ()))
-        return sorted((e for q in self._errors.values() for e in q), key=lambda e: e.time)
+        with self._lock:
+            if component is not None:
+                return list(self._errors.get(component, ()))
+            return sorted((e for q in self._errors.values() for e in q), key=lambda e: e.time)
 
 
 class ErrorReporter:

@@ -1,7 +1,9 @@
-"""``/metrics`` (Prometheus text format) and ``/healthz`` on one small HTTP server thread."""
+"""``/metrics`` (Prometheus text format), ``/healthz`` and ``/errors`` (the recent reported errors,
+JSON) on one small HTTP server thread."""
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -10,9 +12,11 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 
 
 class MetricsServer:
-    """Serves ``registry`` on ``/metrics`` and ``healthy()`` on ``/healthz`` (200 or 503)."""
+    """Serves ``registry`` on ``/metrics``, ``healthy()`` on ``/healthz`` (200 or 503) and
+    ``errors()`` on ``/errors``."""
 
-    def __init__(self, *, registry: CollectorRegistry, host: str, port: int, healthy: Callable[[], bool]) -> None:
+    def __init__(self, *, registry: CollectorRegistry, host: str, port: int, healthy: Callable[[], bool],
+                 errors: Callable[[], list[dict]] = list) -> None:
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -22,8 +26,10 @@ class MetricsServer:
                 elif self.path == "/healthz":
                     ok = outer.healthy()
                     self._reply(200 if ok else 503, b"ok\n" if ok else b"unhealthy\n", "text/plain")
+                elif self.path == "/errors":
+                    self._reply(200, json.dumps(outer.errors(), indent=1).encode() + b"\n", "application/json")
                 else:
-                    self._reply(404, b"try /metrics or /healthz\n", "text/plain")
+                    self._reply(404, b"try /metrics, /healthz or /errors\n", "text/plain")
 
             def _reply(self, code: int, body: bytes, ctype: str) -> None:
                 self.send_response(code)
@@ -37,6 +43,7 @@ class MetricsServer:
 
         self.registry = registry
         self.healthy = healthy
+        self.errors = errors
         self._http = ThreadingHTTPServer((host, port), Handler)
         self._http.daemon_threads = True
         self.port = self._http.server_address[1]
