@@ -51,7 +51,7 @@ class Link(Remote, Protocol):
 
     def deliver(self) -> bool: ...
 
-    def flush(self) -> bool: ...
+    def flush(self, *, busy: bool = False) -> bool: ...
 
 
 class Runtime:
@@ -207,7 +207,7 @@ class Runtime:
             if ex.run_once(now):
                 progress = True
         if remote is not None:
-            remote.flush()
+            remote.flush(busy=progress)  # an idle round sends everything: nothing more is coming now
         timers = self._timers
         while timers and timers[0].due <= now:
             timer = heapq.heappop(timers)

@@ -112,11 +112,20 @@ class Transport:
         link.offer(frame)
         return True
 
-    def flush(self) -> bool:
-        """Send every buffered batch whose link has room; True when nothing is left waiting."""
+    def flush(self, *, busy: bool = False) -> bool:
+        """Send buffered batches whose link has room; True when nothing is left waiting.
+
+        ``busy``: more work follows at once, so only batches that are full or have waited the
+        flush interval go now; the rest keep filling. Fewer, larger frames are cheaper to send.
+        """
         done = True
+        now = self.clock() if busy else 0.0
         for key, buf in self._buffers.items():
-            if buf and not self._flush(key):
+            if not buf:
+                continue
+            if busy and len(buf) < self.batch_size and now - self._since[key] < self.flush_interval:
+                done = False
+            elif not self._flush(key):
                 done = False
         return done
 
