@@ -241,7 +241,7 @@ class Process:
         # Quiet: nothing of our own pending, nothing queued or held by a bolt (a batch, a Spark job),
         # no input for a while (ticks don't count).
         rt = self.runtime
-        return (self._pending() == 0 and rt.queued() == 0 and rt.held() == 0
+        return (self._pending() == 0 and rt.queued() == 0 and rt.held() == 0 and self.transport.unsent() == 0
                 and now - self.transport.last_input >= DRAIN_QUIET)
 
     def run(self) -> int:

@@ -76,6 +76,10 @@ class Transport:
         out |= {f"from {peer}" for peer, lane in self._inbound - open_streams}
         return sorted(out)
 
+    def unsent(self) -> int:
+        """Items batched or queued here and not yet handed to gRPC."""
+        return sum(map(len, self._buffers.values())) + sum(link.queued() for link in self.links.values())
+
     @property
     def last_input(self) -> float:
         return self.ingress.last_input if self.ingress else float("-inf")

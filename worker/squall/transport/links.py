@@ -95,6 +95,9 @@ class PeerLink:
         # be shorter than read, never longer.
         return len(self._frames.queue) < self._frames.maxsize
 
+    def queued(self) -> int:
+        return len(self._frames.queue)
+
     def offer(self, frame: bytes) -> None:
         """Queue a frame; call only after :meth:`has_room` said yes."""
         if not self.connected.is_set():
