@@ -28,8 +28,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from squall import BasicBolt, Bolt, Spout  # noqa: E402
 from squall.acker import Acker  # noqa: E402
-from squall.scrape import Totals  # noqa: E402
-from squall.supervisor import Supervisor  # noqa: E402
+from squall.metrics.scrape import Totals  # noqa: E402
+from squall.process.supervisor import Supervisor  # noqa: E402
 from squall.testing import LocalCluster  # noqa: E402
 from squall.topology import TopologySpec  # noqa: E402
 

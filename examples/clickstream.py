@@ -18,8 +18,9 @@ from collections.abc import Iterator
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
-from squall import Bolt, Spout
+from squall import Bolt
 from squall.spark import SparkBolt
+from squall.testing import TestingSpout
 
 PAGES = ["/", "/search", "/cart", "/checkout", "/help"] + [f"/product/{i}" for i in range(10)]
 SESSION_GAP = 30 * 60  # seconds without a click that end a session
@@ -38,36 +39,16 @@ def clicks(*, seed: int, users: int) -> Iterator[tuple[str, str, int]]:
         yield user, rng.choice(PAGES), clock[user]
 
 
-class ClickSpout(Spout):
-    """Emits clicks with message ids, keeps each until it is acked, and replays it on fail."""
+class ClickSpout(TestingSpout):
+    """Emits clicks with message ids (``clickstream.clicks`` of them, or forever); each is kept until it
+    is acked and emitted again when its tree fails or times out."""
 
     outputs = ["user", "page", "ts"]
 
-    def open(self, conf, context, collector):
-        super().open(conf, context, collector)
-        self.source = clicks(seed=context.task_id, users=conf.get("clickstream.users", 8))
-        self.limit = conf.get("clickstream.clicks")  # None: emit forever
-        self.pending: dict[int, tuple[str, str, int]] = {}
-        self.replay: list[int] = []
-        self.ids = itertools.count()
-        self.emitted = 0
-
-    def next_tuple(self):
-        if self.replay:
-            msg_id = self.replay.pop()
-        elif self.limit is None or self.emitted < self.limit:
-            msg_id = next(self.ids)
-            self.pending[msg_id] = next(self.source)
-            self.emitted += 1
-        else:
-            return
-        self.collector.emit(list(self.pending[msg_id]), msg_id=msg_id)
-
-    def ack(self, msg_id):
-        del self.pending[msg_id]
-
-    def fail(self, msg_id):
-        self.replay.append(msg_id)
+    def items(self):
+        source = clicks(seed=self.context.task_id, users=self.conf.get("clickstream.users", 8))
+        limit = self.conf.get("clickstream.clicks")  # None: forever
+        return source if limit is None else itertools.islice(source, limit)
 
 
 class SessionStats(SparkBolt):

@@ -12,34 +12,18 @@ from __future__ import annotations
 
 import random
 
-from squall import BasicBolt, Bolt, FailedException, Spout
+from squall import BasicBolt, Bolt, FailedException
+from squall.testing import TestingSpout
 
 
-class MessageSpout(Spout):
+class MessageSpout(TestingSpout):
+    """``flaky.messages`` messages, each replayed until it is acked."""
+
     outputs = ["id", "body"]
 
-    def open(self, conf, context, collector):
-        super().open(conf, context, collector)
-        count = int(conf.get("flaky.messages", 2000))
-        self.unsent = list(range(count, 0, -1))
-        self.replays: list[int] = []
-        self.attempts: dict[int, int] = {}
-
-    def next_tuple(self):
-        if self.replays:
-            msg_id = self.replays.pop()
-        elif self.unsent:
-            msg_id = self.unsent.pop()
-        else:
-            return  # everything sent; only replays remain possible
-        self.attempts[msg_id] = self.attempts.get(msg_id, 0) + 1
-        self.collector.emit([msg_id, f"message {msg_id}"], msg_id=msg_id)
-
-    def ack(self, msg_id):
-        self.attempts.pop(msg_id, None)
-
-    def fail(self, msg_id):
-        self.replays.append(msg_id)
+    def items(self):
+        count = int(self.conf.get("flaky.messages", 2000))
+        return ([n, f"message {n}"] for n in range(1, count + 1))
 
 
 class FlakyBolt(BasicBolt):

@@ -166,8 +166,8 @@ def main(argv: list[str] | None = None) -> int:
 
     # The workers import examples.logcount:CountSink: make the repository importable wherever we run.
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in [str(REPO), os.environ.get("PYTHONPATH", "")] if p)
+    from squall.process.supervisor import Supervisor
     from squall.spouts.log import DurableLog
-    from squall.supervisor import Supervisor
     from squall.topology import load_spec, validate
     from squall.topology.assignment import assign
     from squall.topology.plan import Plan
@@ -187,13 +187,13 @@ def main(argv: list[str] | None = None) -> int:
     spout = spec.spouts[0]
     group = spout.config["log.group"]
     plan = Plan(spec)
-    _, victim_index = assign(plan).task_owner()[plan.component_tasks[spout.name][0]]
+    victim_name = assign(plan.layout).task_owner()[plan.component_tasks[spout.name][0]]
     sup = Supervisor(spec_path=spec_path, spec=spec, run_dir=directory / "run")
     _say(f"running {spec.name!r}: {spec.workers} workers, {spec.num_ackers} acker(s), "
          f"{spout.config['processing.guarantee']}; process logs in {sup.run_dir}/")
     counting_began = time.monotonic()
     sup.start()
-    victim = sup.child(f"worker-{victim_index}")
+    victim = sup.child(victim_name)
     # Spout task i of n reads the partitions p with p % n == i.
     victim_partitions = [p for p in range(PARTITIONS) if p % spout.num_tasks == 0]
     log = DurableLog(log_path)

@@ -8,7 +8,8 @@ from __future__ import annotations
 import itertools
 import random
 
-from squall import BasicBolt, Bolt, Spout
+from squall import BasicBolt, Bolt
+from squall.testing import TestingSpout
 
 SENTENCES = [
     "the cow jumped over the moon",
@@ -19,36 +20,16 @@ SENTENCES = [
 ]
 
 
-class SentenceSpout(Spout):
-    """Emits sentences with message ids, keeps each until it is acked, and replays it on fail."""
+class SentenceSpout(TestingSpout):
+    """Emits random sentences with message ids (``wordcount.sentences`` of them, or forever); each is
+    kept until it is acked and emitted again when its tree fails or times out."""
 
     outputs = ["sentence"]
 
-    def open(self, conf, context, collector):
-        super().open(conf, context, collector)
-        self.pending: dict[int, str] = {}
-        self.replay: list[int] = []
-        self.ids = itertools.count()
-        self.limit = conf.get("wordcount.sentences")  # None: emit forever
-        self.emitted = 0
-        self.rng = random.Random(context.task_id)
-
-    def next_tuple(self):
-        if self.replay:
-            msg_id = self.replay.pop()
-        elif self.limit is None or self.emitted < self.limit:
-            msg_id = next(self.ids)
-            self.pending[msg_id] = self.rng.choice(SENTENCES)
-            self.emitted += 1
-        else:
-            return
-        self.collector.emit([self.pending[msg_id]], msg_id=msg_id)
-
-    def ack(self, msg_id):
-        del self.pending[msg_id]
-
-    def fail(self, msg_id):
-        self.replay.append(msg_id)
+    def items(self):
+        rng = random.Random(self.context.task_id)
+        limit = self.conf.get("wordcount.sentences")  # None: forever
+        return ([rng.choice(SENTENCES)] for _ in (itertools.count() if limit is None else range(limit)))
 
 
 class SplitSentence(BasicBolt):

@@ -52,7 +52,7 @@ def test_wordcount_acks_every_sentence_and_counts_every_word_exactly_once():
         assert all(per_task)
         counts = cluster.counts("sentences")
         assert (counts.acked, counts.failed, counts.timed_out) == (300, 0, 0)
-        assert spout.pending == {} and spout.replay == []
+        assert spout.pending == {} and not spout.replays
         assert cluster.counts("split").executed == 300
         assert cluster.counts("count").emitted == sum(expected.values())
         assert cluster.pending() == 0
@@ -85,7 +85,7 @@ def test_failed_sentences_are_replayed_until_acked():
         failed = cluster.counts("sentences").failed
         flaky = [b for b in cluster.instances("count") if b.failed_once]
         assert flaky and failed == sum(len(b.failed_once) for b in flaky)  # one replay per failed tuple
-        assert spout.pending == {} and spout.replay == []
+        assert spout.pending == {} and not spout.replays
 
         rng = random.Random(spout.context.task_id)
         expected = Counter(word for _ in range(100) for word in rng.choice(SENTENCES).split())

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import yaml
 
 from squall.errors import ConfigError
-from squall.process import ACKER, WORKER, ProcessConfig, peer_addresses
-from squall.topology import Plan, TopologySpec
-from squall.topology.assignment import assign
+from squall.process.contract import ACKER, WORKER
+from squall.process.pod import ProcessConfig, peer_addresses
+from squall.topology import TopologySpec
+from squall.topology.assignment import assign, layout
 
 SPEC = {
     "name": "wc", "workers": 2,
@@ -30,32 +33,34 @@ def spec_file(tmp_path):
 
 
 def test_assignment_is_deterministic_balanced_and_complete():
-    plan = Plan(TopologySpec.from_dict({**SPEC, "workers": 3, "ackers": 2}))
-    first, second = assign(plan), assign(Plan(TopologySpec.from_dict({**SPEC, "workers": 3, "ackers": 2})))
+    spec = TopologySpec.from_dict({**SPEC, "workers": 3, "ackers": 2})
+    lay = layout(spec)
+    first, second = assign(lay), assign(layout(TopologySpec.from_dict({**SPEC, "workers": 3, "ackers": 2})))
     assert first == second
     sizes = [len(execs) for execs in first.executors]
-    assert max(sizes) - min(sizes) <= 1 and sum(sizes) == len(plan.executors) == 9
+    assert max(sizes) - min(sizes) <= 1 and sum(sizes) == len(lay.executors) == 9
     owner = first.task_owner()
-    assert set(owner) == set(plan.task_component)  # every task, ackers included, runs somewhere
-    assert first.acker_tasks == ((plan.acker_tasks[0],), (plan.acker_tasks[1],))
+    assert set(owner) == set(lay.task_component)  # every task, ackers included, runs somewhere
+    assert first.acker_tasks == ((lay.acker_tasks[0],), (lay.acker_tasks[1],))
     # Each worker gets a mix of components rather than one component each.
     assert all(len({ex.component for ex in execs}) > 1 for execs in first.executors)
 
 
 def test_environment_contract(spec_file):
-    env = {"SQUALL_TOPOLOGY": spec_file, "HOSTNAME": "wc-worker-1", "SQUALL_WORKERS": "2",
-           "SQUALL_ACKERS": "1", "SQUALL_NAMESPACE": "prod", "SQUALL_MESSAGE_TIMEOUT_SECONDS": "12",
-           "SQUALL_MAX_SPOUT_PENDING": "77"}
+    env = {"SQUALL_TOPOLOGY": spec_file, "HOSTNAME": "wc-worker-1", "SQUALL_NAMESPACE": "prod",
+           # not part of the contract any more: the spec file is the only carrier of spec values
+           "SQUALL_WORKERS": "5", "SQUALL_MESSAGE_TIMEOUT_SECONDS": "12"}
     cfg = ProcessConfig.from_env(WORKER, env)
     assert (cfg.role, cfg.index, cfg.name) == (WORKER, 1, "worker-1")
     assert cfg.worker_addresses == ["wc-worker-0.wc-worker:7070", "wc-worker-1.wc-worker:7070"]
-    assert cfg.acker_addresses == ["wc-acker-0.wc-acker:7070"]
-    assert (cfg.spec.message_timeout_seconds, cfg.spec.max_spout_pending, cfg.spec.num_ackers) == (12, 77, 1)
+    assert cfg.acker_addresses == ["wc-acker-0.wc-acker:7070", "wc-acker-1.wc-acker:7070"]
+    assert (cfg.spec.workers, cfg.spec.message_timeout_seconds, cfg.spec.num_ackers) == (2, 30, 2)
     assert (cfg.grpc_port, cfg.metrics_port, cfg.bind_host) == (7070, 9090, "0.0.0.0")
     explicit = ProcessConfig.from_env(ACKER, {**env, "SQUALL_ACKER_INDEX": "0",
                                               "SQUALL_WORKER_PEERS": "{topology}-w-{i}.{namespace}:1",
                                               "SQUALL_GRPC_PORT": "7001", "SQUALL_METRICS_PORT": "9001"})
     assert explicit.index == 0 and explicit.worker_addresses == ["wc-w-0.prod:1", "wc-w-1.prod:1"]
+    assert explicit.spec_path == Path(spec_file)
     assert (explicit.grpc_port, explicit.metrics_port) == (7001, 9001)
 
 
@@ -64,7 +69,7 @@ def test_environment_contract(spec_file):
     ({"HOSTNAME": "somehost"}, "set SQUALL_WORKER_INDEX"),
     ({"SQUALL_WORKER_INDEX": "2"}, "worker index 2 is out of range: the topology has 2 worker(s)"),
     ({"SQUALL_WORKER_INDEX": "x"}, "SQUALL_WORKER_INDEX='x' is not an integer"),
-    ({"SQUALL_WORKER_INDEX": "0", "SQUALL_WORKERS": "0"}, "SQUALL_WORKERS=0 must be >= 1"),
+    ({"SQUALL_WORKER_INDEX": "-1"}, "SQUALL_WORKER_INDEX=-1 must be >= 0"),
     ({"SQUALL_WORKER_INDEX": "0", "SQUALL_WORKER_PEERS": "127.0.0.1:1"},
      "SQUALL_WORKER_PEERS lists 1 address(es) but there are 2"),
     ({"SQUALL_WORKER_INDEX": "0", "SQUALL_WORKER_PEERS": "{i}-{nope}"}, "SQUALL_WORKER_PEERS: bad template"),
@@ -80,3 +85,29 @@ def test_bad_environment_is_refused_with_the_variable_named(spec_file, env, mess
 def test_peer_list_and_template_forms():
     assert peer_addresses("a:1, b:2", 2, topology="t", namespace="n", var="V") == ["a:1", "b:2"]
     assert peer_addresses("{topology}-{i}:7", 2, topology="t", namespace="n", var="V") == ["t-0:7", "t-1:7"]
+
+
+def test_wiring_says_who_runs_what_and_who_talks_to_whom():
+    """The wiring of each process, computed without starting one (or importing a user class)."""
+    assignment = assign(layout(TopologySpec.from_dict({**SPEC, "workers": 2, "ackers": 2})))
+    lay = assignment.layout
+    sentences, split, count = (set(lay.component_tasks[c]) for c in ("sentences", "split", "count"))
+    workers = [assignment.wiring(WORKER, i) for i in range(2)]
+    ackers = [assignment.wiring(ACKER, j) for j in range(2)]
+    # every spout and bolt task runs in exactly one worker; acker task j in acker process j
+    assert set().union(*(w.spout_tasks for w in workers)) == sentences
+    assert set().union(*(w.bolt_tasks for w in workers)) == split | count
+    assert not workers[0].local_tasks & workers[1].local_tasks
+    assert [a.acker_tasks for a in ackers] == [(lay.acker_tasks[0],), (lay.acker_tasks[1],)]
+    for w in workers:
+        # a worker sends to every task it does not run, and knows which peers are ackers
+        assert set(w.owner) == set(lay.task_component) - w.local_tasks
+        assert w.ackers == {"acker-0", "acker-1"}
+        # the other worker streams to it, and the ackers do too when it runs a spout
+        assert w.senders == {"worker-0", "worker-1"} - {w.name} | ({"acker-0", "acker-1"} if w.spout_tasks else set())
+    for a in ackers:
+        # an acker sends verdicts only, to the spouts' workers, and hears from every worker
+        assert set(a.owner) == sentences and a.ackers == frozenset()
+        assert a.senders == {"worker-0", "worker-1"} and not a.spout_tasks | a.bolt_tasks
+    with pytest.raises(ValueError, match="no worker 2: the topology has 2 worker"):
+        assignment.wiring(WORKER, 2)

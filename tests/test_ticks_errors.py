@@ -9,7 +9,7 @@ import pytest
 
 from engine_kit import RecordingSpout, one, run_until, run_until_quiet
 from squall import Bolt, TopologyBuilder
-from squall.executor.errors import ErrorLog, ErrorReporter
+from squall.executor.reporting import ErrorLog, ErrorReporter
 from squall.testing import LocalCluster
 
 

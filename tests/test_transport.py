@@ -10,8 +10,8 @@ import msgpack
 import pytest
 
 from squall import BasicBolt, Spout, TopologyBuilder
+from squall.acker import AckBatch
 from squall.acker.acker import ACK, FAIL, INIT, AckerMessage, Notification
-from squall.executor.acker import AckBatch
 from squall.proto import generate
 from squall.proto.squall_pb2 import AckerColumns, Batch
 from squall.topology import Plan
@@ -71,7 +71,7 @@ def test_acker_columns_round_trip(plan):
 
 def test_verdicts_round_trip(plan):
     spout_task = plan.component_tasks["words"][0]
-    notes = [Notification(ACK, 2**64 - 1, spout_task, 12), Notification(FAIL, 5, spout_task, 0)]
+    notes = [Notification(ACK, 2**64 - 1, spout_task), Notification(FAIL, 5, spout_task)]
     assert [item for _, item in decoder(plan).decode(encode_verdicts(notes))] == notes
 
 

@@ -10,40 +10,25 @@ from __future__ import annotations
 
 import time
 
-from squall import BasicBolt, Bolt, Spout
+from squall import BasicBolt, Bolt
+from squall.testing import TestingSpout
 
 LEVELS = ["INFO", "INFO", "WARN", "ERROR"]
 
 
-class LogLines(Spout):
+class LogLines(TestingSpout):
     """Emits ``logcount.lines`` lines at ``logcount.rate`` per second; replays each failed line."""
 
     outputs = ["n", "line"]
 
-    def open(self, conf, context, collector):
-        super().open(conf, context, collector)
-        self.lines = int(conf["logcount.lines"])
-        self.rate = float(conf.get("logcount.rate", 100))
-        self.next = 0
-        self.pending: dict[int, str] = {}
-        self.replay: list[int] = []
+    def items(self):
+        self.rate = float(self.conf.get("logcount.rate", 100))
         self.started = time.monotonic()
+        return ([n, f"{n:08d} {LEVELS[n % len(LEVELS)]} request {n} served"]
+                for n in range(int(self.conf["logcount.lines"])))
 
-    def next_tuple(self):
-        if self.replay:
-            n = self.replay.pop()
-        elif self.next < self.lines and self.next < (time.monotonic() - self.started) * self.rate:
-            n, self.next = self.next, self.next + 1
-            self.pending[n] = f"{n:08d} {LEVELS[n % len(LEVELS)]} request {n} served"
-        else:
-            return
-        self.collector.emit([n, self.pending[n]], msg_id=n)
-
-    def ack(self, msg_id):
-        del self.pending[msg_id]
-
-    def fail(self, msg_id):
-        self.replay.append(msg_id)
+    def ready(self):
+        return self.emitted < (time.monotonic() - self.started) * self.rate
 
 
 class ParseLevel(BasicBolt):

@@ -8,7 +8,6 @@ renders with what it reads back.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import dataclass
 from typing import Any
@@ -16,23 +15,20 @@ from typing import Any
 import yaml
 
 from squall.errors import TopologyError
+from squall.process import contract
+from squall.process.contract import ACKER, GRPC_PORT, METRICS_PORT, SPEC_DIR, SPEC_FILE, WORKER
 from squall.topology.spec import TopologySpec
 
 Manifest = dict[str, Any]
 
-GRPC_PORT = 7070
-METRICS_PORT = 9090
 SPARK_DRIVER_PORT = 7078
 SPARK_BLOCK_MANAGER_PORT = 7079
-SPEC_DIR = "/etc/squall"
-SPEC_FILE = "topology.yaml"
 SPEC_HASH = "squall.dev/spec-hash"
 RUN_AS = 10001  # the image's non-root user
 DEFAULT_RESOURCES = {"requests": {"cpu": "100m", "memory": "256Mi"}}
 # Kubernetes' own client and service address, as seen from any pod
 K8S_MASTER = "k8s://https://kubernetes.default.svc:443"
 MANAGED_BY = "squall-operator"
-WORKER, ACKER = "worker", "acker"
 
 
 @dataclass(frozen=True)
@@ -43,11 +39,11 @@ class Names:
 
     @property
     def worker(self) -> str:
-        return f"{self.topology}-worker"
+        return contract.service_name(self.topology, WORKER)
 
     @property
     def acker(self) -> str:
-        return f"{self.topology}-acker"
+        return contract.service_name(self.topology, ACKER)
 
     @property
     def config_map(self) -> str:
@@ -66,24 +62,16 @@ class Names:
         return self.topology
 
 
-def labels(topology: str, component: str) -> dict[str, str]:
+def labels(topology: str, *, component: str) -> dict[str, str]:
     """The standard ``app.kubernetes.io/*`` labels of every object of a topology."""
-    return {**selector(topology, component), "app.kubernetes.io/part-of": "squall",
+    return {**selector(topology, component=component), "app.kubernetes.io/part-of": "squall",
             "app.kubernetes.io/managed-by": MANAGED_BY}
 
 
-def selector(topology: str, component: str) -> dict[str, str]:
+def selector(topology: str, *, component: str) -> dict[str, str]:
     """The labels a Service or StatefulSet selects its pods by (never changed once created)."""
     return {"app.kubernetes.io/name": "squall", "app.kubernetes.io/instance": topology,
             "app.kubernetes.io/component": component}
-
-
-def spec_hash(spec: TopologySpec) -> str:
-    """A hash of everything in the spec but ``suspended``: it changes, and rolls the pods, on every
-    other change, while suspending only rewrites the ConfigMap that running workers follow."""
-    doc = spec.to_dict()
-    doc.pop("suspended", None)
-    return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def resolve_image(spec: TopologySpec, default: str | None) -> str:
@@ -126,27 +114,28 @@ def child_refs(topology: str) -> list[tuple[str, str, str]]:
             ("monitoring.coreos.com/v1", "PodMonitor", names.pod_monitor)]
 
 
-def _meta(name: str, namespace: str, topology: str, component: str) -> dict[str, Any]:
-    return {"name": name, "namespace": namespace, "labels": labels(topology, component)}
+def _meta(name: str, *, namespace: str, topology: str, component: str) -> dict[str, Any]:
+    return {"name": name, "namespace": namespace, "labels": labels(topology, component=component)}
 
 
 def config_map(spec: TopologySpec, *, namespace: str) -> Manifest:
     """The whole spec as ``topology.yaml``, mounted into every pod; workers follow its ``suspended``."""
     return {"apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": _meta(Names(spec.name).config_map, namespace, spec.name, "spec"),
+            "metadata": _meta(Names(spec.name).config_map, namespace=namespace, topology=spec.name, component="spec"),
             "data": {SPEC_FILE: yaml.safe_dump(spec.to_dict(), sort_keys=False)}}
 
 
 def service_account(spec: TopologySpec, *, namespace: str) -> Manifest:
     """The pods' identity; only a Spark driver (a worker pod) uses its token, through the Role below."""
     return {"apiVersion": "v1", "kind": "ServiceAccount",
-            "metadata": _meta(Names(spec.name).service_account, namespace, spec.name, "identity")}
+            "metadata": _meta(Names(spec.name).service_account, namespace=namespace, topology=spec.name,
+                              component="identity")}
 
 
 def spark_role(spec: TopologySpec, *, namespace: str) -> Manifest:
     """What a Spark driver in client mode needs to run its executor pods in the topology's namespace."""
     return {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
-            "metadata": _meta(Names(spec.name).spark_role, namespace, spec.name, "spark"),
+            "metadata": _meta(Names(spec.name).spark_role, namespace=namespace, topology=spec.name, component="spark"),
             "rules": [{"apiGroups": [""],
                        "resources": ["pods", "services", "configmaps", "persistentvolumeclaims"],
                        "verbs": ["create", "get", "list", "watch", "delete", "deletecollection", "patch"]}]}
@@ -155,7 +144,7 @@ def spark_role(spec: TopologySpec, *, namespace: str) -> Manifest:
 def spark_role_binding(spec: TopologySpec, *, namespace: str) -> Manifest:
     names = Names(spec.name)
     return {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-            "metadata": _meta(names.spark_role, namespace, spec.name, "spark"),
+            "metadata": _meta(names.spark_role, namespace=namespace, topology=spec.name, component="spark"),
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": names.spark_role},
             "subjects": [{"kind": "ServiceAccount", "name": names.service_account, "namespace": namespace}]}
 
@@ -170,19 +159,19 @@ def _ports(spec: TopologySpec, role: str) -> list[tuple[str, int]]:
 def service(spec: TopologySpec, role: str, *, namespace: str) -> Manifest:
     """The headless Service that gives each pod of a StatefulSet its DNS name (``<pod>.<service>``)."""
     name = getattr(Names(spec.name), role)
-    return {"apiVersion": "v1", "kind": "Service", "metadata": _meta(name, namespace, spec.name, role),
+    return {"apiVersion": "v1", "kind": "Service",
+            "metadata": _meta(name, namespace=namespace, topology=spec.name, component=role),
             "spec": {"clusterIP": "None",
                      # peers dial each other while starting up, before any of them is ready
                      "publishNotReadyAddresses": True,
-                     "selector": selector(spec.name, role),
+                     "selector": selector(spec.name, component=role),
                      "ports": [{"name": n, "port": p, "targetPort": n, "protocol": "TCP"}
                                for n, p in _ports(spec, role)]}}
 
 
 def peers(spec: TopologySpec, role: str, *, namespace: str) -> str:
     """The ``SQUALL_<ROLE>_PEERS`` template: ``{i}`` is the pod ordinal (see docs/processes.md)."""
-    service_name = getattr(Names(spec.name), role)
-    return f"{service_name}-{{i}}.{service_name}.{namespace}.svc:{GRPC_PORT}"
+    return contract.peer_template(role, namespace=namespace).replace("{topology}", spec.name)
 
 
 def spark_conf(spec: TopologySpec, *, namespace: str, image: str) -> dict[str, str]:
@@ -196,12 +185,12 @@ def spark_conf(spec: TopologySpec, *, namespace: str, image: str) -> dict[str, s
     conf = {
         "spark.master": K8S_MASTER,
         "spark.submit.deployMode": "client",
-        "spark.driver.host": f"$(SQUALL_POD_NAME).{names.worker}.{namespace}.svc",
+        "spark.driver.host": f"$({contract.POD_NAME}).{names.worker}.{namespace}.svc",
         "spark.driver.port": str(SPARK_DRIVER_PORT),
         "spark.driver.blockManager.port": str(SPARK_BLOCK_MANAGER_PORT),
         "spark.driver.bindAddress": "0.0.0.0",
         "spark.kubernetes.namespace": namespace,
-        "spark.kubernetes.driver.pod.name": "$(SQUALL_POD_NAME)",
+        "spark.kubernetes.driver.pod.name": f"$({contract.POD_NAME})",
         "spark.kubernetes.container.image": spark.executor_image or image,
         "spark.kubernetes.authenticate.driver.serviceAccountName": names.service_account,
         "spark.executor.instances": str(spark.executors),
@@ -213,24 +202,20 @@ def spark_conf(spec: TopologySpec, *, namespace: str, image: str) -> dict[str, s
 
 
 def environment(spec: TopologySpec, role: str, *, namespace: str, image: str) -> list[dict[str, Any]]:
-    """The process environment contract of docs/processes.md. The index is not set: each process
-    takes it from its StatefulSet hostname (``<topology>-worker-3``)."""
+    """The process environment of the pod contract (:mod:`squall.process.contract`). The index is not
+    set: each process takes it from its StatefulSet hostname (``<topology>-worker-3``); every topology
+    setting comes from the mounted spec file."""
     env: list[dict[str, Any]] = [
-        {"name": "SQUALL_TOPOLOGY", "value": f"{SPEC_DIR}/{SPEC_FILE}"},
-        {"name": "SQUALL_NAMESPACE", "value": namespace},
-        {"name": "SQUALL_WORKERS", "value": str(spec.workers)},
-        {"name": "SQUALL_ACKERS", "value": str(spec.num_ackers)},
-        {"name": "SQUALL_WORKER_PEERS", "value": peers(spec, WORKER, namespace=namespace)},
-        {"name": "SQUALL_ACKER_PEERS", "value": peers(spec, ACKER, namespace=namespace)},
-        {"name": "SQUALL_GRPC_PORT", "value": str(GRPC_PORT)},
-        {"name": "SQUALL_METRICS_PORT", "value": str(METRICS_PORT)},
-        {"name": "SQUALL_MESSAGE_TIMEOUT_SECONDS", "value": str(spec.message_timeout_seconds)},
+        {"name": contract.TOPOLOGY, "value": contract.SPEC_PATH},
+        {"name": contract.NAMESPACE, "value": namespace},
+        {"name": contract.WORKER_PEERS, "value": peers(spec, WORKER, namespace=namespace)},
+        {"name": contract.ACKER_PEERS, "value": peers(spec, ACKER, namespace=namespace)},
+        {"name": contract.GRPC_PORT_VAR, "value": str(GRPC_PORT)},
+        {"name": contract.METRICS_PORT_VAR, "value": str(METRICS_PORT)},
     ]
-    if spec.max_spout_pending is not None:
-        env.append({"name": "SQUALL_MAX_SPOUT_PENDING", "value": str(spec.max_spout_pending)})
     if role == WORKER and spec.spark is not None:
-        env += [{"name": "SQUALL_POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
-                {"name": "SQUALL_SPARK_CONF",
+        env += [{"name": contract.POD_NAME, "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+                {"name": contract.SPARK_CONF,
                  "value": json.dumps(spark_conf(spec, namespace=namespace, image=image), sort_keys=True)}]
     return env
 
@@ -263,16 +248,17 @@ def stateful_set(spec: TopologySpec, role: str, *, namespace: str, image: str) -
         container["imagePullPolicy"] = spec.image_pull_policy
     return {
         "apiVersion": "apps/v1", "kind": "StatefulSet",
-        "metadata": _meta(name, namespace, spec.name, role),
+        "metadata": _meta(name, namespace=namespace, topology=spec.name, component=role),
         "spec": {
             "replicas": spec.workers if role == WORKER else spec.num_ackers,
             "serviceName": name,
             # all pods start (and restart on a rebalance) together: they wait for each other anyway
             "podManagementPolicy": "Parallel",
             "updateStrategy": {"type": "RollingUpdate"},
-            "selector": {"matchLabels": selector(spec.name, role)},
+            "selector": {"matchLabels": selector(spec.name, component=role)},
             "template": {
-                "metadata": {"labels": labels(spec.name, role), "annotations": {SPEC_HASH: spec_hash(spec)}},
+                "metadata": {"labels": labels(spec.name, component=role),
+                             "annotations": {SPEC_HASH: spec.fingerprint()}},
                 "spec": {
                     "serviceAccountName": names.service_account,
                     # only a Spark driver talks to the API server
@@ -295,7 +281,8 @@ def stateful_set(spec: TopologySpec, role: str, *, namespace: str, image: str) -
 def pod_monitor(spec: TopologySpec, *, namespace: str) -> Manifest:
     """A prometheus-operator PodMonitor scraping ``/metrics`` of every worker and acker pod."""
     return {"apiVersion": "monitoring.coreos.com/v1", "kind": "PodMonitor",
-            "metadata": _meta(Names(spec.name).pod_monitor, namespace, spec.name, "metrics"),
+            "metadata": _meta(Names(spec.name).pod_monitor, namespace=namespace, topology=spec.name,
+                              component="metrics"),
             "spec": {"selector": {"matchLabels": {"app.kubernetes.io/name": "squall",
                                                   "app.kubernetes.io/instance": spec.name}},
                      "podMetricsEndpoints": [{"port": "metrics", "path": "/metrics"}]}}

@@ -12,8 +12,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from squall.process.contract import WORKER
 from squall.topology.spec import TopologySpec
-from squall_operator.render import WORKER, selector, spec_hash
+from squall_operator.render import selector
 
 PENDING, RUNNING, SUSPENDED, FAILED = "Pending", "Running", "Suspended", "Failed"
 KEEP_ERRORS = 5
@@ -54,7 +55,7 @@ def now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _condition(kind: str, status: bool, reason: str, message: str, *, generation: int | None,
+def _condition(kind: str, *, status: bool, reason: str, message: str, generation: int | None,
                previous: list[dict[str, Any]], at: str) -> dict[str, Any]:
     text = "True" if status else "False"
     before = next((c for c in previous if c.get("type") == kind), None)
@@ -81,10 +82,13 @@ def failed(previous: dict[str, Any], message: str, *, generation: int | None, at
     out |= {
         "phase": FAILED,
         "conditions": [
-            _condition("Ready", False, "InvalidSpec", message, generation=generation, previous=conditions, at=at),
-            _condition("Progressing", False, "InvalidSpec", "fix the spec: nothing is applied until it is valid",
-                       generation=generation, previous=conditions, at=at),
-            _condition("Degraded", True, "InvalidSpec", message, generation=generation, previous=conditions, at=at),
+            _condition("Ready", status=False, reason="InvalidSpec", message=message, generation=generation,
+                       previous=conditions, at=at),
+            _condition("Progressing", status=False, reason="InvalidSpec",
+                       message="fix the spec: nothing is applied until it is valid", generation=generation,
+                       previous=conditions, at=at),
+            _condition("Degraded", status=True, reason="InvalidSpec", message=message, generation=generation,
+                       previous=conditions, at=at),
         ],
         "errors": with_error(previous.get("errors") or [], message, at=at),
     }
@@ -107,7 +111,8 @@ def compute(spec: TopologySpec, *, workers: dict[str, Any] | None, ackers: dict[
     conditions = previous.get("conditions") or []
 
     def cond(kind: str, status: bool, reason: str, message: str) -> dict[str, Any]:
-        return _condition(kind, status, reason, message, generation=generation, previous=conditions, at=at)
+        return _condition(kind, status=status, reason=reason, message=message, generation=generation,
+                          previous=conditions, at=at)
 
     if not done:
         progressing = cond("Progressing", True, "RollingOut",
@@ -130,8 +135,8 @@ def compute(spec: TopologySpec, *, workers: dict[str, Any] | None, ackers: dict[
         "ackers": a.wanted,
         "readyAckers": a.ready,
         "ready": f"{w.ready + a.ready}/{w.wanted + a.wanted}",
-        "selector": ",".join(f"{k}={v}" for k, v in selector(spec.name, WORKER).items()),
-        "specHash": spec_hash(spec),
+        "selector": ",".join(f"{k}={v}" for k, v in selector(spec.name, component=WORKER).items()),
+        "specHash": spec.fingerprint(),
         "conditions": [
             cond("Ready", all_ready, "AllPodsReady" if all_ready else "PodsNotReady", counts),
             progressing,

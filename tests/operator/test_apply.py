@@ -88,7 +88,7 @@ def test_apply_deletes_only_its_own_children_that_are_no_longer_rendered():
 
     done = apply(kube, manifests(ackers=0), prune=prune(), owned=lambda live: live["kind"] != "Service")
     assert done.deleted == ["StatefulSet wc-acker"] and foreign in kube.objects  # not ours: left alone
-    assert done.patched == ["ConfigMap wc-spec", "StatefulSet wc-worker"]  # SQUALL_ACKERS=0, a new spec hash
+    assert done.patched == ["ConfigMap wc-spec", "StatefulSet wc-worker"]  # ackers: 0 in the spec, a new spec hash
     kube.writes.clear()
     done = apply(kube, manifests(ackers=0), prune=prune(), owned=lambda live: True)
     assert done.deleted == ["Service wc-acker"] and kube.writes == ["delete Service wc-acker"]

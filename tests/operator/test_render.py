@@ -11,9 +11,9 @@ import pytest
 import yaml
 
 from squall.errors import TopologyError
-from squall.process import ProcessConfig
+from squall.process.pod import ProcessConfig
 from squall.topology.spec import TopologySpec, load_spec
-from squall_operator.render import child_refs, render, resolve_image, spec_hash
+from squall_operator.render import child_refs, render, resolve_image
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((REPO / "examples").glob("*.yaml"))
@@ -149,18 +149,12 @@ def test_environment_is_the_process_contract():
     assert env(objs["StatefulSet", "wc-worker"]) == {
         "SQUALL_TOPOLOGY": "/etc/squall/topology.yaml",
         "SQUALL_NAMESPACE": NS,
-        "SQUALL_WORKERS": "2",
-        "SQUALL_ACKERS": "2",
         "SQUALL_WORKER_PEERS": "wc-worker-{i}.wc-worker.prod.svc:7070",
         "SQUALL_ACKER_PEERS": "wc-acker-{i}.wc-acker.prod.svc:7070",
         "SQUALL_GRPC_PORT": "7070",
         "SQUALL_METRICS_PORT": "9090",
-        "SQUALL_MESSAGE_TIMEOUT_SECONDS": "20",
-        "SQUALL_MAX_SPOUT_PENDING": "1000",
     }
     assert env_list(objs["StatefulSet", "wc-acker"]) == env_list(objs["StatefulSet", "wc-worker"])
-    no_limit = by_kind(render(spec({**BASE, "maxSpoutPending": None}), namespace=NS, image="x"))
-    assert "SQUALL_MAX_SPOUT_PENDING" not in env(no_limit["StatefulSet", "wc-worker"])
 
 
 @pytest.mark.parametrize("role,hostname,index", [("worker", "wc-worker-1", 1), ("acker", "wc-acker-0", 0)])
@@ -202,7 +196,7 @@ def test_suspending_changes_only_the_config_map():
 def test_every_other_spec_change_rolls_both_statefulsets(change):
     before = by_kind(render(spec(BASE), namespace=NS, image="x"))
     after = by_kind(render(spec({**BASE, **change}), namespace=NS, image="x"))
-    assert spec_hash(spec(BASE)) != spec_hash(spec({**BASE, **change}))
+    assert spec(BASE).fingerprint() != spec({**BASE, **change}).fingerprint()
     for sts in ("wc-worker", "wc-acker"):
         assert before["StatefulSet", sts]["spec"]["template"] != after["StatefulSet", sts]["spec"]["template"]
 
@@ -210,7 +204,7 @@ def test_every_other_spec_change_rolls_both_statefulsets(change):
 def test_no_ackers():
     objs = by_kind(render(spec(NO_ACKERS), namespace=NS, image="x"))
     assert ("StatefulSet", "wc-acker") not in objs and ("Service", "wc-acker") not in objs
-    assert env(objs["StatefulSet", "wc-worker"])["SQUALL_ACKERS"] == "0"
+    assert yaml.safe_load(objs["ConfigMap", "wc-spec"]["data"]["topology.yaml"])["ackers"] == 0
 
 
 def test_spark_driver_and_executors():

@@ -7,7 +7,7 @@ import os
 import pytest
 from procs_support import COMPONENTS, topology
 
-from squall.supervisor import Supervisor
+from squall.process.supervisor import Supervisor
 
 
 @pytest.fixture

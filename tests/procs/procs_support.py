@@ -8,21 +8,20 @@ from pathlib import Path
 
 import yaml
 
-from squall.supervisor import Supervisor
+from squall.process.supervisor import Supervisor
 from squall.topology import TopologySpec
 
 COMPONENTS = Path(__file__).parent
 
 
 def topology(tmp_path: Path, *, count: int, workers: int, ackers: int | None = None, timeout: int = 30,
-             max_pending: int | None = 1000, sink: str = "Sink", track: bool = True,
+             max_pending: int | None = 1000, sink: str = "Sink",
              config: dict | None = None, spout: str = "NumberSpout", ticks: float | None = None,
              ) -> tuple[Path, TopologySpec]:
     doc = {
         "name": "proc-test", "workers": workers, "ackers": ackers, "messageTimeoutSeconds": timeout,
         "maxSpoutPending": max_pending,
-        "config": {"test.count": count, "test.report": str(tmp_path / "spout.json"), "test.track": track,
-                   **(config or {})},
+        "config": {"test.count": count, "test.report": str(tmp_path / "spout.json"), **(config or {})},
         # Component names sort as a < b < c, so round-robin assignment puts the spout on worker-0.
         "spouts": [{"name": "a-numbers", "className": f"squall_test_components:{spout}"}],
         "bolts": [

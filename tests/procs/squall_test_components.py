@@ -5,55 +5,37 @@ The spout's durable record is a JSON file written at close(): the ids it saw ack
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import time
 
-from squall import BasicBolt, Bolt, Spout
+from squall import BasicBolt, Bolt
+from squall.testing import TestingSpout
 
 
-class NumberSpout(Spout):
-    """Emits ids 0..N-1 with message ids; replays failed ids; writes what it saw at close()."""
+class NumberSpout(TestingSpout):
+    """Emits ids 0..N-1 (``test.count``; < 0: forever) with message ids, at most ``test.rate`` new ids
+    per second; replays failed ids; writes what it saw at close()."""
 
     outputs = ["n"]
 
-    def open(self, conf, context, collector):
-        super().open(conf, context, collector)
-        self.total = int(conf.get("test.count", 1000))
-        self.track = conf.get("test.track", True)
-        self.report_path = conf.get("test.report")
-        self.next_id = 0
-        self.replay: list[int] = []
-        self.acked: set[int] = set()
-        self.failed = 0
-        self.rate = conf.get("test.rate")  # new ids per second, so a run lasts long enough to interfere with
+    def items(self):
+        total = int(self.conf.get("test.count", 1000))
+        self.rate = self.conf.get("test.rate")  # so a run lasts long enough to interfere with
         self.start = time.monotonic()
+        return ([n] for n in (itertools.count() if total < 0 else range(total)))
 
-    def next_tuple(self):
-        if self.replay:
-            n = self.replay.pop()
-        elif self.rate and self.next_id >= self.rate * (time.monotonic() - self.start):
-            return
-        elif self.total < 0 or self.next_id < self.total:
-            n = self.next_id
-            self.next_id += 1
-        else:
-            return
-        self.collector.emit([n], msg_id=n if self.track else None)
-
-    def ack(self, msg_id):
-        self.acked.add(msg_id)
-
-    def fail(self, msg_id):
-        self.failed += 1
-        self.replay.append(msg_id)
+    def ready(self):
+        return not self.rate or self.emitted < self.rate * (time.monotonic() - self.start)
 
     def close(self):
-        if self.report_path:
-            tmp = f"{self.report_path}.tmp"
+        report_path = self.conf.get("test.report")
+        if report_path:
+            tmp = f"{report_path}.tmp"
             with open(tmp, "w") as out:
-                json.dump({"acked": sorted(self.acked), "failed": self.failed, "emitted": self.next_id}, out)
-            os.replace(tmp, self.report_path)
+                json.dump({"acked": sorted(self.acked), "failed": len(self.failed), "emitted": self.emitted}, out)
+            os.replace(tmp, report_path)
 
 
 class ReportingSink(Bolt):

@@ -7,7 +7,7 @@ from procs_support import wait_for
 from prometheus_client.parser import text_string_to_metric_families
 from tests.chart.dashboard_queries import EXTERNAL, TARGET_LABELS, load, queries
 
-from squall.scrape import fetch
+from squall.metrics.scrape import fetch
 
 
 def scrape_labels(text: str) -> dict[str, set[str]]:

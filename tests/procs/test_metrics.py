@@ -7,7 +7,7 @@ import time
 from procs_support import wait_for
 from prometheus_client.parser import text_string_to_metric_families
 
-from squall.scrape import fetch
+from squall.metrics.scrape import fetch
 
 TASK_LABELS = {"topology", "component", "task", "stream"}
 WORKER_METRICS = {

@@ -22,8 +22,8 @@ import yaml
 from offset_components import read_seen
 from procs_support import COMPONENTS
 
+from squall.process.supervisor import Child, Supervisor
 from squall.spouts.log import DurableLog
-from squall.supervisor import Child, Supervisor
 from squall.topology import TopologySpec
 from squall.topology.assignment import assign
 from squall.topology.plan import Plan
@@ -89,12 +89,12 @@ def offsets_run(tmp_path, monkeypatch):
         path.write_text(yaml.safe_dump(doc))
         spec = TopologySpec.from_dict(doc)
         plan = Plan(spec)
-        owner = assign(plan).task_owner()
+        owner = assign(plan.layout).task_owner()
         spout_tasks = plan.component_tasks[SPOUT]
-        role, index = owner[spout_tasks[0]]
-        assert role == "worker" and owner[spout_tasks[1]] != (role, index)  # one spout task per worker
+        victim = owner[spout_tasks[0]]
+        assert victim.startswith("worker") and owner[spout_tasks[1]] != victim  # one spout task per worker
         sup = Supervisor(spec_path=path, spec=spec, run_dir=tmp_path / "run")
-        run = Run(sup, log, sinks, sup.child(f"worker-{index}"),
+        run = Run(sup, log, sinks, sup.child(victim),
                   [p for p in range(PARTITIONS) if p % len(spout_tasks) == 0])
         started.append(run)
         sup.start()

@@ -9,6 +9,7 @@ import time
 
 import psutil
 import pytest
+import yaml
 from procs_support import COMPONENTS, spout_report, topology, wait_for
 
 
@@ -110,13 +111,12 @@ def _send_raw(port: int, frames: list[bytes], plan: str, lane: str = "data"):
 def test_a_malformed_or_oversized_frame_closes_only_its_stream(cluster, tmp_path):
     import grpc
 
-    from squall.scrape import fetch
-    from squall.topology.assignment import plan_id
+    from squall.metrics.scrape import fetch
 
     sup = cluster(count=-1, workers=1, ackers=1, config={"test.rate": 500})
     wait_for(lambda t: t.acked["a-numbers"] >= 100, timeout=60, sup=sup, what="the topology to run")
     worker = sup.child("worker-0")
-    plan = plan_id(sup.spec)
+    plan = sup.spec.fingerprint()
     bad = _send_raw(worker.grpc_port, [b"\x0a\x05garbage-that-is-not-msgpack"], plan)
     assert bad.code() == grpc.StatusCode.INVALID_ARGUMENT and "malformed frame" in bad.details()
     huge = _send_raw(worker.grpc_port, [b"\x0a" + b"\xff" * 5 + b"\x01" + b"x" * (17 * 2**20)], plan)
@@ -203,8 +203,10 @@ def test_processes_of_different_plans_never_exchange_tuples(cluster, tmp_path):
     acker, worker = sup.child("acker-0"), sup.child("worker-0")
     acker.proc.kill()
     acker.proc.wait()
+    other = tmp_path / "other.yaml"  # the same topology with another message timeout: another plan
+    other.write_text(yaml.safe_dump({**sup.spec.to_dict(), "messageTimeoutSeconds": 9}))
     env = {**sup.env, "SQUALL_ACKER_INDEX": "0", "SQUALL_GRPC_PORT": str(acker.grpc_port),
-           "SQUALL_METRICS_PORT": str(acker.metrics_port), "SQUALL_MESSAGE_TIMEOUT_SECONDS": "9"}
+           "SQUALL_METRICS_PORT": str(acker.metrics_port), "SQUALL_TOPOLOGY": str(other)}
     with open(acker.log_path, "ab") as out:  # the "new version" of the acker: another spec
         acker.proc = subprocess.Popen([sys.executable, "-m", "squall", "acker"], env=env, stdout=out,
                                       stderr=subprocess.STDOUT)
@@ -224,7 +226,7 @@ def test_processes_of_different_plans_never_exchange_tuples(cluster, tmp_path):
 def test_reported_errors_are_queryable_on_each_process(cluster):
     import json
 
-    from squall.scrape import fetch
+    from squall.metrics.scrape import fetch
 
     sup = cluster(count=100, workers=1, ackers=1, sink="ReportingSink")
     wait_for(lambda t: t.acked["a-numbers"] >= 100, timeout=60, sup=sup, what="every tree acked")

@@ -19,7 +19,7 @@ from engine_kit import RecordingSpout, one, run_until
 from squall import Bolt, Spout, TopologyBuilder, load_spec, validate
 from squall.executor.bolt import BUDGET
 from squall.spark import SparkBolt
-from squall.testing import LocalCluster
+from squall.testing import LocalCluster, TestingSpout
 
 pytestmark = [pytest.mark.spark, pytest.mark.usefixtures("spark")]
 
@@ -28,36 +28,13 @@ REPO = Path(__file__).resolve().parents[2]
 DEADLINE = 60.0
 
 
-class ReplaySpout(Spout):
+class ReplaySpout(TestingSpout):
     """Emits ``[i]`` with msg id ``i`` for ``i < conf["count"]``; replays whatever fails; records verdicts."""
 
     outputs = ["id"]
 
-    def open(self, conf, context, collector):
-        super().open(conf, context, collector)
-        self.unsent = list(range(conf["count"]))[::-1]
-        self.replay: list[int] = []
-        self.acked: list[int] = []
-        self.failed: list[int] = []
-
-    def next_tuple(self):
-        if self.replay:
-            msg_id = self.replay.pop()
-        elif self.unsent:
-            msg_id = self.unsent.pop()
-        else:
-            return
-        self.collector.emit([msg_id], msg_id=msg_id)
-
-    def ack(self, msg_id):
-        self.acked.append(msg_id)
-
-    def fail(self, msg_id):
-        self.failed.append(msg_id)
-        self.replay.append(msg_id)
-
-    def done(self) -> bool:
-        return len(set(self.acked)) == self.conf["count"]
+    def items(self):
+        return ([i] for i in range(self.conf["count"]))
 
 
 class Recording:
@@ -178,7 +155,7 @@ def test_clickstream_results_are_correct_and_every_input_is_acked_exactly_once()
         assert not bolt.fails
         counts = cluster.counts("clicks")
         assert (counts.acked, counts.failed, counts.timed_out) == (n, 0, 0)
-        assert spout.pending == {} and spout.replay == []
+        assert spout.pending == {} and not spout.replays
 
 
 def test_a_raising_job_fails_every_input_which_are_replayed_and_then_acked():

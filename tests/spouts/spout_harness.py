@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from squall.api import Spout
-from squall.topology import Plan, TopologyBuilder, TopologyContext
+from squall.topology import Plan, TopologyBuilder
+from squall.topology.context import TaskContext
 from squall.values import check_values
 
 
@@ -28,10 +29,10 @@ class RecordingCollector:
 
 
 def context_for(spout: type[Spout], *, tasks: int = 1, index: int = 0, name: str = "topo",
-                component: str = "records") -> TopologyContext:
+                component: str = "records") -> TaskContext:
     """A real TopologyContext of task ``index`` of a spout component with ``tasks`` tasks."""
     builder = TopologyBuilder(name)
     builder.set_spout(component, spout, tasks, tasks=tasks)
     plan = Plan(builder.build())
     task_id = plan.component_tasks[component][index]
-    return TopologyContext(plan=plan, task_id=task_id, worker_tasks=frozenset(plan.component_tasks[component]))
+    return TaskContext(plan=plan, task_id=task_id, worker_tasks=frozenset(plan.component_tasks[component]))

@@ -1,6 +1,16 @@
 """Squall: Apache Storm's guaranteed-processing stream engine, in Python, for Kubernetes."""
 
-from squall.api import BasicBolt, Bolt, OutputStream, Spout, direct
+from squall.api import (
+    BasicBolt,
+    BasicOutputCollector,
+    Bolt,
+    OutputCollector,
+    OutputStream,
+    Spout,
+    SpoutOutputCollector,
+    TopologyContext,
+    direct,
+)
 from squall.errors import (
     ConfigError,
     EmitError,
@@ -9,8 +19,7 @@ from squall.errors import (
     SquallError,
     TopologyError,
 )
-from squall.executor.collectors import BasicOutputCollector, OutputCollector, SpoutOutputCollector
-from squall.topology import TopologyBuilder, TopologyContext, TopologySpec, load_spec, validate
+from squall.topology import TopologyBuilder, TopologySpec, load_spec, validate
 from squall.tuples import Fields, Tuple
 
 __all__ = [

@@ -1,26 +1,35 @@
-"""The public component API: spouts, bolts and the streams they declare.
+"""The public component API: spouts, bolts, the streams they declare, and what Squall hands them.
 
-Names follow Storm's, in snake_case::
+Names follow Storm's, in snake_case. A bolt that splits sentences into words::
 
-    class SplitSentence(BasicBolt):
-        outputs = ["word"]
+    >>> from squall import BasicBolt
+    >>> class SplitSentence(BasicBolt):
+    ...     outputs = ["word"]
+    ...
+    ...     def execute(self, tup, collector):
+    ...         for word in tup["sentence"].split():
+    ...             collector.emit([word])
+    >>> SplitSentence.declared_streams()
+    {'default': OutputStream(fields=('word',), direct=False)}
 
-        def execute(self, tup, collector):
-            for word in tup["sentence"].split():
-                collector.emit([word])
+The collectors and the :class:`TopologyContext` are declared here as protocols: what a spout or
+bolt may call. Squall's executors provide them.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
-if TYPE_CHECKING:
-    from squall.executor.collectors import BasicOutputCollector, OutputCollector, SpoutOutputCollector
-    from squall.topology.context import TopologyContext
-    from squall.tuples import Tuple
+from squall.system import DEFAULT_STREAM
+from squall.tuples import Tuple
 
-DEFAULT_STREAM = "default"
+__all__ = ["DEFAULT_STREAM", "Anchors", "BasicBolt", "BasicOutputCollector", "Bolt", "Component", "OutputCollector",
+           "OutputStream", "Spout", "SpoutOutputCollector", "TopologyContext", "direct"]
+
+#: What ``OutputCollector.emit(anchors=...)`` takes: one input tuple, several, or None (unanchored).
+Anchors = Tuple | Sequence[Tuple] | None
 
 
 @dataclass(frozen=True)
@@ -32,11 +41,115 @@ class OutputStream:
 
 
 def direct(*fields: str) -> OutputStream:
-    """Declare a direct stream in ``outputs``: ``outputs = {"default": ["w"], "to": direct("w")}``."""
+    """Declare a direct stream in ``outputs``: ``outputs = {"default": ["w"], "to": direct("w")}``.
+
+    >>> direct("word")
+    OutputStream(fields=('word',), direct=True)
+    """
     return OutputStream(tuple(fields), direct=True)
 
 
 Outputs = list[str] | dict[str, "list[str] | OutputStream"]
+
+
+class TopologyContext(Protocol):
+    """What a running task knows of its topology (Storm's ``TopologyContext``)."""
+
+    task_id: int
+    component_id: str
+    topology_name: str
+
+    @property
+    def message_timeout_seconds(self) -> int:
+        """How long a spout tuple tree may take before it fails (``reset_timeout`` restarts it)."""
+
+    @property
+    def this_component_tasks(self) -> list[int]:
+        """The task ids of this task's component."""
+
+    @property
+    def this_task_index(self) -> int:
+        """This task's index among its component's tasks (0-based): handy for partitioning work."""
+
+    @property
+    def worker_tasks(self) -> frozenset[int]:
+        """The task ids that run in this worker process."""
+
+    def get_component_tasks(self, component: str) -> list[int]:
+        """The task ids of ``component`` (``KeyError`` naming the topology when there is none)."""
+
+    def get_component_output_fields(self, component: str, stream: str = DEFAULT_STREAM) -> list[str]:
+        """The fields ``component`` declares for ``stream``."""
+
+    def get_this_output_fields(self, stream: str = DEFAULT_STREAM) -> list[str]:
+        """The fields this component declares for ``stream``."""
+
+    def get_this_streams(self) -> list[str]:
+        """The streams this component declares."""
+
+
+class SpoutOutputCollector(Protocol):
+    """Given to :meth:`Spout.open`. ``emit`` with a ``msg_id`` starts a tracked tuple tree: the spout's
+    ``ack(msg_id)`` or ``fail(msg_id)`` is called when it completes, fails or times out."""
+
+    def emit(self, values: Sequence[Any], *, stream: str = DEFAULT_STREAM, msg_id: Any = None) -> list[int]:
+        """Emit ``values`` on ``stream``; returns the task ids they were sent to."""
+
+    def emit_direct(self, task: int, values: Sequence[Any], *, stream: str = DEFAULT_STREAM,
+                    msg_id: Any = None) -> list[int]:
+        """Emit to one task of a bolt that consumes ``stream`` with a direct grouping."""
+
+    def report_error(self, exc: BaseException) -> None:
+        """Record an error for this component (throttled; always logged)."""
+
+
+class OutputCollector(Protocol):
+    """Given to :meth:`Bolt.prepare`: emit (anchored or not), ack, fail and reset_timeout.
+
+    Not thread-safe: work done on another thread comes back through :meth:`call_soon_threadsafe`.
+    """
+
+    #: Set to True (on the executor thread) to receive no input until it is set back to False:
+    #: backpressure for a bolt whose background work (e.g. a Spark job) has fallen behind.
+    paused: bool
+
+    def emit(self, values: Sequence[Any], *, anchors: Anchors = None, stream: str = DEFAULT_STREAM) -> list[int]:
+        """Emit ``values``; anchored to ``anchors`` (a tuple or a list), they join those tuples' trees."""
+
+    def emit_direct(self, task: int, values: Sequence[Any], *, anchors: Anchors = None,
+                    stream: str = DEFAULT_STREAM) -> list[int]:
+        """Emit to one task of a bolt that consumes ``stream`` with a direct grouping."""
+
+    def ack(self, tup: Tuple) -> None:
+        """The tuple is fully processed by this bolt: its edges (and its children's) go to the acker."""
+
+    def fail(self, tup: Tuple) -> None:
+        """Fail the tuple: every spout tuple tree it belongs to fails and its spout's ``fail`` is called."""
+
+    def reset_timeout(self, tup: Tuple) -> None:
+        """Restart the message timeout of every tree the tuple belongs to (for slow work)."""
+
+    def report_error(self, exc: BaseException) -> None:
+        """Record an error for this component (throttled; always logged)."""
+
+    def call_soon_threadsafe(self, fn: Callable[[], None]) -> None:
+        """Run ``fn`` on this bolt's executor thread soon; callable from any thread."""
+
+
+class BasicOutputCollector(Protocol):
+    """Given to :meth:`BasicBolt.execute`: emits are anchored to the input tuple being executed."""
+
+    def emit(self, values: Sequence[Any], *, stream: str = DEFAULT_STREAM) -> list[int]:
+        """Emit ``values`` anchored to the input."""
+
+    def emit_direct(self, task: int, values: Sequence[Any], *, stream: str = DEFAULT_STREAM) -> list[int]:
+        """Emit to one task, anchored to the input."""
+
+    def reset_timeout(self) -> None:
+        """Restart the message timeout of the input's trees."""
+
+    def report_error(self, exc: BaseException) -> None:
+        """Record an error for this component (throttled; always logged)."""
 
 
 class Component:

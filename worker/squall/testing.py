@@ -1,27 +1,123 @@
-"""``LocalCluster``: run a topology inside this process, for your tests and ours.
+"""Run and check topologies in this process, for your tests and ours: :class:`LocalCluster`, and
+:class:`TestingSpout` / :class:`TestingSink`, a replaying source and a recording sink (Bytewax's
+``TestingSource`` and ``TestingSink``, in Storm's terms)::
 
-    with LocalCluster(spec) as cluster:
-        cluster.run(trees=1000, seconds=30)
-        assert cluster.counts("sentences").acked >= 1000
+    >>> from squall import TopologyBuilder
+    >>> class Numbers(TestingSpout):
+    ...     outputs = ["n"]
+    ...     def items(self):
+    ...         return ([n] for n in range(100))
+    >>> builder = TopologyBuilder("numbers")
+    >>> builder.set_spout("numbers", Numbers)
+    >>> _ = builder.set_bolt("sink", TestingSink, parallelism=2).shuffle_grouping("numbers")
+    >>> with LocalCluster(builder.build()) as cluster:
+    ...     result = cluster.run(trees=100, seconds=30)
+    ...     received = [t for sink in cluster.instances("sink") for t in sink.received]
+    >>> result.reason, sorted(received) == [[n] for n in range(100)]
+    ('trees', True)
 """
 
 from __future__ import annotations
 
+import itertools
 import time
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any, ClassVar
 
-from squall.executor.errors import ReportedError
+from squall.api import Bolt, Spout
+from squall.executor.reporting import ReportedError
+from squall.executor.runtime import Runtime
 from squall.executor.stats import Histogram
-from squall.runtime import Runtime
 from squall.topology.plan import Plan
 from squall.topology.spec import TopologySpec
+from squall.tuples import Tuple
+
+ITEMS_KEY = "testing.items"  # a TestingSpout's tuples, when given in the config (a YAML topology)
+
+
+class TestingSpout(Spout):
+    """A reliable spout: emits each item of :meth:`items` once with a message id, keeps it until it is
+    acked, and emits it again when its tree fails or times out (at least once, as a real source).
+
+    It records every verdict in ``acked`` and ``failed`` (message ids in call order); ``pending``
+    holds the values of the trees in flight. :meth:`ready` paces new items.
+    """
+
+    __test__ = False  # not a pytest test class, whatever its name
+    outputs: ClassVar = ["value"]
+
+    def items(self) -> Iterable[Sequence[Any]]:
+        """The tuples to emit, each a list of values (default: the config's ``testing.items``)."""
+        return self.conf.get(ITEMS_KEY, [])
+
+    def ready(self) -> bool:
+        """Whether a new item may be emitted now (replays always may); override to pace the source."""
+        return True
+
+    def open(self, conf, context, collector) -> None:
+        super().open(conf, context, collector)
+        self._source = iter(self.items())
+        self._ids = itertools.count()
+        self.pending: dict[int, list[Any]] = {}
+        self.replays: deque[int] = deque()
+        self.acked: list[int] = []
+        self.failed: list[int] = []
+        self.exhausted = False
+
+    def next_tuple(self) -> None:
+        if self.replays:
+            msg_id = self.replays.popleft()
+        elif self.exhausted or not self.ready():
+            return
+        else:
+            values = next(self._source, None)
+            if values is None:
+                self.exhausted = True
+                return
+            msg_id = next(self._ids)
+            self.pending[msg_id] = list(values)
+        self.collector.emit(self.pending[msg_id], msg_id=msg_id)
+
+    def ack(self, msg_id: int) -> None:
+        del self.pending[msg_id]
+        self.acked.append(msg_id)
+
+    def fail(self, msg_id: int) -> None:
+        self.failed.append(msg_id)
+        self.replays.append(msg_id)
+
+    @property
+    def emitted(self) -> int:
+        """How many distinct items were emitted so far."""
+        return len(self.pending) + len(self.acked)
+
+    def done(self) -> bool:
+        """Every item emitted and acked."""
+        return self.exhausted and not self.pending
+
+
+class TestingSink(Bolt):
+    """Acks every input and keeps its values in ``received`` (one list per task instance)."""
+
+    __test__ = False
+    outputs: ClassVar = []
+
+    def prepare(self, conf, context, collector) -> None:
+        super().prepare(conf, context, collector)
+        self.received: list[list[Any]] = []
+
+    def execute(self, tup: Tuple) -> None:
+        self.received.append(list(tup.values))
+        self.collector.ack(tup)
 
 
 @dataclass(frozen=True)
 class Counts:
-    """Totals over a component's tasks. Spouts: trees ``acked``/``failed``/``timed_out``;
-    bolts: input tuples ``executed``/``acked``/``failed``. ``emitted`` counts emit calls."""
+    """Totals over a component's tasks. Spouts: trees ``acked``/``failed``/``timed_out``, and
+    ``pending`` (emitted, not yet decided); bolts: input tuples ``executed``/``acked``/``failed``.
+    ``emitted`` counts emit calls."""
 
     emitted: int
     transferred: int
@@ -30,6 +126,7 @@ class Counts:
     timed_out: int
     executed: int
     errors: int
+    pending: int
 
 
 @dataclass(frozen=True)
@@ -95,6 +192,8 @@ class LocalCluster:
             timed_out=sum(sum(s.timed_out.values()) for s in stats),
             executed=sum(sum(s.executed.values()) for s in stats),
             errors=sum(s.errors for s in stats),
+            pending=sum(t.pending for ex in self.runtime.spouts if ex.component == component
+                        for t in ex.tasks.values()),
         )
 
     def complete_latency(self, component: str) -> Histogram:

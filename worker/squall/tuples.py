@@ -5,8 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-TICK_STREAM = "__tick"
-SYSTEM_COMPONENT = "__system"
+from squall.system import SYSTEM_COMPONENT, TICK_STREAM
 
 
 class Fields:

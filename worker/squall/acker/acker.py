@@ -10,7 +10,7 @@ import numpy as np
 
 from squall.acker.table import ACK, FAIL, INIT, RESET, PendingTrees
 
-__all__ = ["ACK", "FAIL", "INIT", "RESET", "Acker", "AckerMessage", "Notification"]
+__all__ = ["ACK", "FAIL", "INIT", "RESET", "AckBatch", "Acker", "AckerMessage", "Notification"]
 
 
 class AckerMessage(NamedTuple):
@@ -22,13 +22,24 @@ class AckerMessage(NamedTuple):
     task: int = -1
 
 
+class AckBatch:
+    """Acker messages that arrived from another process, already as columns (see the transport)."""
+
+    __slots__ = ("kinds", "roots", "vals", "tasks")
+
+    def __init__(self, kinds: np.ndarray, roots: np.ndarray, vals: np.ndarray, tasks: np.ndarray) -> None:
+        self.kinds, self.roots, self.vals, self.tasks = kinds, roots, vals, tasks
+
+    def __len__(self) -> int:
+        return len(self.roots)
+
+
 class Notification(NamedTuple):
     """From an acker to a spout task: tree ``root`` was acked (ACK), failed (FAIL) or reset (RESET)."""
 
     kind: int
     root: int
     task: int
-    ms: int = 0
 
 
 class Acker:
@@ -40,10 +51,10 @@ class Acker:
 
     def process(self, kinds: np.ndarray, roots: np.ndarray, vals: np.ndarray, tasks: np.ndarray) -> list[Notification]:
         out = self.trees.apply(kinds, roots, vals, tasks)
-        notes = [Notification(ACK, r, t, m) for r, t, m in
-                 zip(out.acked_roots.tolist(), out.acked_tasks.tolist(), out.acked_ms.tolist(), strict=True)]
-        notes += [Notification(FAIL, r, t, m) for r, t, m in
-                  zip(out.failed_roots.tolist(), out.failed_tasks.tolist(), out.failed_ms.tolist(), strict=True)]
+        notes = [Notification(ACK, r, t) for r, t in
+                 zip(out.acked_roots.tolist(), out.acked_tasks.tolist(), strict=True)]
+        notes += [Notification(FAIL, r, t) for r, t in
+                  zip(out.failed_roots.tolist(), out.failed_tasks.tolist(), strict=True)]
         notes += [Notification(RESET, r, t) for r, t in
                   zip(out.reset_roots.tolist(), out.reset_tasks.tolist(), strict=True)]
         return notes

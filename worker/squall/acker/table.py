@@ -1,22 +1,21 @@
 """The acker's pending trees: an open-addressing hash table in numpy arrays.
 
 A Python dict of root id → record costs well over 100 bytes per tree; this table stores a tree
-in 25 bytes per slot (root, ack val, spout task, start time, generation) at a load factor kept
-of at most 0.5, and applies a whole batch of acker messages with a few vectorised passes.
+in 21 bytes per slot (root, ack val, spout task, generation) at a load factor kept of at most 0.5,
+and applies a whole batch of acker messages with a few vectorised passes.
 
 Root ids 0 and 1 are reserved (empty slot, deleted slot); spouts never generate them.
 """
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
 import numpy as np
 
 EMPTY, DELETED = 0, 1
 INIT, ACK, FAIL, RESET = 0, 1, 2, 3
-BUCKETS = 3  # a tree is dropped on the third rotation after it was last touched: (2T, 3T]
+ACKER_BUCKETS = 3  # a tree is dropped on the third rotation after it was last touched: (2T, 3T]
 MAX_LOAD = 0.5  # live + deleted slots; linear probing's chains grow fast beyond this
 SCALAR_TAIL = 8  # probe the last few keys one by one
 
@@ -29,20 +28,16 @@ class Outcome:
 
     acked_roots: np.ndarray
     acked_tasks: np.ndarray
-    acked_ms: np.ndarray  # time since the tree was first seen
     failed_roots: np.ndarray
     failed_tasks: np.ndarray
-    failed_ms: np.ndarray
     reset_roots: np.ndarray
     reset_tasks: np.ndarray
 
 
 class PendingTrees:
-    """root id → (ack val, spout task, failed, start time), rotated like Storm's ``RotatingMap``."""
+    """root id → (ack val, spout task, failed), rotated like Storm's ``RotatingMap``."""
 
-    def __init__(self, capacity: int = 1024, *, clock=time.monotonic) -> None:
-        self._clock = clock
-        self._epoch = clock()
+    def __init__(self, capacity: int = 1024) -> None:
         self._alloc(max(16, 1 << (capacity - 1).bit_length()))
         self.live = 0
         self._used = 0  # live + deleted slots: what lengthens probes
@@ -53,7 +48,6 @@ class PendingTrees:
         self.keys = np.zeros(cap, _U64)
         self.vals = np.zeros(cap, _U64)
         self.tasks = np.full(cap, -1, np.int32)  # -1: init not seen yet
-        self.start = np.zeros(cap, np.uint32)  # ms since epoch
         self.gen = np.zeros(cap, np.uint8)  # low bits: rotation generation; bit 7: failed
 
     def __len__(self) -> int:
@@ -61,10 +55,7 @@ class PendingTrees:
 
     @property
     def nbytes(self) -> int:
-        return sum(a.nbytes for a in (self.keys, self.vals, self.tasks, self.start, self.gen))
-
-    def _now_ms(self) -> int:
-        return int((self._clock() - self._epoch) * 1000) & 0xFFFFFFFF
+        return sum(a.nbytes for a in (self.keys, self.vals, self.tasks, self.gen))
 
     def _probe(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """For distinct keys: their slot (or -1), and for missing keys the slot to insert them at
@@ -113,7 +104,6 @@ class PendingTrees:
             self.vals[claimed] = 0
             self.tasks[claimed] = -1
             self.gen[claimed] = self._gen & 0x7F
-            self.start[claimed] = self._now_ms()
             slots[winners] = claimed
             lost = np.ones(len(todo), bool)
             lost[first] = False
@@ -130,15 +120,14 @@ class PendingTrees:
         if self._used + extra <= MAX_LOAD * self.cap:
             return
         live = self.keys >= 2
-        keys, vals, tasks = self.keys[live], self.vals[live], self.tasks[live]
-        start, gen = self.start[live], self.gen[live]
+        keys, vals, tasks, gen = self.keys[live], self.vals[live], self.tasks[live], self.gen[live]
         cap = 16
         while cap // 2 < len(keys) + extra:  # leave the new table at most half full
             cap *= 2
         self._alloc(cap)
         self.live = self._used = 0
         slots = self._insert(keys)
-        self.vals[slots], self.tasks[slots], self.start[slots], self.gen[slots] = vals, tasks, start, gen
+        self.vals[slots], self.tasks[slots], self.gen[slots] = vals, tasks, gen
 
     def apply(self, kinds: np.ndarray, roots: np.ndarray, vals: np.ndarray, tasks: np.ndarray) -> Outcome:
         """Apply a batch of acker messages (the order within a batch does not matter: XOR commutes)."""
@@ -151,7 +140,7 @@ class PendingTrees:
         if not len(starts):
             empty = np.zeros(0, _U64)
             none = np.zeros(0, np.int32)
-            return Outcome(empty, none, none, empty, none, none, empty, none)
+            return Outcome(empty, none, empty, none, empty, none)
         uroots = roots[starts]
         xor = np.bitwise_xor.reduceat(vals, starts)
         is_init = kinds == INIT
@@ -176,21 +165,18 @@ class PendingTrees:
         done = known & (self.vals[slots] == 0)
         fail = known & ~done & (self.gen[slots] >= 0x80)
         resets = known & ~done & ~fail & reset
-        now = self._now_ms()
-        age = (now - self.start[slots].astype(np.int64)) & 0xFFFFFFFF
-        outcome = Outcome(uroots[done], task[done], age[done], uroots[fail], task[fail], age[fail],
-                          uroots[resets], task[resets])
+        outcome = Outcome(uroots[done], task[done], uroots[fail], task[fail], uroots[resets], task[resets])
         finished = done | fail
         if finished.any():
             self._delete(slots[finished])
         return outcome
 
     def rotate(self) -> int:
-        """Advance one bucket; drop trees untouched for ``BUCKETS`` rotations. Returns how many."""
+        """Advance one bucket; drop trees untouched for ``ACKER_BUCKETS`` rotations. Returns how many."""
         self._gen += 1
         live = self.keys >= 2
         age = (self._gen - (self.gen & 0x7F).astype(np.int64)) & 0x7F
-        expired = np.flatnonzero(live & (age >= BUCKETS))
+        expired = np.flatnonzero(live & (age >= ACKER_BUCKETS))
         if len(expired):
             self._delete(expired)
         return len(expired)

@@ -4,17 +4,14 @@ from __future__ import annotations
 
 import argparse
 
-ENV_HELP = """configuration (environment):
+ENV_HELP = """configuration (environment; every topology setting comes from the spec file):
   SQUALL_TOPOLOGY        path to the topology YAML (required)
   SQUALL_{ROLE}_INDEX    this process's index (default: the -N ordinal of HOSTNAME)
-  SQUALL_WORKERS         number of worker processes (default: spec.workers)
-  SQUALL_ACKERS          number of acker processes (default: spec.ackers, or workers)
   SQUALL_WORKER_PEERS    template with {i} or comma list of worker addresses
                          (default {topology}-worker-{i}.{topology}-worker:7070)
   SQUALL_ACKER_PEERS     the same for ackers
   SQUALL_GRPC_PORT       gRPC port (default 7070); SQUALL_METRICS_PORT (default 9090)
   SQUALL_BIND_HOST       listen address (default 0.0.0.0)
-  SQUALL_MESSAGE_TIMEOUT_SECONDS, SQUALL_MAX_SPOUT_PENDING  override the spec
 """
 
 
@@ -28,6 +25,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _run(role: str) -> int:
-    from squall.process import main
+    from squall.process.pod import main
 
     return main(role)

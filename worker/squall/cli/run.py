@@ -13,11 +13,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from prometheus_client import CollectorRegistry, generate_latest
-
-from squall.metrics import RuntimeCollector
-from squall.scrape import Totals, parse
-from squall.supervisor import Supervisor
+from squall.metrics.scrape import Totals
+from squall.process.supervisor import Supervisor
 from squall.testing import LocalCluster
 from squall.topology import load_spec, validate
 from squall.topology.spec import TopologySpec
@@ -107,11 +104,8 @@ def _in_process(spec: TopologySpec, args: argparse.Namespace, progress: Progress
                 stop_requested: Callable[[], bool]) -> int:
     print(f"running {spec.name!r} in this process; Ctrl-C to stop", file=sys.stderr)
     with LocalCluster(spec) as cluster:
-        registry = CollectorRegistry(auto_describe=False)
-        registry.register(RuntimeCollector(cluster.runtime, role="local", index=0))
-
         def totals() -> Totals:
-            return parse(generate_latest(registry).decode())
+            return _totals(cluster)
 
         def until(_: LocalCluster) -> bool:
             if time.monotonic() - progress.last_t >= 1.0:
@@ -126,6 +120,18 @@ def _in_process(spec: TopologySpec, args: argparse.Namespace, progress: Progress
         cluster.run(until=until)
         print(progress.summary(totals()))
     return 0
+
+
+def _totals(cluster: LocalCluster) -> Totals:
+    """The cluster's counts as the totals a process-mode run scrapes."""
+    t = Totals()
+    for comp in cluster.spec.components():
+        c = cluster.counts(comp.name)
+        for name in ("acked", "failed", "timed_out", "emitted", "executed", "errors", "pending"):
+            getattr(t, name)[comp.name] = getattr(c, name)
+    for spout in cluster.spec.spouts:
+        t.latency.merge(cluster.complete_latency(spout.name))
+    return t
 
 
 def _processes(spec: TopologySpec, args: argparse.Namespace, progress: Progress,

@@ -4,35 +4,21 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
-from squall.acker.acker import Acker, AckerMessage
+from squall.acker.acker import AckBatch, Acker, AckerMessage
 from squall.executor.base import Executor, Transfer
+from squall.system import ACKER_COMPONENT
 
 BUDGET = 4096  # acker messages per scheduler round: large batches are what makes the table fast
 MIN_BATCH = 256  # fewer messages wait (at most MAX_DELAY) for more to arrive
 MAX_DELAY = 0.002
 
 
-class AckBatch:
-    """Acker messages that arrived from another process, already as arrays (see the transport)."""
-
-    __slots__ = ("kinds", "roots", "vals", "tasks")
-
-    def __init__(self, kinds: np.ndarray, roots: np.ndarray, vals: np.ndarray, tasks: np.ndarray) -> None:
-        self.kinds, self.roots, self.vals, self.tasks = kinds, roots, vals, tasks
-
-    def __len__(self) -> int:
-        return len(self.roots)
-
-
 class AckerExecutor(Executor):
     kind = "acker"
 
     def __init__(self, *, task: int, transfer: Transfer) -> None:
-        super().__init__(component="__acker", tasks=(task,), transfer=transfer)
+        super().__init__(component=ACKER_COMPONENT, tasks=(task,), transfer=transfer)
         self.acker = Acker()
-        self.processed = 0
         self.last_run = 0.0
         # An inbox smaller than MIN_BATCH would wait MAX_DELAY every time: a full inbox runs at once.
         self.min_batch = min(MIN_BATCH, transfer.capacity)
@@ -60,7 +46,6 @@ class AckerExecutor(Executor):
                 n += 1
         if messages:
             notes += self.acker.process_messages(messages)
-        self.processed += n
         for note in notes:
             self.send(note.task, note)
         return True

@@ -26,6 +26,15 @@ class Transfer:
         self.inboxes: dict[int, deque] = {}
         self.remote = remote
 
+    def try_deliver(self, task: int, item: Any) -> bool:
+        """Append ``item`` to the inbox of ``task``, a task of this process, if it has room (the
+        transport's inbound path: what arrives from other processes never goes out again)."""
+        inbox = self.inboxes[task]
+        if len(inbox) >= self.capacity:
+            return False
+        inbox.append(item)
+        return True
+
     def try_send(self, task: int, item: Any) -> bool:
         inbox = self.inboxes.get(task)
         if inbox is None:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from squall.api import BasicBolt, Bolt
 from squall.errors import FailedException, ReportedFailedException
 from squall.executor.base import Executor, Transfer
-from squall.executor.collectors import BasicOutputCollector, OutputCollector
+from squall.executor.collectors import BasicCollector, BoltCollector
 from squall.executor.stats import SAMPLE_EVERY, TaskStats
 from squall.tuples import Tuple
 
@@ -20,8 +20,8 @@ class BoltTask:
     task_id: int
     bolt: Bolt | BasicBolt
     stats: TaskStats
-    collector: OutputCollector
-    basic: BasicOutputCollector | None  # set for a BasicBolt
+    collector: BoltCollector
+    basic: BasicCollector | None  # set for a BasicBolt
 
 
 class BoltExecutor(Executor):

@@ -1,4 +1,6 @@
-"""The collectors user code emits, acks and fails through (Storm's names, in snake_case)."""
+"""The collectors user code emits, acks and fails through: Squall's implementations of the protocols
+:class:`squall.api.SpoutOutputCollector`, :class:`~squall.api.OutputCollector` and
+:class:`~squall.api.BasicOutputCollector`, which carry the user documentation."""
 
 from __future__ import annotations
 
@@ -7,17 +9,15 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from squall.acker.acker import ACK, FAIL, INIT, RESET
-from squall.api import DEFAULT_STREAM
+from squall.api import Anchors
 from squall.errors import EmitError
 from squall.executor.routing import Router
 from squall.executor.stats import SAMPLE_EVERY, TaskStats
+from squall.system import DEFAULT_STREAM
 from squall.tuples import Fields, Tuple
 
 if TYPE_CHECKING:
     from squall.executor.base import Executor
-
-Anchors = Tuple | Sequence[Tuple] | None
-
 
 def new_root(rng: random.Random) -> int:
     """A random 64-bit root id; 0 and 1 are reserved by the acker's table."""
@@ -37,8 +37,8 @@ class AckerRoute:
         self.n = len(self.tasks)
 
 
-class SpoutOutputCollector:
-    """Given to ``Spout.open``. ``emit`` with a ``msg_id`` starts a tracked tuple tree."""
+class SpoutCollector:
+    """A spout task's :class:`squall.api.SpoutOutputCollector`."""
 
     def __init__(self, *, executor: Executor, router: Router, stats: TaskStats, rng: random.Random,
                  acker: AckerRoute | None, on_emit: Callable[[int, Any, str], None],
@@ -54,14 +54,12 @@ class SpoutOutputCollector:
         self.emits = 0
 
     def emit(self, values: Sequence[Any], *, stream: str = DEFAULT_STREAM, msg_id: Any = None) -> list[int]:
-        """Emit ``values`` on ``stream``; returns the task ids they were sent to."""
         values = list(values)
         fields, targets = self._router.route(stream, values)
         return self._emit(targets, values, fields, stream, msg_id)
 
     def emit_direct(self, task: int, values: Sequence[Any], *, stream: str = DEFAULT_STREAM,
                     msg_id: Any = None) -> list[int]:
-        """Emit to one task of a bolt that consumes ``stream`` with a direct grouping."""
         values = list(values)
         fields, targets = self._router.direct_route(stream, task, values)
         return self._emit(targets, values, fields, stream, msg_id)
@@ -90,21 +88,18 @@ class SpoutOutputCollector:
         return targets
 
     def report_error(self, exc: BaseException) -> None:
-        """Record an error for this component (throttled; always logged)."""
         self._report(exc)
 
 
-class OutputCollector:
-    """Given to ``Bolt.prepare``: emit (anchored or not), ack, fail and reset_timeout."""
+class BoltCollector:
+    """A bolt task's :class:`squall.api.OutputCollector`."""
 
     def __init__(self, *, executor: Executor, router: Router, stats: TaskStats, rng: random.Random,
                  acker: AckerRoute | None, report: Callable[[BaseException], None],
                  clock: Callable[[], float], post: Callable[[Callable[[], None]], None]) -> None:
         self._send = executor.send
         self._post = post
-        #: Set to True (on the executor thread) to receive no input until it is set back to False:
-        #: backpressure for a bolt whose background work (e.g. a Spark job) has fallen behind.
-        self.paused = False
+        self.paused = False  # see squall.api.OutputCollector.paused
         #: Tracked inputs executed and not yet acked or failed (held for a batch, a join, a job).
         self.held = 0
         self._router = router
@@ -116,7 +111,6 @@ class OutputCollector:
         self._clock = clock
 
     def emit(self, values: Sequence[Any], *, anchors: Anchors = None, stream: str = DEFAULT_STREAM) -> list[int]:
-        """Emit ``values``; anchored to ``anchors`` (a tuple or a list), they join those tuples' trees."""
         values = list(values)
         fields, targets = self._router.route(stream, values)
         return self._emit(targets, values, fields, stream, anchors)
@@ -162,7 +156,6 @@ class OutputCollector:
         return ids
 
     def ack(self, tup: Tuple) -> None:
-        """The tuple is fully processed by this bolt: its edges (and its children's) go to the acker."""
         if tup.done:
             return
         tup.done = True
@@ -179,7 +172,6 @@ class OutputCollector:
                 self._clock() - tup.received, SAMPLE_EVERY)
 
     def fail(self, tup: Tuple) -> None:
-        """Fail the tuple: every spout tuple tree it belongs to fails and its spout's ``fail`` is called."""
         if tup.done:
             return
         tup.done = True
@@ -192,7 +184,6 @@ class OutputCollector:
         self._stats.failed[tup.source_stream] += 1
 
     def reset_timeout(self, tup: Tuple) -> None:
-        """Restart the message timeout of every tree the tuple belongs to (for slow work)."""
         acker = self._acker
         if acker is not None:
             for root in tup.anchors:
@@ -202,11 +193,6 @@ class OutputCollector:
         self._report(exc)
 
     def call_soon_threadsafe(self, fn: Callable[[], None]) -> None:
-        """Run ``fn`` on this bolt's executor thread soon; callable from any thread.
-
-        Collectors are not thread-safe: a bolt that works in a background thread (a Spark job,
-        a blocking client) hands its emits, acks and fails back through this.
-        """
         def guarded() -> None:
             try:
                 fn()
@@ -216,12 +202,12 @@ class OutputCollector:
         self._post(guarded)
 
 
-class BasicOutputCollector:
-    """Given to ``BasicBolt.execute``: emits are anchored to the input tuple being executed."""
+class BasicCollector:
+    """A BasicBolt task's :class:`squall.api.BasicOutputCollector`: emits anchor to the input."""
 
     __slots__ = ("_out", "input")
 
-    def __init__(self, out: OutputCollector) -> None:
+    def __init__(self, out: BoltCollector) -> None:
         self._out = out
         self.input: Tuple | None = None
 

@@ -20,9 +20,6 @@ class RotatingMap:
     def __len__(self) -> int:
         return sum(len(b) for b in self._buckets)
 
-    def __contains__(self, key: Hashable) -> bool:
-        return any(key in b for b in self._buckets)
-
     def put(self, key: Hashable, value: Any) -> None:
         """Insert or move ``key`` into the newest bucket (restarting its clock)."""
         for bucket in self._buckets[1:]:
@@ -47,6 +44,3 @@ class RotatingMap:
         expired = self._buckets.pop()
         self._buckets.insert(0, {})
         return expired
-
-    def values(self) -> list[Any]:
-        return [v for b in self._buckets for v in b.values()]

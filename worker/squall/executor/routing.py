@@ -7,7 +7,7 @@ from typing import Any
 
 from squall.errors import EmitError
 from squall.grouping import make_grouper
-from squall.topology.context import TopologyContext
+from squall.topology.context import TaskContext
 from squall.topology.plan import Plan
 from squall.tuples import Fields
 from squall.values import INT_MAX, INT_MIN, SCALAR_TYPES, check_values
@@ -29,7 +29,7 @@ class DirectOnly:
 class Router:
     """One task's outgoing routes. ``targets`` validates the values and picks the destination tasks."""
 
-    def __init__(self, *, plan: Plan, context: TopologyContext, rng: random.Random) -> None:
+    def __init__(self, *, plan: Plan, context: TaskContext, rng: random.Random) -> None:
         self.component = context.component_id
         self.task_id = context.task_id
         self.fields: dict[str, Fields] = {}

@@ -11,7 +11,7 @@ from typing import Any
 from squall.acker.acker import ACK, FAIL, Notification
 from squall.api import Spout
 from squall.executor.base import Executor, Transfer
-from squall.executor.collectors import SpoutOutputCollector
+from squall.executor.collectors import SpoutCollector
 from squall.executor.rotating import RotatingMap
 from squall.executor.stats import TaskStats
 from squall.topology.spec import SpoutWait
@@ -43,7 +43,7 @@ class SpoutTask:
     task_id: int
     spout: Spout
     stats: TaskStats
-    collector: SpoutOutputCollector | None = None
+    collector: SpoutCollector | None = None
     pending: int = 0
     idle: int = 0
     wake: float = 0.0

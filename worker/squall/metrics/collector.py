@@ -15,7 +15,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from squall.executor.stats import LATENCY_BUCKETS, Histogram
 
 if TYPE_CHECKING:
-    from squall.runtime import Runtime
+    from squall.executor.runtime import Runtime
     from squall.transport import Transport
 
 TASK = ["topology", "component", "task", "stream"]
@@ -31,7 +31,7 @@ def _buckets(h: Histogram) -> list[tuple[str, float]]:
 
 
 class RuntimeCollector:
-    """A prometheus-client collector over one process's :class:`~squall.runtime.Runtime`."""
+    """A prometheus-client collector over one process's :class:`~squall.executor.runtime.Runtime`."""
 
     def __init__(self, runtime: Runtime, *, role: str, index: int, transport: Transport | None = None) -> None:
         self.runtime = runtime
@@ -111,7 +111,7 @@ class RuntimeCollector:
                 pending.add_metric([topo, spout.component, str(task.task_id)], task.pending)
                 max_pending.add_metric([topo, spout.component, str(task.task_id)], limit)
         for acker in rt.ackers:
-            pending.add_metric([topo, "__acker", str(acker.task_ids[0])], acker.acker.pending)
+            pending.add_metric([topo, acker.component, str(acker.task_ids[0])], acker.acker.pending)
         yield from (emitted, transferred, acked, failed, executed, errors, complete, execute, process, capacity,
                     pending, max_pending)
 

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x0csquall.proto\x12\tsquall.v1\"l\n\x05\x42\x61tch\x12\x0e\n\x06tuples\x18\x01 \x01(\x0c\x12&\n\x05\x61\x63ker\x18\x02 \x01(\x0b\x32\x17.squall.v1.AckerColumns\x12+\n\x08verdicts\x18\x03 \x01(\x0b\x32\x19.squall.v1.VerdictColumns\"E\n\x0c\x41\x63kerColumns\x12\x0c\n\x04kind\x18\x01 \x01(\x0c\x12\x0c\n\x04root\x18\x02 \x01(\x0c\x12\x0b\n\x03val\x18\x03 \x01(\x0c\x12\x0c\n\x04task\x18\x04 \x01(\x0c\"F\n\x0eVerdictColumns\x12\x0c\n\x04kind\x18\x01 \x01(\x0c\x12\x0c\n\x04root\x18\x02 \x01(\x0c\x12\x0c\n\x04task\x18\x03 \x01(\x0c\x12\n\n\x02ms\x18\x04 \x01(\x0c\"\"\n\x0fTransferSummary\x12\x0f\n\x07\x62\x61tches\x18\x01 \x01(\x04\x32\x44\n\x06Squall\x12:\n\x08Transfer\x12\x10.squall.v1.Batch\x1a\x1a.squall.v1.TransferSummary(\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x0csquall.proto\x12\tsquall.v1\"l\n\x05\x42\x61tch\x12\x0e\n\x06tuples\x18\x01 \x01(\x0c\x12&\n\x05\x61\x63ker\x18\x02 \x01(\x0b\x32\x17.squall.v1.AckerColumns\x12+\n\x08verdicts\x18\x03 \x01(\x0b\x32\x19.squall.v1.VerdictColumns\"E\n\x0c\x41\x63kerColumns\x12\x0c\n\x04kind\x18\x01 \x01(\x0c\x12\x0c\n\x04root\x18\x02 \x01(\x0c\x12\x0b\n\x03val\x18\x03 \x01(\x0c\x12\x0c\n\x04task\x18\x04 \x01(\x0c\"@\n\x0eVerdictColumns\x12\x0c\n\x04kind\x18\x01 \x01(\x0c\x12\x0c\n\x04root\x18\x02 \x01(\x0c\x12\x0c\n\x04task\x18\x03 \x01(\x0cJ\x04\x08\x04\x10\x05\"\"\n\x0fTransferSummary\x12\x0f\n\x07\x62\x61tches\x18\x01 \x01(\x04\x32\x44\n\x06Squall\x12:\n\x08Transfer\x12\x10.squall.v1.Batch\x1a\x1a.squall.v1.TransferSummary(\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -36,9 +36,9 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_ACKERCOLUMNS']._serialized_start=137
   _globals['_ACKERCOLUMNS']._serialized_end=206
   _globals['_VERDICTCOLUMNS']._serialized_start=208
-  _globals['_VERDICTCOLUMNS']._serialized_end=278
-  _globals['_TRANSFERSUMMARY']._serialized_start=280
-  _globals['_TRANSFERSUMMARY']._serialized_end=314
-  _globals['_SQUALL']._serialized_start=316
-  _globals['_SQUALL']._serialized_end=384
+  _globals['_VERDICTCOLUMNS']._serialized_end=272
+  _globals['_TRANSFERSUMMARY']._serialized_start=274
+  _globals['_TRANSFERSUMMARY']._serialized_end=308
+  _globals['_SQUALL']._serialized_start=310
+  _globals['_SQUALL']._serialized_end=378
 # @@protoc_insertion_point(module_scope)

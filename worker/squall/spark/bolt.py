@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from squall.api import Bolt
+from squall.api import Bolt, OutputCollector, TopologyContext
 from squall.errors import ConfigError, TopologyError
 from squall.spark.alarm import Alarm
 from squall.spark.session import active_session, get_session
@@ -27,9 +27,6 @@ from squall.values import check_values
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
-
-    from squall.executor.collectors import OutputCollector
-    from squall.topology.context import TopologyContext
 
 log = logging.getLogger(__name__)
 

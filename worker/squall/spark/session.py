@@ -18,13 +18,14 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from squall.errors import ConfigError
+from squall.process.contract import SPARK_CONF
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 log = logging.getLogger(__name__)
 
-CONF_ENV = "SQUALL_SPARK_CONF"
+CONF_ENV = SPARK_CONF
 
 #: Sized for a worker that shares its machine with other work; every key can be overridden.
 DEFAULTS: dict[str, str] = {

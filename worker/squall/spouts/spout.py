@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
-from squall.api import Spout
+from squall.api import Spout, SpoutOutputCollector, TopologyContext
 from squall.spouts.config import COMMON_KEYS, OffsetSpoutConfig, warn_unknown
 from squall.spouts.core import OffsetCore
 from squall.spouts.records import MessageId, Record, Translated, default_translate
 from squall.spouts.source import Source
-
-if TYPE_CHECKING:
-    from squall.executor.collectors import SpoutOutputCollector
-    from squall.topology.context import TopologyContext
 
 
 class OffsetSpout(Spout):

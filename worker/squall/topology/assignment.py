@@ -1,23 +1,145 @@
-"""Which process runs what: executors onto workers, acker tasks onto acker processes.
+"""Which process runs what: a pure function of the spec, in three steps, with no user code imported.
 
-A pure function of (spec, workers, ackers): every worker, every acker, ``squall run`` and the
-operator compute the same answer without talking to each other.
+    layout(spec)                   task ids (Storm's numbering) and executors
+    assign(layout)                 executors onto workers, acker tasks onto acker processes
+    assignment.wiring(role, i)     one process's tasks, the peers it sends to, the peers that send to it
+
+Every worker, every acker, ``squall run`` and the operator compute the same answer without talking
+to each other::
+
+    >>> from squall.topology.spec import TopologySpec
+    >>> spec = TopologySpec.from_dict({"name": "wc", "workers": 2, "spouts": [
+    ...     {"name": "words", "className": "m:Words"}], "bolts": [
+    ...     {"name": "count", "className": "m:Count", "parallelism": 2, "inputs": [{"component": "words"}]}]})
+    >>> lay = layout(spec)
+    >>> lay.component_tasks
+    {'count': (1, 2), 'words': (3,), '__acker': (4, 5)}
+    >>> w0 = assign(lay).wiring("worker", 0)
+    >>> w0.executors, sorted(w0.owner.items())
+    ((ExecutorPlan(component='count', tasks=(1,)), ExecutorPlan(component='words', tasks=(3,))), \
+[(2, 'worker-1'), (4, 'acker-0'), (5, 'acker-1')])
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 from dataclasses import dataclass
+from functools import cached_property
 
-from squall.topology.plan import ExecutorPlan, Plan
+from squall.errors import TopologyError
+from squall.process.contract import ACKER, WORKER, process_name
+from squall.system import ACKER_COMPONENT
 from squall.topology.spec import TopologySpec
+
+
+@dataclass(frozen=True)
+class ExecutorPlan:
+    """One executor: a component and the contiguous task ids it runs."""
+
+    component: str
+    tasks: tuple[int, ...]
+
+    @property
+    def id(self) -> str:
+        return f"{self.component}[{self.tasks[0]}-{self.tasks[-1]}]"
+
+
+def structural_errors(spec: TopologySpec) -> list[str]:
+    """What is wrong with the topology's structure, found without importing any user code."""
+    errors = []
+    seen: set[str] = set()
+    for comp in spec.components():
+        if comp.name in seen:
+            errors.append(f"component {comp.name!r} is defined twice; give each spout and bolt a unique name")
+        seen.add(comp.name)
+        if comp.tasks is not None and comp.tasks < comp.parallelism:
+            errors.append(f"component {comp.name!r}: tasks ({comp.tasks}) is less than parallelism "
+                          f"({comp.parallelism}); set tasks >= parallelism or leave it out")
+    for bolt in spec.bolts:
+        for i, inp in enumerate(bolt.inputs):
+            if inp.component not in seen:
+                errors.append(f"bolt {bolt.name!r} inputs[{i}]: unknown component {inp.component!r} "
+                              f"(components: {', '.join(sorted(seen))})")
+    return errors
+
+
+def invalid(spec: TopologySpec, errors: list[str]) -> TopologyError:
+    """The one error that lists every problem found in a topology."""
+    return TopologyError(f"topology {spec.name!r} is invalid:\n  " + "\n  ".join(errors))
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Task ids and executors. ``component_tasks`` includes the acker tasks (``__acker``)."""
+
+    component_tasks: dict[str, tuple[int, ...]]
+    executors: tuple[ExecutorPlan, ...]
+    acker_tasks: tuple[int, ...]
+    spouts: frozenset[str]
+    workers: int
+
+    @cached_property
+    def task_component(self) -> dict[int, str]:
+        return {task: comp for comp, tasks in self.component_tasks.items() for task in tasks}
+
+
+def layout(spec: TopologySpec) -> Layout:
+    """Number the tasks as Storm does (components in name order, consecutive ids from 1, then the acker
+    tasks) and split each component's tasks into ``parallelism`` executors.
+
+    Raises :class:`TopologyError` when the structure is invalid (see :func:`structural_errors`).
+    """
+    errors = structural_errors(spec)
+    if errors:
+        raise invalid(spec, errors)
+    component_tasks: dict[str, tuple[int, ...]] = {}
+    executors: list[ExecutorPlan] = []
+    next_id = 1
+    for comp in sorted(spec.components(), key=lambda c: c.name):
+        ids = component_tasks[comp.name] = tuple(range(next_id, next_id + comp.num_tasks))
+        next_id += comp.num_tasks
+        executors += [ExecutorPlan(comp.name, chunk) for chunk in _split(ids, comp.parallelism)]
+    acker_tasks = component_tasks[ACKER_COMPONENT] = tuple(range(next_id, next_id + spec.num_ackers))
+    return Layout(component_tasks=component_tasks, executors=tuple(executors), acker_tasks=acker_tasks,
+                  spouts=frozenset(s.name for s in spec.spouts), workers=spec.workers)
+
+
+def _split(tasks: tuple[int, ...], parts: int) -> list[tuple[int, ...]]:
+    """Split tasks into ``parts`` contiguous chunks whose sizes differ by at most one (larger first)."""
+    size, extra = divmod(len(tasks), parts)
+    chunks, start = [], 0
+    for i in range(parts):
+        end = start + size + (1 if i < extra else 0)
+        chunks.append(tasks[start:end])
+        start = end
+    return chunks
+
+
+@dataclass(frozen=True)
+class Wiring:
+    """One process's share: what it runs, where it sends, who streams to it."""
+
+    name: str
+    executors: tuple[ExecutorPlan, ...]
+    spout_tasks: frozenset[int]
+    bolt_tasks: frozenset[int]
+    acker_tasks: tuple[int, ...]
+    #: every task this process sends to and does not run → the process that runs it
+    owner: dict[int, str]
+    #: the processes that keep streams open to this one
+    senders: frozenset[str]
+    #: which processes of ``owner`` are acker processes (their control lane carries acker messages)
+    ackers: frozenset[str]
+
+    @property
+    def local_tasks(self) -> frozenset[int]:
+        return self.spout_tasks | self.bolt_tasks | frozenset(self.acker_tasks)
 
 
 @dataclass(frozen=True)
 class Assignment:
     """``executors[i]``: what worker i runs; ``acker_tasks[j]``: what acker process j runs."""
 
+    layout: Layout
     executors: tuple[tuple[ExecutorPlan, ...], ...]
     acker_tasks: tuple[tuple[int, ...], ...]
 
@@ -29,35 +151,46 @@ class Assignment:
     def ackers(self) -> int:
         return len(self.acker_tasks)
 
-    def task_owner(self) -> dict[int, tuple[str, int]]:
-        """task id → ("worker", i) or ("acker", j)."""
-        owner: dict[int, tuple[str, int]] = {}
+    def task_owner(self) -> dict[int, str]:
+        """task id → the name of the process that runs it (``worker-0``, ``acker-1``)."""
+        owner: dict[int, str] = {}
         for i, execs in enumerate(self.executors):
             for ex in execs:
-                owner.update(dict.fromkeys(ex.tasks, ("worker", i)))
+                owner.update(dict.fromkeys(ex.tasks, process_name(WORKER, i)))
         for j, tasks in enumerate(self.acker_tasks):
-            owner.update(dict.fromkeys(tasks, ("acker", j)))
+            owner.update(dict.fromkeys(tasks, process_name(ACKER, j)))
         return owner
 
+    def wiring(self, role: str, index: int) -> Wiring:
+        """What process ``index`` of ``role`` runs and whom it talks to."""
+        count = self.workers if role == WORKER else self.ackers
+        if role not in (WORKER, ACKER) or not 0 <= index < count:
+            raise ValueError(f"no {role} {index}: the topology has {count} {role}(s)")
+        name = process_name(role, index)
+        spouts, components = self.layout.spouts, self.layout.task_component
+        executors = self.executors[index] if role == WORKER else ()
+        acker_tasks = self.acker_tasks[index] if role == ACKER else ()
+        spout_tasks = frozenset(t for ex in executors if ex.component in spouts for t in ex.tasks)
+        bolt_tasks = frozenset(t for ex in executors if ex.component not in spouts for t in ex.tasks)
+        owner = {t: p for t, p in self.task_owner().items() if p != name}
+        if role == ACKER:  # an acker only ever talks to the spouts' workers, with their verdicts
+            owner = {t: p for t, p in owner.items() if components[t] in spouts}
+        # Every other worker streams to us (bolt input, acker messages); the ackers do too when we
+        # run spouts (their verdicts).
+        acker_names = {process_name(ACKER, j) for j in range(self.ackers)}
+        senders = {process_name(WORKER, i) for i in range(self.workers)} - {name}
+        if spout_tasks:
+            senders |= acker_names
+        ackers = frozenset(p for p in owner.values() if p in acker_names)
+        return Wiring(name=name, executors=executors, spout_tasks=spout_tasks, bolt_tasks=bolt_tasks,
+                      acker_tasks=acker_tasks, owner=owner, senders=frozenset(senders), ackers=ackers)
 
-def plan_id(spec: TopologySpec) -> str:
-    """A short hash of everything the processes of a topology must agree on: the spec with its
-    worker and acker counts (``suspended`` aside, as it changes without restarts).
 
-    Processes refuse streams from peers with another plan id, so during a rolling update the old
-    and the new pods never exchange tuples routed by different assignments.
-    """
-    doc = spec.to_dict()
-    doc.pop("suspended", None)
-    doc["ackers"] = spec.num_ackers
-    return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:16]
-
-
-def assign(plan: Plan) -> Assignment:
-    """Deal executors round-robin over the workers in plan order (Storm's even scheduler), so each
+def assign(layout: Layout) -> Assignment:
+    """Deal executors round-robin over the workers in layout order (Storm's even scheduler), so each
     worker gets a mix of components; acker task j goes to acker process j."""
-    workers = plan.spec.workers
-    per_worker: list[list[ExecutorPlan]] = [[] for _ in range(workers)]
-    for i, ex in enumerate(plan.executors):
-        per_worker[i % workers].append(ex)
-    return Assignment(tuple(tuple(w) for w in per_worker), tuple((t,) for t in plan.acker_tasks))
+    per_worker: list[list[ExecutorPlan]] = [[] for _ in range(layout.workers)]
+    for i, ex in enumerate(layout.executors):
+        per_worker[i % layout.workers].append(ex)
+    return Assignment(layout=layout, executors=tuple(tuple(w) for w in per_worker),
+                      acker_tasks=tuple((t,) for t in layout.acker_tasks))

@@ -1,10 +1,19 @@
-"""Build a topology in Python, Storm style; ``build()`` returns the same spec YAML loads into.
+"""Build a topology in Python, Storm style; ``build()`` returns the same spec YAML loads into::
 
-    builder = TopologyBuilder("wordcount")
-    builder.set_spout("sentences", SentenceSpout)
-    builder.set_bolt("split", SplitSentence, parallelism=2).shuffle_grouping("sentences")
-    builder.set_bolt("count", WordCount, parallelism=2).fields_grouping("split", ["word"])
-    spec = builder.build(workers=2)
+    >>> from squall import BasicBolt
+    >>> from squall.testing import TestingSink, TestingSpout
+    >>> class Split(BasicBolt):
+    ...     outputs = ["word"]
+    ...     def execute(self, tup, collector):
+    ...         for word in tup["value"].split():
+    ...             collector.emit([word])
+    >>> builder = TopologyBuilder("wordcount")
+    >>> builder.set_spout("sentences", TestingSpout)
+    >>> _ = builder.set_bolt("split", Split, parallelism=2).shuffle_grouping("sentences")
+    >>> _ = builder.set_bolt("count", TestingSink, parallelism=2).fields_grouping("split", ["word"])
+    >>> spec = builder.build(workers=2)
+    >>> spec.workers, [b.name for b in spec.bolts], spec.bolts[1].inputs[0].grouping.fields
+    (2, ['split', 'count'], ['word'])
 """
 
 from __future__ import annotations

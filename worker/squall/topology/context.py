@@ -1,14 +1,16 @@
-"""What a running task knows about its topology (Storm's ``TopologyContext``)."""
+"""A running task's :class:`squall.api.TopologyContext` (the protocol carries the user documentation)."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from squall.system import DEFAULT_STREAM
+
 if TYPE_CHECKING:
     from squall.topology.plan import Plan
 
 
-class TopologyContext:
+class TaskContext:
     """This task's identity and the task ids and declared fields of every component."""
 
     def __init__(self, *, plan: Plan, task_id: int, worker_tasks: frozenset[int]) -> None:
@@ -20,7 +22,6 @@ class TopologyContext:
 
     @property
     def message_timeout_seconds(self) -> int:
-        """How long a spout tuple tree may take before it fails (``reset_timeout`` restarts it)."""
         return self._plan.spec.message_timeout_seconds
 
     @property
@@ -29,12 +30,10 @@ class TopologyContext:
 
     @property
     def this_task_index(self) -> int:
-        """This task's index among its component's tasks (0-based): handy for partitioning work."""
         return self.this_component_tasks.index(self.task_id)
 
     @property
     def worker_tasks(self) -> frozenset[int]:
-        """The task ids that run in this worker process."""
         return self._worker_tasks
 
     def get_component_tasks(self, component: str) -> list[int]:
@@ -43,10 +42,10 @@ class TopologyContext:
         except KeyError:
             raise KeyError(f"no component {component!r} in topology {self.topology_name!r}") from None
 
-    def get_component_output_fields(self, component: str, stream: str = "default") -> list[str]:
+    def get_component_output_fields(self, component: str, stream: str = DEFAULT_STREAM) -> list[str]:
         return list(self._plan.stream_fields(component, stream).names)
 
-    def get_this_output_fields(self, stream: str = "default") -> list[str]:
+    def get_this_output_fields(self, stream: str = DEFAULT_STREAM) -> list[str]:
         return self.get_component_output_fields(self.component_id, stream)
 
     def get_this_streams(self) -> list[str]:

@@ -1,7 +1,6 @@
-"""A validated topology resolved for running: classes, streams, task ids and executors.
-
-Task ids are assigned as Storm does: components in name order, consecutive ids from 1, then
-the acker tasks. Every process derives the same plan from the same spec.
+"""A validated topology resolved for running: its layout (task ids and executors, see
+:mod:`squall.topology.assignment`) with the imported classes, their streams and subscribers.
+Every process derives the same plan from the same spec.
 """
 
 from __future__ import annotations
@@ -12,10 +11,10 @@ from typing import Any
 
 from squall.api import BasicBolt, Bolt, Component, OutputStream, Spout
 from squall.errors import TopologyError
+from squall.system import SYSTEM_COMPONENT, TICK_STREAM
+from squall.topology.assignment import invalid, layout
 from squall.topology.spec import GroupingType, Input, TopologySpec
-from squall.tuples import NO_FIELDS, SYSTEM_COMPONENT, TICK_STREAM, Fields
-
-ACKER_COMPONENT = "__acker"
+from squall.tuples import NO_FIELDS, Fields
 
 
 @dataclass(frozen=True)
@@ -25,18 +24,6 @@ class Subscriber:
     component: str
     input: Input
     tasks: tuple[int, ...]
-
-
-@dataclass(frozen=True)
-class ExecutorPlan:
-    """One executor: a component and the contiguous task ids it runs."""
-
-    component: str
-    tasks: tuple[int, ...]
-
-    @property
-    def id(self) -> str:
-        return f"{self.component}[{self.tasks[0]}-{self.tasks[-1]}]"
 
 
 def import_class(path: str, *, what: str) -> type:
@@ -60,33 +47,17 @@ def import_class(path: str, *, what: str) -> type:
     return obj
 
 
-def structural_errors(spec: TopologySpec) -> list[str]:
-    """Errors found without importing any user code (the operator's check)."""
-    errors = []
-    seen: set[str] = set()
-    for comp in spec.components():
-        if comp.name in seen:
-            errors.append(f"component {comp.name!r} is defined twice; give each spout and bolt a unique name")
-        seen.add(comp.name)
-        if comp.tasks is not None and comp.tasks < comp.parallelism:
-            errors.append(f"component {comp.name!r}: tasks ({comp.tasks}) is less than parallelism "
-                          f"({comp.parallelism}); set tasks >= parallelism or leave it out")
-    for bolt in spec.bolts:
-        for i, inp in enumerate(bolt.inputs):
-            if inp.component not in seen:
-                errors.append(f"bolt {bolt.name!r} inputs[{i}]: unknown component {inp.component!r} "
-                              f"(components: {', '.join(sorted(seen))})")
-    return errors
-
-
 class Plan:
     """Everything the runtime needs to know about a topology, derived once from the spec."""
 
     def __init__(self, spec: TopologySpec) -> None:
-        errors = structural_errors(spec)
-        if errors:
-            raise TopologyError(f"topology {spec.name!r} is invalid:\n  " + "\n  ".join(errors))
         self.spec = spec
+        self.layout = lay = layout(spec)  # checks the structure before any user code is imported
+        self.component_tasks = lay.component_tasks
+        self.task_component = lay.task_component
+        self.acker_tasks = lay.acker_tasks
+        self.executors = lay.executors
+        self.spout_names = lay.spouts
         self.classes: dict[str, type[Component]] = {}
         self.outputs: dict[str, dict[str, OutputStream]] = {}
         for comp in spec.spouts:
@@ -101,23 +72,6 @@ class Plan:
         self._fields = {(c, s): Fields(o.fields) for c, streams in self.outputs.items() for s, o in streams.items()}
         self._fields[(SYSTEM_COMPONENT, TICK_STREAM)] = NO_FIELDS
 
-        self.component_tasks: dict[str, tuple[int, ...]] = {}
-        self.task_component: dict[int, str] = {}
-        next_id = 1
-        for comp in sorted(spec.components(), key=lambda c: c.name):
-            ids = tuple(range(next_id, next_id + comp.num_tasks))
-            next_id += comp.num_tasks
-            self.component_tasks[comp.name] = ids
-            self.task_component.update(dict.fromkeys(ids, comp.name))
-        self.acker_tasks = tuple(range(next_id, next_id + spec.num_ackers))
-        self.component_tasks[ACKER_COMPONENT] = self.acker_tasks
-        self.task_component.update(dict.fromkeys(self.acker_tasks, ACKER_COMPONENT))
-
-        self.executors = [
-            ExecutorPlan(comp.name, chunk)
-            for comp in sorted(spec.components(), key=lambda c: c.name)
-            for chunk in _split(self.component_tasks[comp.name], comp.parallelism)
-        ]
         self.subscribers: dict[tuple[str, str], list[Subscriber]] = {}
         errors = []
         for bolt in spec.bolts:
@@ -129,8 +83,7 @@ class Plan:
                 sub = Subscriber(bolt.name, inp, self.component_tasks[bolt.name])
                 self.subscribers.setdefault((inp.component, inp.stream), []).append(sub)
         if errors:
-            raise TopologyError(f"topology {spec.name!r} is invalid:\n  " + "\n  ".join(errors))
-        self.spout_names = frozenset(s.name for s in spec.spouts)
+            raise invalid(spec, errors)
 
     def _resolve(self, name: str, class_name: str, base: type | tuple[type, ...], kind: str) -> type[Component]:
         cls = self.spec._classes.get(name) or import_class(class_name, what=f"component {name!r} className")
@@ -181,22 +134,9 @@ class Plan:
         return conf
 
 
-def _split(tasks: tuple[int, ...], parts: int) -> list[tuple[int, ...]]:
-    """Split tasks into ``parts`` contiguous chunks whose sizes differ by at most one."""
-    size, extra = divmod(len(tasks), parts)
-    chunks, start = [], 0
-    for i in range(parts):
-        end = start + size + (1 if i < extra else 0)
-        chunks.append(tasks[start:end])
-        start = end
-    return chunks
-
-
 def validate(spec: TopologySpec, *, imports: bool = True) -> None:
     """Raise :class:`TopologyError` if the topology cannot run (``imports=False``: skip user code)."""
     if imports:
         Plan(spec)
-        return
-    errors = structural_errors(spec)
-    if errors:
-        raise TopologyError(f"topology {spec.name!r} is invalid:\n  " + "\n  ".join(errors))
+    else:
+        layout(spec)

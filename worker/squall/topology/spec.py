@@ -7,9 +7,11 @@ then checks what needs the whole topology: names, inputs, streams, fields and cl
 from __future__ import annotations
 
 import difflib
+import hashlib
+import json
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, Literal, Self
+from typing import Any, ClassVar, Literal, Self
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
@@ -155,9 +157,26 @@ class TopologySpec(_Model):
     # classes defined in a test function) runs in-process without importing them by name.
     _classes: dict[str, type] = PrivateAttr(default_factory=dict)
 
+    #: Fields that running processes follow live from the mounted spec (no restart); a change to any
+    #: other field changes the :meth:`fingerprint`.
+    LIVE_FIELDS: ClassVar[frozenset[str]] = frozenset({"suspended"})
+
     @property
     def num_ackers(self) -> int:
         return self.workers if self.ackers is None else self.ackers
+
+    def fingerprint(self) -> str:
+        """A short hash of everything the processes of a topology must agree on: the spec with its
+        worker and acker counts resolved, less the :attr:`LIVE_FIELDS`.
+
+        The operator annotates the pod template with it (a change rolls the pods) and reports it as
+        ``status.specHash``; processes refuse streams from peers with another fingerprint, so old and
+        new pods of a rolling update never exchange tuples routed by different assignments.
+        """
+        doc = {key: value for key, value in self.to_dict().items()
+               if key not in {type(self).model_fields[f].alias or f for f in self.LIVE_FIELDS}}
+        doc["ackers"] = self.num_ackers
+        return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:16]
 
     def components(self) -> list[ComponentSpec]:
         return [*self.spouts, *self.bolts]

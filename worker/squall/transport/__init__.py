@@ -21,13 +21,15 @@ __all__ = ["Transport"]
 class Transport:
     """This process's links to its peers: batches outgoing items, and receives incoming frames.
 
-    ``owner`` maps every task not in this process onto its process name; ``addresses`` maps
-    process names onto ``host:port``.
+    ``owner`` maps every task not in this process onto its process name, ``ackers`` names the acker
+    processes among them; ``addresses`` maps process names onto ``host:port``. ``plan`` is the spec's
+    fingerprint: streams are refused between processes of different plans.
     """
 
-    def __init__(self, *, name: str, plan: str, owner: dict[int, str], addresses: dict[str, str],
-                 senders: set[str], decoder: Decoder, bind: str, batch_size: int, flush_interval: float,
-                 max_frame: int, queue_frames: int, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, *, name: str, plan: str, owner: dict[int, str], ackers: frozenset[str],
+                 addresses: dict[str, str], senders: frozenset[str], decoder: Decoder, bind: str, batch_size: int,
+                 flush_interval: float, max_frame: int, queue_frames: int,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.name = name
         self.plan = plan
         # The peers that keep streams open to us: until they all have, what they send may be dropped.
@@ -44,7 +46,7 @@ class Transport:
         self._buffers: dict[tuple[str, str], list[Any]] = {key: [] for key in self.links}
         self._since: dict[tuple[str, str], float] = {}
         # The control lane carries acker messages to ackers and verdicts to workers.
-        self._ackers = frozenset(p for p in peers if p.startswith("acker-"))
+        self._ackers = ackers
         self.ingress: Ingress | None = None
         self.receiver: Receiver | None = None
         self._decoder, self._bind, self._max_frame = decoder, bind, max_frame

@@ -11,13 +11,12 @@ from typing import Any
 import msgpack
 import numpy as np
 
-from squall.acker.acker import AckerMessage, Notification
-from squall.executor.acker import AckBatch
+from squall.acker.acker import AckBatch, AckerMessage, Notification
 from squall.proto.squall_pb2 import AckerColumns, Batch, VerdictColumns
 from squall.topology.plan import Plan
 from squall.tuples import Fields, Tuple
 
-_U8, _U32, _I32, _U64 = np.dtype("<u1"), np.dtype("<u4"), np.dtype("<i4"), np.dtype("<u8")
+_U8, _I32, _U64 = np.dtype("<u1"), np.dtype("<i4"), np.dtype("<u8")
 
 
 class FrameError(ValueError):
@@ -44,9 +43,9 @@ def encode_acker(messages: list[AckerMessage]) -> bytes:
 
 
 def encode_verdicts(notes: list[Notification]) -> bytes:
-    kinds, roots, tasks, ms = zip(*notes, strict=True)
+    kinds, roots, tasks = zip(*notes, strict=True)
     cols = VerdictColumns(kind=np.array(kinds, _U8).tobytes(), root=np.array(roots, _U64).tobytes(),
-                          task=np.array(tasks, _I32).tobytes(), ms=np.array(ms, _U32).tobytes())
+                          task=np.array(tasks, _I32).tobytes())
     return Batch(verdicts=cols).SerializeToString()
 
 
@@ -138,11 +137,10 @@ class Decoder:
         return [(self.acker_task, AckBatch(kinds, roots, vals, tasks))] if len(kinds) else []
 
     def _verdicts(self, cols: VerdictColumns) -> list[tuple[int, Notification]]:
-        kinds, roots, tasks, ms = self._columns(cols, (("kind", _U8), ("root", _U64), ("task", _I32),
-                                                       ("ms", _U32)))
+        kinds, roots, tasks = self._columns(cols, (("kind", _U8), ("root", _U64), ("task", _I32)))
         out = []
-        for kind, root, task, m in zip(kinds.tolist(), roots.tolist(), tasks.tolist(), ms.tolist(), strict=True):
+        for kind, root, task in zip(kinds.tolist(), roots.tolist(), tasks.tolist(), strict=True):
             if task not in self.spout_tasks or not 1 <= kind <= 3:
                 raise FrameError(f"verdict for task {task}, which is not a spout task of this worker")
-            out.append((task, Notification(kind, root, task, m)))
+            out.append((task, Notification(kind, root, task)))
         return out

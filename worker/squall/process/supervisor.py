@@ -14,8 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from squall.errors import SquallError
-from squall.process import ACKER, WORKER
-from squall.scrape import Totals, fetch, parse
+from squall.metrics.scrape import Totals, fetch, parse
+from squall.process import contract
+from squall.process.contract import ACKER, WORKER
 from squall.topology.spec import TopologySpec
 
 log = logging.getLogger("squall.supervisor")
@@ -52,7 +53,7 @@ class Child:
 
     @property
     def name(self) -> str:
-        return f"{self.role}-{self.index}"
+        return contract.process_name(self.role, self.index)
 
 
 class Supervisor:
@@ -72,19 +73,17 @@ class Supervisor:
         self.env = {
             **os.environ, **(env or {}),
             "PYTHONPATH": pythonpath,
-            "SQUALL_TOPOLOGY": str(self.spec_path),
-            "SQUALL_WORKERS": str(spec.workers),
-            "SQUALL_ACKERS": str(spec.num_ackers),
-            "SQUALL_BIND_HOST": "127.0.0.1",
-            "SQUALL_WORKER_PEERS": ",".join(f"127.0.0.1:{c.grpc_port}" for c in self.children if c.role == WORKER),
-            "SQUALL_ACKER_PEERS": ",".join(f"127.0.0.1:{c.grpc_port}" for c in self.children if c.role == ACKER),
+            contract.TOPOLOGY: str(self.spec_path),
+            contract.BIND_HOST: "127.0.0.1",
+            **{contract.peers_var(role): ",".join(f"127.0.0.1:{c.grpc_port}" for c in self.children if c.role == role)
+               for role in contract.ROLES},
         }
         self.stopping = False
 
     def _spawn(self, child: Child) -> None:
-        env = {**self.env, f"SQUALL_{child.role.upper()}_INDEX": str(child.index),
-               "SQUALL_FINAL_METRICS_FILE": str(self._final_path(child)),
-               "SQUALL_GRPC_PORT": str(child.grpc_port), "SQUALL_METRICS_PORT": str(child.metrics_port)}
+        env = {**self.env, contract.index_var(child.role): str(child.index),
+               contract.FINAL_METRICS_FILE: str(self._final_path(child)),
+               contract.GRPC_PORT_VAR: str(child.grpc_port), contract.METRICS_PORT_VAR: str(child.metrics_port)}
         with open(child.log_path, "ab") as out:
             child.started = time.monotonic()
             child.proc = subprocess.Popen([sys.executable, "-m", "squall", child.role], env=env, stdout=out,

@@ -1,7 +1,7 @@
 """One worker or acker process: the entrypoint a Kubernetes pod (or ``squall run``) starts.
 
-Configured by the topology spec file and environment variables only (see docs/processes.md):
-which process it is, how many there are, and where its peers listen.
+Configured by the topology spec file and the environment of the pod contract only
+(:mod:`squall.process.contract`, docs/processes.md): which process it is and where its peers listen.
 """
 
 from __future__ import annotations
@@ -11,16 +11,18 @@ import logging
 import os
 import re
 import signal
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from prometheus_client import CollectorRegistry, generate_latest
 
 from squall.errors import ConfigError, SquallError
+from squall.executor.runtime import Runtime
 from squall.metrics import MetricsServer, RuntimeCollector
-from squall.runtime import Runtime
-from squall.topology.assignment import assign, plan_id
+from squall.process import contract
+from squall.process.contract import ACKER, WORKER
+from squall.topology.assignment import assign
 from squall.topology.plan import Plan
 from squall.topology.spec import TopologySpec, load_spec
 from squall.transport import Transport
@@ -28,16 +30,13 @@ from squall.transport.codec import Decoder
 
 log = logging.getLogger("squall.process")
 
-WORKER, ACKER = "worker", "acker"
-DEFAULT_PEERS = {WORKER: "{topology}-worker-{i}.{topology}-worker:7070",
-                 ACKER: "{topology}-acker-{i}.{topology}-acker:7070"}
 HEALTHY_WITHIN = 10.0  # seconds since the scheduler loop last ran
 # A draining process with nothing pending of its own stays up until it has been idle this long:
 # its bolts and acker may still be serving trees of other workers' spouts.
 DRAIN_QUIET = 1.0
 
 
-def _int(env: dict[str, str], name: str, *, minimum: int = 0) -> int | None:
+def _int(env: Mapping[str, str], name: str) -> int | None:
     raw = env.get(name)
     if raw is None or raw == "":
         return None
@@ -45,19 +44,20 @@ def _int(env: dict[str, str], name: str, *, minimum: int = 0) -> int | None:
         value = int(raw)
     except ValueError:
         raise ConfigError(f"{name}={raw!r} is not an integer") from None
-    if value < minimum:
-        raise ConfigError(f"{name}={value} must be >= {minimum}")
+    if value < 0:
+        raise ConfigError(f"{name}={value} must be >= 0")
     return value
 
 
-def _ordinal(env: dict[str, str], role: str) -> int:
+def _ordinal(env: Mapping[str, str], role: str) -> int:
     """The index from SQUALL_<ROLE>_INDEX, or from a StatefulSet hostname such as wordcount-worker-3."""
-    index = _int(env, f"SQUALL_{role.upper()}_INDEX")
+    var = contract.index_var(role)
+    index = _int(env, var)
     if index is not None:
         return index
     match = re.search(r"-(\d+)$", env.get("HOSTNAME", ""))
     if not match:
-        raise ConfigError(f"set SQUALL_{role.upper()}_INDEX, or run with a StatefulSet hostname ending in "
+        raise ConfigError(f"set {var}, or run with a StatefulSet hostname ending in "
                           f"-<ordinal> (HOSTNAME={env.get('HOSTNAME', '')!r})")
     return int(match.group(1))
 
@@ -79,49 +79,45 @@ def peer_addresses(template: str, count: int, *, topology: str, namespace: str, 
 
 @dataclass(frozen=True)
 class ProcessConfig:
+    """Everything a process reads from its environment, read once: :class:`Process` reads nothing else."""
+
     role: str
     index: int
     spec: TopologySpec
+    spec_path: Path
     worker_addresses: list[str]
     acker_addresses: list[str]
     bind_host: str
     grpc_port: int
     metrics_port: int
+    final_metrics_file: Path | None = None
 
     @classmethod
-    def from_env(cls, role: str, env: dict[str, str] | None = None) -> ProcessConfig:
-        env = dict(os.environ if env is None else env)
-        path = env.get("SQUALL_TOPOLOGY")
+    def from_env(cls, role: str, env: Mapping[str, str] | None = None) -> ProcessConfig:
+        env = os.environ if env is None else env
+        path = env.get(contract.TOPOLOGY)
         if not path:
-            raise ConfigError("SQUALL_TOPOLOGY is not set: point it at the topology YAML file")
+            raise ConfigError(f"{contract.TOPOLOGY} is not set: point it at the topology YAML file")
         spec = load_spec(path)
-        overrides: dict[str, Any] = {}
-        for var, field, minimum in (("SQUALL_WORKERS", "workers", 1), ("SQUALL_ACKERS", "ackers", 0),
-                                    ("SQUALL_MESSAGE_TIMEOUT_SECONDS", "message_timeout_seconds", 1),
-                                    ("SQUALL_MAX_SPOUT_PENDING", "max_spout_pending", 1)):
-            value = _int(env, var, minimum=minimum)
-            if value is not None:
-                overrides[field] = value
-        spec = TopologySpec.from_dict({**spec.to_dict(), **{TopologySpec.model_fields[k].alias: v
-                                                            for k, v in overrides.items()}},
-                                      source=f"{path} with environment overrides")
         index = _ordinal(env, role)
         count = spec.workers if role == WORKER else spec.num_ackers
         if index >= count:
             raise ConfigError(f"{role} index {index} is out of range: the topology has {count} {role}(s)")
-        namespace = env.get("SQUALL_NAMESPACE", "default")
-        workers = peer_addresses(env.get("SQUALL_WORKER_PEERS", DEFAULT_PEERS[WORKER]), spec.workers,
-                                 topology=spec.name, namespace=namespace, var="SQUALL_WORKER_PEERS")
-        ackers = peer_addresses(env.get("SQUALL_ACKER_PEERS", DEFAULT_PEERS[ACKER]), spec.num_ackers,
-                                topology=spec.name, namespace=namespace, var="SQUALL_ACKER_PEERS")
-        return cls(role=role, index=index, spec=spec, worker_addresses=workers, acker_addresses=ackers,
-                   bind_host=env.get("SQUALL_BIND_HOST", "0.0.0.0"),
-                   grpc_port=_int(env, "SQUALL_GRPC_PORT") or 7070,
-                   metrics_port=_int(env, "SQUALL_METRICS_PORT") or 9090)
+        namespace = env.get(contract.NAMESPACE, "default")
+        addresses = {
+            r: peer_addresses(env.get(contract.peers_var(r)) or contract.peer_template(r), n, topology=spec.name,
+                              namespace=namespace, var=contract.peers_var(r))
+            for r, n in ((WORKER, spec.workers), (ACKER, spec.num_ackers))}
+        final = env.get(contract.FINAL_METRICS_FILE)
+        return cls(role=role, index=index, spec=spec, spec_path=Path(path), worker_addresses=addresses[WORKER],
+                   acker_addresses=addresses[ACKER], bind_host=env.get(contract.BIND_HOST, "0.0.0.0"),
+                   grpc_port=_int(env, contract.GRPC_PORT_VAR) or contract.GRPC_PORT,
+                   metrics_port=_int(env, contract.METRICS_PORT_VAR) or contract.METRICS_PORT,
+                   final_metrics_file=Path(final) if final else None)
 
     @property
     def name(self) -> str:
-        return f"{self.role}-{self.index}"
+        return contract.process_name(self.role, self.index)
 
 
 class Process:
@@ -130,35 +126,19 @@ class Process:
     def __init__(self, cfg: ProcessConfig) -> None:
         self.cfg = cfg
         plan = Plan(cfg.spec)
-        assignment = assign(plan)
-        owner = {task: f"{role}-{i}" for task, (role, i) in assignment.task_owner().items()}
-        if cfg.role == WORKER:
-            executors, acker_tasks = assignment.executors[cfg.index], ()
-        else:
-            executors, acker_tasks = (), assignment.acker_tasks[cfg.index]
-        mine = {t for ex in executors for t in ex.tasks} | set(acker_tasks)
-        if cfg.role == ACKER:  # an acker only ever talks to the spouts' workers
-            owner = {t: p for t, p in owner.items() if plan.task_component[t] in plan.spout_names}
-        remote_owner = {t: p for t, p in owner.items() if t not in mine}
-        addresses = {f"{WORKER}-{i}": a for i, a in enumerate(cfg.worker_addresses)}
-        addresses |= {f"{ACKER}-{j}": a for j, a in enumerate(cfg.acker_addresses)}
-        spout_tasks = frozenset(t for ex in executors if ex.component in plan.spout_names for t in ex.tasks)
-        # Who streams to us: every worker but us (bolt input, acker messages), and the ackers if we
-        # run spouts (their verdicts).
-        senders = {f"{WORKER}-{i}" for i in range(cfg.spec.workers)} - {cfg.name}
-        if spout_tasks:
-            senders |= {f"{ACKER}-{j}" for j in range(cfg.spec.num_ackers)}
-        decoder = Decoder(plan, bolt_tasks=frozenset(t for ex in executors for t in ex.tasks) - spout_tasks,
-                          spout_tasks=spout_tasks, acker_tasks=frozenset(acker_tasks),
-                          max_frame=cfg.spec.transfer.max_frame_bytes)
+        wiring = assign(plan.layout).wiring(cfg.role, cfg.index)
+        addresses = {contract.process_name(WORKER, i): a for i, a in enumerate(cfg.worker_addresses)}
+        addresses |= {contract.process_name(ACKER, j): a for j, a in enumerate(cfg.acker_addresses)}
+        decoder = Decoder(plan, bolt_tasks=wiring.bolt_tasks, spout_tasks=wiring.spout_tasks,
+                          acker_tasks=frozenset(wiring.acker_tasks), max_frame=cfg.spec.transfer.max_frame_bytes)
         t = cfg.spec.transfer
-        self.transport = Transport(name=cfg.name, plan=plan_id(cfg.spec), owner=remote_owner, addresses=addresses,
-                                   senders=senders,
-                                   decoder=decoder,
-                                   bind=f"{cfg.bind_host}:{cfg.grpc_port}", batch_size=t.batch_size,
-                                   flush_interval=t.flush_interval_ms / 1000, max_frame=t.max_frame_bytes,
-                                   queue_frames=8)
-        self.runtime = Runtime(plan, executors=executors, acker_tasks=acker_tasks, remote=self.transport)
+        self.transport = Transport(name=cfg.name, plan=cfg.spec.fingerprint(), owner=wiring.owner,
+                                   ackers=wiring.ackers, addresses=addresses, senders=wiring.senders,
+                                   decoder=decoder, bind=f"{cfg.bind_host}:{cfg.grpc_port}",
+                                   batch_size=t.batch_size, flush_interval=t.flush_interval_ms / 1000,
+                                   max_frame=t.max_frame_bytes, queue_frames=8)
+        self.runtime = Runtime(plan, executors=wiring.executors, acker_tasks=wiring.acker_tasks,
+                               remote=self.transport)
         registry = self.registry = CollectorRegistry(auto_describe=False)
         registry.register(RuntimeCollector(self.runtime, role=cfg.role, index=cfg.index, transport=self.transport))
         self.metrics = MetricsServer(registry=registry, host=cfg.bind_host, port=cfg.metrics_port,
@@ -167,7 +147,6 @@ class Process:
         self.suspended = cfg.spec.suspended
         self._waiting_logged = float("-inf")
         self.draining_since: float | None = None
-        self._spec_path = Path(os.environ.get("SQUALL_TOPOLOGY", ""))
         self._spec_mtime = self._mtime()
 
     def recent_errors(self) -> list[dict]:
@@ -183,7 +162,7 @@ class Process:
 
     def _mtime(self) -> float:
         try:
-            return self._spec_path.stat().st_mtime
+            return self.cfg.spec_path.stat().st_mtime
         except OSError:
             return 0.0
 
@@ -214,7 +193,7 @@ class Process:
             return
         self._spec_mtime = mtime
         try:
-            suspended = load_spec(self._spec_path).suspended
+            suspended = load_spec(self.cfg.spec_path).suspended
         except SquallError as exc:
             log.warning("%s: ignoring an unreadable spec update: %s", self.cfg.name, exc)
             return
@@ -262,9 +241,8 @@ class Process:
             rt.close()
             self.transport.close()
             self.metrics.stop()
-            final = os.environ.get("SQUALL_FINAL_METRICS_FILE")
-            if final:  # squall run reads what each process counted up to its exit
-                Path(final).write_bytes(generate_latest(self.registry))
+            if self.cfg.final_metrics_file:  # squall run reads what each process counted up to its exit
+                self.cfg.final_metrics_file.write_bytes(generate_latest(self.registry))
         log.info("%s stopped (%d tree(s) still pending)", self.cfg.name, left)
         return 0
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import threading
 import time
 import traceback
 from collections import deque
@@ -28,17 +27,21 @@ class ErrorLog:
     def __init__(self, keep: int) -> None:
         self.keep = keep
         self._errors: dict[str, deque[ReportedError]] = {}
-        self._lock = threading.Lock()  # read by the metrics server's thread (GET /errors)
 
     def add(self, error: ReportedError) -> None:
-        with self._lock:
-            self._errors.setdefault(error.component, deque(maxlen=self.keep)).append(error)
+        """On the scheduler thread, without a lock: the reader copies (see :meth:`recent`)."""
+        self._errors.setdefault(error.component, deque(maxlen=self.keep)).append(error)
 
     def recent(self, component: str | None = None) -> list[ReportedError]:
-        with self._lock:
-            if component is not None:
-                return list(self._errors.get(component, ()))
-            return sorted((e for q in self._errors.values() for e in q), key=lambda e: e.time)
+        """The recorded errors, oldest first; safe from any thread (``GET /errors`` on the metrics thread).
+
+        ``list()`` of a dict's values and of a deque copies in one C call that holds the GIL, so the
+        reader gets a consistent snapshot while the scheduler thread appends.
+        """
+        if component is not None:
+            return list(self._errors.get(component, ()))
+        queues = list(self._errors.values())
+        return sorted((e for q in queues for e in list(q)), key=lambda e: e.time)
 
 
 class ErrorReporter:

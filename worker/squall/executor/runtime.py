@@ -7,6 +7,7 @@ Other threads (the gRPC transport) only ever talk to the loop through :meth:`Run
 
 from __future__ import annotations
 
+import functools
 import heapq
 import itertools
 import logging
@@ -21,14 +22,16 @@ from squall.api import BasicBolt
 from squall.executor.acker import AckerExecutor
 from squall.executor.base import Executor, Remote, Transfer
 from squall.executor.bolt import BoltExecutor, BoltTask
-from squall.executor.collectors import AckerRoute, BasicOutputCollector, OutputCollector, SpoutOutputCollector
-from squall.executor.errors import ErrorLog, ErrorReporter
+from squall.executor.collectors import AckerRoute, BasicCollector, BoltCollector, SpoutCollector
+from squall.executor.reporting import ErrorLog, ErrorReporter
 from squall.executor.routing import Router
 from squall.executor.spout import SpoutExecutor, SpoutTask, WaitStrategy
 from squall.executor.stats import TaskStats
-from squall.topology.context import TopologyContext
-from squall.topology.plan import ExecutorPlan, Plan
-from squall.tuples import NO_FIELDS, SYSTEM_COMPONENT, TICK_STREAM, Tuple
+from squall.system import SYSTEM_COMPONENT, TICK_STREAM
+from squall.topology.assignment import ExecutorPlan
+from squall.topology.context import TaskContext
+from squall.topology.plan import Plan
+from squall.tuples import NO_FIELDS, Tuple
 
 log = logging.getLogger("squall.runtime")
 
@@ -88,17 +91,14 @@ class Runtime:
         for ex in executors:
             self.executors.append(self._spout(ex) if ex.component in plan.spout_names else self._bolt(ex))
 
-        timeout = spec.message_timeout_seconds
-        if self.spouts:
-            self.every(timeout, lambda: [s.rotate() for s in self.spouts])
-        if self.ackers:
-            self.every(timeout, lambda: [a.rotate() for a in self.ackers])
+        if self.spouts or self.ackers:
+            self.every(spec.message_timeout_seconds, self._rotate)
         for bolt in spec.bolts:
             bolt_execs = [e for e in self.executors if e.component == bolt.name]
             if bolt.tick_frequency_seconds and bolt_execs:
-                self.every(bolt.tick_frequency_seconds, lambda execs=bolt_execs: self._tick(execs))
+                self.every(bolt.tick_frequency_seconds, functools.partial(self._tick, bolt_execs))
         if remote is not None:
-            remote.attach(try_deliver=self.transfer.try_send, wake=self.wake, frames=INGRESS_FRAMES)
+            remote.attach(try_deliver=self.transfer.try_deliver, wake=self.wake, frames=INGRESS_FRAMES)
 
     # -- building ---------------------------------------------------------------------------
 
@@ -112,11 +112,10 @@ class Runtime:
             reporter.report(exc, task=task)
         return report
 
-
-    def _task(self, task_id: int) -> tuple[TaskStats, TopologyContext, Router]:
+    def _task(self, task_id: int) -> tuple[TaskStats, TaskContext, Router]:
         """What every task gets: its counters, its context and the routes of its emits."""
         stats = self.stats[task_id] = TaskStats()
-        context = TopologyContext(plan=self.plan, task_id=task_id, worker_tasks=self.local_tasks)
+        context = TaskContext(plan=self.plan, task_id=task_id, worker_tasks=self.local_tasks)
         return stats, context, Router(plan=self.plan, context=context, rng=self._rng)
 
     def _spout(self, plan_ex: ExecutorPlan) -> SpoutExecutor:
@@ -130,7 +129,7 @@ class Runtime:
         for task_id in plan_ex.tasks:
             stats, context, router = self._task(task_id)
             task = SpoutTask(task_id, cls(), stats)
-            task.collector = SpoutOutputCollector(
+            task.collector = SpoutCollector(
                 executor=ex, router=router, stats=stats, rng=self._rng, acker=self._acker_route,
                 on_emit=ex.on_emit(task),
                 on_untracked_ack=lambda msg_id, stream, t=task: t.untracked_acks.append((msg_id, stream)),
@@ -147,11 +146,11 @@ class Runtime:
         conf = self.plan.component_config(plan_ex.component)
         for task_id in plan_ex.tasks:
             stats, context, router = self._task(task_id)
-            collector = OutputCollector(executor=ex, router=router, stats=stats, rng=self._rng,
+            collector = BoltCollector(executor=ex, router=router, stats=stats, rng=self._rng,
                                         acker=self._acker_route, report=lambda exc, t=task_id: report(exc, t),
                                         clock=self.clock, post=self.post)
             bolt = cls()
-            basic = BasicOutputCollector(collector) if isinstance(bolt, BasicBolt) else None
+            basic = BasicCollector(collector) if isinstance(bolt, BasicBolt) else None
             task = BoltTask(task_id, bolt, stats, collector, basic)
             if basic is None:
                 prepare = lambda b=bolt, c=context, o=collector: b.prepare(dict(conf), c, o)  # noqa: E731
@@ -164,6 +163,13 @@ class Runtime:
 
     def every(self, period: float, action: Callable[[], None]) -> None:
         heapq.heappush(self._timers, Timer(self.clock() + period, next(self._seq), period, action))
+
+    def _rotate(self) -> None:
+        """Every message timeout: spouts time out their oldest trees, ackers forget theirs."""
+        for spout in self.spouts:
+            spout.rotate()
+        for acker in self.ackers:
+            acker.rotate()
 
     def _tick(self, executors: list[Executor]) -> None:
         # Tick tuples skip the capacity check: one per period cannot flood a queue.

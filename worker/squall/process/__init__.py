@@ -1,0 +1,1 @@
+"""Worker and acker processes: the pod contract, the process entrypoint and ``squall run``'s supervisor."""

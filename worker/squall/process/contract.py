@@ -1,0 +1,57 @@
+"""The pod contract: what a worker or acker process expects of whoever starts it.
+
+One home for the roles, ports, the spec mount, the environment variable names, the process names
+and the peer address templates, used by the operator's render, ``squall run``'s supervisor and the
+process entrypoint alike (docs/processes.md describes them for people).
+"""
+
+from __future__ import annotations
+
+WORKER, ACKER = "worker", "acker"
+ROLES = (WORKER, ACKER)
+
+GRPC_PORT = 7070  # the transport between processes
+METRICS_PORT = 9090  # /metrics, /healthz, /errors
+
+SPEC_DIR = "/etc/squall"  # where pods mount the topology spec (a ConfigMap, as a directory)
+SPEC_FILE = "topology.yaml"
+SPEC_PATH = f"{SPEC_DIR}/{SPEC_FILE}"
+
+# The environment of a process. The spec file is the only carrier of the topology's own values.
+TOPOLOGY = "SQUALL_TOPOLOGY"  # path of the spec file (required)
+NAMESPACE = "SQUALL_NAMESPACE"
+WORKER_PEERS = "SQUALL_WORKER_PEERS"  # a template with {i}, or a comma-separated list
+ACKER_PEERS = "SQUALL_ACKER_PEERS"
+GRPC_PORT_VAR = "SQUALL_GRPC_PORT"
+METRICS_PORT_VAR = "SQUALL_METRICS_PORT"
+BIND_HOST = "SQUALL_BIND_HOST"
+FINAL_METRICS_FILE = "SQUALL_FINAL_METRICS_FILE"  # squall run: where a process writes its last counts
+POD_NAME = "SQUALL_POD_NAME"  # a Spark driver's own pod, for its executors' owner
+SPARK_CONF = "SQUALL_SPARK_CONF"  # JSON of spark.* properties for a worker that is a Spark driver
+
+
+def index_var(role: str) -> str:
+    """The variable that gives a process its index (else: its StatefulSet hostname's ordinal)."""
+    return f"SQUALL_{role.upper()}_INDEX"
+
+
+def peers_var(role: str) -> str:
+    return WORKER_PEERS if role == WORKER else ACKER_PEERS
+
+
+def process_name(role: str, index: int) -> str:
+    """``worker-0``, ``acker-1``: how processes name each other (stream metadata, metrics, logs)."""
+    return f"{role}-{index}"
+
+
+def service_name(topology: str, role: str) -> str:
+    """The StatefulSet of a role and its headless Service (``<service>-<i>`` is pod i)."""
+    return f"{topology}-{role}"
+
+
+def peer_template(role: str, *, namespace: str | None = None) -> str:
+    """Where the processes of ``role`` listen, with ``{topology}`` and ``{i}`` left to fill in: the DNS
+    names a headless Service gives StatefulSet pods (namespace-qualified when ``namespace`` is given)."""
+    service = service_name("{topology}", role)
+    domain = f".{namespace}.svc" if namespace else ""
+    return f"{service}-{{i}}.{service}{domain}:{GRPC_PORT}"
