@@ -205,7 +205,7 @@ def test_a_full_next_batch_pauses_input_until_the_running_job_is_over():
         spout, bolt = one(cluster, "spout"), one(cluster, "spark")
         try:
             # The spout emits everything (maxSpoutPending is 1000); the bolt stops taking it in.
-            run_until(cluster, lambda: not spout.unsent and bolt.collector.paused, seconds=DEADLINE)
+            run_until(cluster, lambda: spout.emitted == count and bolt.collector.paused, seconds=DEADLINE)
             executed = cluster.counts("spark").executed
             assert executed <= 2 * batch + BUDGET  # the running batch, the next one, one scheduler round
             assert executed < count
