@@ -7,6 +7,7 @@ which process it is, how many there are, and where its peers listen.
 from __future__ import annotations
 
 import gc
+import json
 import logging
 import os
 import re
@@ -19,7 +20,9 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from squall.errors import ConfigError, SquallError
 from squall.metrics import MetricsServer, RuntimeCollector
+from squall.metrics.collector import recorded_latency
 from squall.runtime import Runtime
+from squall.scrape import latency_path
 from squall.topology.assignment import assign, plan_id
 from squall.topology.plan import Plan
 from squall.topology.spec import TopologySpec, load_spec
@@ -162,13 +165,17 @@ class Process:
         registry = self.registry = CollectorRegistry(auto_describe=False)
         registry.register(RuntimeCollector(self.runtime, role=cfg.role, index=cfg.index, transport=self.transport))
         self.metrics = MetricsServer(registry=registry, host=cfg.bind_host, port=cfg.metrics_port,
-                                     healthy=self.healthy, errors=self.recent_errors)
+                                     healthy=self.healthy, errors=self.recent_errors, latency=self.latency)
         self.activated = False
         self.suspended = cfg.spec.suspended
         self._waiting_logged = float("-inf")
         self.draining_since: float | None = None
         self._spec_path = Path(os.environ.get("SQUALL_TOPOLOGY", ""))
         self._spec_mtime = self._mtime()
+
+    def latency(self) -> dict:
+        """Every complete latency this process's spouts recorded (``GET /latency``)."""
+        return {"complete": recorded_latency(self.runtime).to_json()}
 
     def recent_errors(self) -> list[dict]:
         """The last errors each component reported in this process (``GET /errors``)."""
@@ -265,6 +272,7 @@ class Process:
             final = os.environ.get("SQUALL_FINAL_METRICS_FILE")
             if final:  # squall run reads what each process counted up to its exit
                 Path(final).write_bytes(generate_latest(self.registry))
+                latency_path(Path(final)).write_text(json.dumps(self.latency()))
         log.info("%s stopped (%d tree(s) still pending)", self.cfg.name, left)
         return 0
 
