@@ -24,6 +24,7 @@ import argparse
 import gc
 import os
 import random
+import subprocess
 import sys
 import tempfile
 import time
@@ -195,7 +196,7 @@ def acker_bytes(sup: Supervisor) -> float:
 
 
 def processes(label: str, seconds: float, *, workers: int, ackers: int, rate: float | None = None,
-              pin: bool = False) -> Result:
+              pin: bool = False, profile: Path | None = None) -> Result:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "bench.yaml"
         path.write_text(yaml.safe_dump(spec(workers=workers, ackers=ackers, rate=rate)))
@@ -212,8 +213,14 @@ def processes(label: str, seconds: float, *, workers: int, ackers: int, rate: fl
                 time.sleep(0.2)
             time.sleep(2)  # warm up
             pids = [os.getpid()] + [c.proc.pid for c in sup.children]
+            spies = [] if profile is None else [subprocess.Popen(
+                [str(Path(sys.executable).parent / "py-spy"), "record", "--nonblocking", "--rate", "200",
+                 "--format", "raw", "--duration", str(int(seconds)), "--pid", str(c.proc.pid), "--output",
+                 str(profile / f"{workers}w-{c.name}.txt")], stdout=subprocess.DEVNULL) for c in sup.children]
             first, bytes0, cpu0, t0 = sup.scrape(), acker_bytes(sup), cpu_seconds(pids), time.monotonic()
             time.sleep(seconds)
+            for spy in spies:
+                spy.wait()
             last, bytes1, cpu1, t1 = sup.scrape(), acker_bytes(sup), cpu_seconds(pids), time.monotonic()
         finally:
             sup.stop()
@@ -287,6 +294,8 @@ def main() -> None:
     parser.add_argument("--cases", default=",".join(CASES), help=f"comma-separated subset of {','.join(CASES)}")
     parser.add_argument("--pin", action="store_true", help="pin each worker and acker process to one core")
     parser.add_argument("--no-memory", action="store_true", help="skip the acker table's memory figure")
+    parser.add_argument("--profile", type=Path, metavar="DIR",
+                        help="py-spy each worker and acker during the 1w1a and 2w2a windows (raw stacks into DIR)")
     args = parser.parse_args()
     cases = args.cases.split(",")
     unknown = set(cases) - set(CASES)
@@ -303,9 +312,11 @@ def main() -> None:
     if "local" in cases:
         by["local"] = in_process(args.seconds)
     if "1w1a" in cases:
-        by["1w1a"] = processes("1 worker + 1 acker", args.seconds, workers=1, ackers=1, pin=args.pin)
+        by["1w1a"] = processes("1 worker + 1 acker", args.seconds, workers=1, ackers=1, pin=args.pin,
+                               profile=args.profile)
     if "2w2a" in cases:
-        by["2w2a"] = processes("2 workers + 2 ackers", args.seconds, workers=2, ackers=2, pin=args.pin)
+        by["2w2a"] = processes("2 workers + 2 ackers", args.seconds, workers=2, ackers=2, pin=args.pin,
+                               profile=args.profile)
     if "80pct" in cases:
         rate = 0.8 * by["1w1a"].rate
         by["80pct"] = processes(f"1w + 1a at 80 % ({rate:,.0f}/s)", args.seconds, workers=1, ackers=1, rate=rate,
