@@ -1,10 +1,15 @@
 """Per-tuple cost breakdown from a py-spy profile: each sample goes to the category of the
 innermost frame that has one (so numpy under the acker counts as the acker).
 
-    py-spy record --rate 200 --format raw --output PROFILE -- python bench/profile_run.py ...
+Record with ``--gil``: only the thread holding the GIL is sampled, so samples are Python CPU time
+(idle threads and threads waiting for the GIL are left out). CPU spent without the GIL (gRPC's C
+core, system calls) is the process's CPU from /proc minus what the samples account for.
+
+    py-spy record --gil --rate 200 --format raw --output PROFILE -- python bench/wordcount.py --cases local
+    python bench/wordcount.py --cases 1w1a,2w2a --profile DIR     # the same, on every worker and acker
     python bench/costs.py PROFILE [--us-per-tree N]
 
-``--us-per-tree``: the CPU µs per acked tree measured in the same run, to turn shares into µs.
+``--trees``: the trees acked during the recording, to turn samples into µs per tree.
 """
 
 from __future__ import annotations
@@ -73,7 +78,8 @@ def categorize(frames: list[str], ids: list[int], tuples: list[int]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("profile", help="py-spy --format raw output")
-    parser.add_argument("--us-per-tree", type=float, help="measured CPU µs per acked tree, to convert shares")
+    parser.add_argument("--trees", type=float, help="trees acked during the recording, for µs per tree")
+    parser.add_argument("--rate", type=float, default=200, help="py-spy's sampling rate (default 200 Hz)")
     parser.add_argument("--only", help="count only samples whose stack contains this text (e.g. Runtime.run)")
     args = parser.parse_args()
     ids, tuples = emit_lines()
@@ -84,12 +90,13 @@ def main() -> None:
             continue
         counts[categorize(stack.split(";"), ids, tuples)] += int(n)
     total = sum(counts.values())
-    print(f"| category | share of samples |{' µs per tree |' if args.us_per_tree else ''}")
-    print(f"|---|---:|{'---:|' if args.us_per_tree else ''}")
+    print(f"| category | share of samples |{' µs per tree |' if args.trees else ''}")
+    print(f"|---|---:|{'---:|' if args.trees else ''}")
     for category, n in counts.most_common():
-        us = f" {n / total * args.us_per_tree:.1f} |" if args.us_per_tree else ""
+        us = f" {n / args.rate / args.trees * 1e6:.1f} |" if args.trees else ""
         print(f"| {category} | {100 * n / total:.1f} % |{us}")
-    print(f"\n{total} samples")
+    total_us = f", {total / args.rate / args.trees * 1e6:.1f} µs per tree with the GIL held" if args.trees else ""
+    print(f"\n{total} samples{total_us}")
 
 
 if __name__ == "__main__":

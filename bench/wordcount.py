@@ -114,6 +114,8 @@ class Result:
     cpu: float  # CPU seconds of every process in the window
     latency: HdrHistogram | None = None
     acker_bytes: float | None = None
+    acker_cpu: float | None = None  # CPU seconds of the acker processes, part of ``cpu``
+    frames: float | None = None  # frames sent between processes per tree
 
     @property
     def rate(self) -> float:
@@ -183,15 +185,17 @@ def in_process(seconds: float) -> Result:
                       cluster.recorded_latency("sentences").minus(lat0))
 
 
-def acker_bytes(sup: Supervisor) -> float:
-    """Bytes of acker traffic sent so far: acker messages to ackers, verdicts from them."""
-    total = 0.0
+def transport_counts(sup: Supervisor) -> np.ndarray:
+    """[bytes of acker traffic (acker messages to ackers, verdicts from them), frames sent]."""
+    total = np.zeros(2)
     for child in sup.children:
         for family in text_string_to_metric_families(fetch(f"http://127.0.0.1:{child.metrics_port}/metrics")):
             for s in family.samples:
                 if s.name == "squall_transport_bytes_sent_total" and s.labels["lane"] == "control" \
                         and (child.role == "acker" or s.labels["peer"].startswith("acker-")):
-                    total += s.value
+                    total[0] += s.value
+                elif s.name == "squall_transport_batches_sent_total":
+                    total[1] += s.value
     return total
 
 
@@ -214,19 +218,23 @@ def processes(label: str, seconds: float, *, workers: int, ackers: int, rate: fl
             time.sleep(2)  # warm up
             pids = [os.getpid()] + [c.proc.pid for c in sup.children]
             spies = [] if profile is None else [subprocess.Popen(
-                [str(Path(sys.executable).parent / "py-spy"), "record", "--nonblocking", "--rate", "200",
+                [str(Path(sys.executable).parent / "py-spy"), "record", "--gil", "--nonblocking", "--rate", "200",
                  "--format", "raw", "--duration", str(int(seconds)), "--pid", str(c.proc.pid), "--output",
                  str(profile / f"{workers}w-{c.name}.txt")], stdout=subprocess.DEVNULL) for c in sup.children]
-            first, bytes0, cpu0, t0 = sup.scrape(), acker_bytes(sup), cpu_seconds(pids), time.monotonic()
+            ackers = [c.proc.pid for c in sup.children if c.role == "acker"]
+            acker0 = cpu_seconds(ackers)
+            first, counts0, cpu0, t0 = sup.scrape(), transport_counts(sup), cpu_seconds(pids), time.monotonic()
             time.sleep(seconds)
             for spy in spies:
                 spy.wait()
-            last, bytes1, cpu1, t1 = sup.scrape(), acker_bytes(sup), cpu_seconds(pids), time.monotonic()
+            last, counts1, cpu1, t1 = sup.scrape(), transport_counts(sup), cpu_seconds(pids), time.monotonic()
+            acker1 = cpu_seconds(ackers)
         finally:
             sup.stop()
         trees = int(last.acked["sentences"] - first.acked["sentences"])
-        return Result(label, trees, t1 - t0, cpu1 - cpu0, last.recorded.minus(first.recorded),
-                      (bytes1 - bytes0) / max(trees, 1))
+        per_tree = (counts1 - counts0) / max(trees, 1)
+        return Result(label, trees, t1 - t0, cpu1 - cpu0, last.recorded.minus(first.recorded), per_tree[0],
+                      acker1 - acker0, per_tree[1])
 
 
 def acker_bytes_per_tree(trees: int = 1_000_000) -> tuple[float, float]:
@@ -249,10 +257,14 @@ def ms(h: HdrHistogram | None, q: float) -> str:
 
 
 def table(results: list[Result]) -> None:
-    head = ("case", "trees/s", "CPU µs/tree", "cores busy", "p50 ms", "p99 ms", "p99.9 ms", "acker B/tree")
-    rows = [head] + [(r.label, f"{r.rate:,.0f}", f"{r.cpu_us:,.1f}", f"{r.cpu / r.seconds:.2f}", ms(r.latency, 0.5),
+    head = ("case", "trees/s", "CPU µs/tree", "of it ackers", "cores busy", "p50 ms", "p99 ms", "p99.9 ms",
+            "acker B/tree", "frames/tree")
+    rows = [head] + [(r.label, f"{r.rate:,.0f}", f"{r.cpu_us:,.1f}",
+                      "—" if r.acker_cpu is None else f"{r.acker_cpu / max(r.trees, 1) * 1e6:,.1f}",
+                      f"{r.cpu / r.seconds:.2f}", ms(r.latency, 0.5),
                       ms(r.latency, 0.99), ms(r.latency, 0.999),
-                      "—" if r.acker_bytes is None else f"{r.acker_bytes:.1f}") for r in results]
+                      "—" if r.acker_bytes is None else f"{r.acker_bytes:.1f}",
+                      "—" if r.frames is None else f"{r.frames:.3f}") for r in results]
     widths = [max(len(row[i]) for row in rows) for i in range(len(head))]
     for i, row in enumerate(rows):
         print("| " + " | ".join(c.ljust(w) if j == 0 else c.rjust(w) for j, (c, w) in
