@@ -1,12 +1,21 @@
-"""Word-count benchmark: prints figures, never passes or fails.
+"""Word-count benchmark: prints one table of figures and the issue's target ratios; never fails.
 
 Sentences of 8 words from a fixed 1,000-word vocabulary; a spout with message ids (acking on);
-shuffle → split → fields → count. Measures (a) in-process, (b) 1 worker + 1 acker, (c) 2 workers +
-2 ackers; p99 complete latency at 80 % of (b)'s rate; the acker's bytes per pending tree with
-1,000,000 trees pending; and the same work as a plain Python loop (the ceiling). Latency
-percentiles are upper bounds: the bucket boundaries of the complete-latency histogram.
+shuffle → split → fields → count. Cases, measured one after another in one run:
 
-    python bench/wordcount.py [--seconds 10]
+- ceiling: the same work in one hand-written Python loop with Storm's XOR acking (one random
+  64-bit id per edge, XORed into a dict entry per root; a tree is complete when it returns to 0);
+- in-process (``LocalCluster``); 1 worker + 1 acker; 2 workers + 2 ackers (``squall run``'s
+  processes), and 1 worker + 1 acker throttled to 80 % of its measured maximum (for latency).
+
+CPU µs per acked tree sums utime + stime from ``/proc/<pid>/stat`` over every process: this one
+(it runs the in-process case and supervises the others) and every worker and acker. The machine
+may be shared: compare the ratios of one run, and the ceiling measured first and last says how
+much the machine's speed drifted meanwhile. Latency percentiles come from every recorded sample
+(an HDR histogram: within 0.8 % above the true value). Acker bytes per tree: the bytes of acker
+messages and verdicts that crossed processes, from the transport's byte counters.
+
+    python bench/wordcount.py [--seconds 10] [--cases ceiling,local,1w1a,2w2a,80pct] [--pin]
 """
 
 from __future__ import annotations
@@ -15,26 +24,32 @@ import argparse
 import gc
 import os
 import random
+import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import psutil
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from squall import BasicBolt, Bolt, Spout  # noqa: E402
 from squall.acker import Acker  # noqa: E402
-from squall.metrics.scrape import Totals  # noqa: E402
+from squall.executor.hdr import HdrHistogram  # noqa: E402
+from squall.metrics.scrape import fetch  # noqa: E402
 from squall.process.supervisor import Supervisor  # noqa: E402
 from squall.testing import LocalCluster  # noqa: E402
 from squall.topology import TopologySpec  # noqa: E402
 
 VOCABULARY = [f"w{i:03d}" for i in range(1000)]
-TARGET = 20_000  # acked trees/s with 1 worker + 1 acker; p99 is judged at 80 % of it
+WORDS = 8
+MAX_PENDING = 1000
+CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
 class SentenceSpout(Spout):
@@ -53,7 +68,7 @@ class SentenceSpout(Spout):
         if self.rate and self.n >= self.rate * (time.monotonic() - self.start):
             return
         self.n += 1
-        self.collector.emit([" ".join(self.rng.choices(VOCABULARY, k=8))], msg_id=self.n)
+        self.collector.emit([" ".join(self.rng.choices(VOCABULARY, k=WORDS))], msg_id=self.n)
 
 
 class Split(BasicBolt):
@@ -79,7 +94,7 @@ class Count(Bolt):
 
 def spec(*, workers: int, ackers: int, rate: float | None = None) -> dict:
     return {
-        "name": "bench", "workers": workers, "ackers": ackers, "maxSpoutPending": 1000,
+        "name": "bench", "workers": workers, "ackers": ackers, "maxSpoutPending": MAX_PENDING,
         "config": {"bench.rate": rate} if rate else {},
         "spouts": [{"name": "sentences", "className": "bench.wordcount:SentenceSpout", "parallelism": workers}],
         "bolts": [
@@ -91,18 +106,101 @@ def spec(*, workers: int, ackers: int, rate: float | None = None) -> dict:
     }
 
 
-def in_process(seconds: float) -> tuple[float, Totals]:
+@dataclass
+class Result:
+    label: str
+    trees: int
+    seconds: float  # wall clock of the window
+    cpu: float  # CPU seconds of every process in the window
+    latency: HdrHistogram | None = None
+    acker_bytes: float | None = None
+    acker_cpu: float | None = None  # CPU seconds of the acker processes, part of ``cpu``
+    frames: float | None = None  # frames sent between processes per tree
+
+    @property
+    def rate(self) -> float:
+        return self.trees / self.seconds
+
+    @property
+    def cpu_us(self) -> float:
+        return self.cpu / max(self.trees, 1) * 1e6
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    """utime + stime of ``pids`` (every thread of each), from /proc/<pid>/stat."""
+    total = 0
+    for pid in pids:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        total += int(fields[11]) + int(fields[12])  # fields 14 and 15 of proc(5), counted from 3
+    return total / CLK_TCK
+
+
+def ceiling(seconds: float) -> Result:
+    """The work itself with Storm's acking, hand-written: stages run a batch of MAX_PENDING trees
+    at a time, so the pending dict holds as many roots as the spout may have in flight."""
+    rng = random.Random(1)
+    bits, choices = rng.getrandbits, rng.choices
+    pending: dict[int, int] = {}
+    counts: dict[str, int] = {}
+    acked = 0
+    cpu0, t0 = cpu_seconds([os.getpid()]), time.monotonic()
+    end = t0 + seconds
+    while time.monotonic() < end:
+        # spout: a root id, the first edge's id, the acker's init
+        sentences = []
+        for _ in range(MAX_PENDING):
+            root, edge = bits(64), bits(64)
+            pending[root] = edge
+            sentences.append((root, edge, " ".join(choices(VOCABULARY, k=WORDS))))
+        # split: a new edge id per word; its ack XORs the input edge and every child edge
+        words = []
+        for root, edge, sentence in sentences:
+            xor = edge
+            for word in sentence.split():
+                child = bits(64)
+                xor ^= child
+                words.append((root, child, word))
+            pending[root] ^= xor
+        # count: count the word, ack it; the tree is complete when its value returns to 0
+        for root, child, word in words:
+            counts[word] = counts.get(word, 0) + 1
+            val = pending[root] ^ child
+            if val:
+                pending[root] = val
+            else:
+                del pending[root]
+                acked += 1
+    return Result("ceiling: hand-written loop", acked, time.monotonic() - t0, cpu_seconds([os.getpid()]) - cpu0)
+
+
+def in_process(seconds: float) -> Result:
     with LocalCluster(TopologySpec.from_dict(spec(workers=1, ackers=1))) as cluster:
         cluster.run(seconds=1)  # warm up
-        before, t0 = cluster.trees_acked(), time.monotonic()
+        before, lat0 = cluster.trees_acked(), cluster.recorded_latency("sentences")
+        cpu0, t0 = cpu_seconds([os.getpid()]), time.monotonic()
         cluster.run(seconds=seconds)
-        rate = (cluster.trees_acked() - before) / (time.monotonic() - t0)
-        totals = Totals()
-        totals.latency = cluster.complete_latency("sentences")
-        return rate, totals
+        t1, cpu1 = time.monotonic(), cpu_seconds([os.getpid()])
+        return Result("in-process (LocalCluster)", cluster.trees_acked() - before, t1 - t0, cpu1 - cpu0,
+                      cluster.recorded_latency("sentences").minus(lat0))
 
 
-def processes(seconds: float, *, workers: int, ackers: int, rate: float | None = None) -> tuple[float, Totals]:
+def transport_counts(sup: Supervisor) -> np.ndarray:
+    """[bytes of acker traffic (acker messages to ackers, verdicts from them), frames sent]."""
+    total = np.zeros(2)
+    for child in sup.children:
+        for family in text_string_to_metric_families(fetch(f"http://127.0.0.1:{child.metrics_port}/metrics")):
+            for s in family.samples:
+                if s.name == "squall_transport_bytes_sent_total" and s.labels["lane"] == "control" \
+                        and (child.role == "acker" or s.labels["peer"].startswith("acker-")):
+                    total[0] += s.value
+                elif s.name == "squall_transport_batches_sent_total":
+                    total[1] += s.value
+    return total
+
+
+def processes(label: str, seconds: float, *, workers: int, ackers: int, rate: float | None = None,
+              pin: bool = False, profile: Path | None = None) -> Result:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "bench.yaml"
         path.write_text(yaml.safe_dump(spec(workers=workers, ackers=ackers, rate=rate)))
@@ -110,19 +208,33 @@ def processes(seconds: float, *, workers: int, ackers: int, rate: float | None =
                          run_dir=Path(tmp) / "run")
         sup.start()
         try:
-            deadline = time.monotonic() + 30
+            if pin:  # as `taskset -p`: each process on one core, round robin
+                cores = sorted(os.sched_getaffinity(0))
+                for k, child in enumerate(sup.children):
+                    os.sched_setaffinity(child.proc.pid, {cores[k % len(cores)]})
+            deadline = time.monotonic() + 60
             while sup.scrape().acked["sentences"] == 0 and time.monotonic() < deadline:
                 time.sleep(0.2)
             time.sleep(2)  # warm up
-            first, t0 = sup.scrape(), time.monotonic()
+            pids = [os.getpid()] + [c.proc.pid for c in sup.children]
+            spies = [] if profile is None else [subprocess.Popen(
+                [str(Path(sys.executable).parent / "py-spy"), "record", "--gil", "--nonblocking", "--rate", "200",
+                 "--format", "raw", "--duration", str(int(seconds)), "--pid", str(c.proc.pid), "--output",
+                 str(profile / f"{workers}w-{c.name}.txt")], stdout=subprocess.DEVNULL) for c in sup.children]
+            ackers = [c.proc.pid for c in sup.children if c.role == "acker"]
+            acker0 = cpu_seconds(ackers)
+            first, counts0, cpu0, t0 = sup.scrape(), transport_counts(sup), cpu_seconds(pids), time.monotonic()
             time.sleep(seconds)
-            last, t1 = sup.scrape(), time.monotonic()
+            for spy in spies:
+                spy.wait()
+            last, counts1, cpu1, t1 = sup.scrape(), transport_counts(sup), cpu_seconds(pids), time.monotonic()
+            acker1 = cpu_seconds(ackers)
         finally:
             sup.stop()
-        window = Totals()
-        window.latency.counts = [b - a for a, b in zip(first.latency.counts, last.latency.counts, strict=True)]
-        window.latency.count = sum(window.latency.counts)
-        return (last.acked["sentences"] - first.acked["sentences"]) / (t1 - t0), window
+        trees = int(last.acked["sentences"] - first.acked["sentences"])
+        per_tree = (counts1 - counts0) / max(trees, 1)
+        return Result(label, trees, t1 - t0, cpu1 - cpu0, last.recorded.minus(first.recorded), per_tree[0],
+                      acker1 - acker0, per_tree[1])
 
 
 def acker_bytes_per_tree(trees: int = 1_000_000) -> tuple[float, float]:
@@ -140,40 +252,100 @@ def acker_bytes_per_tree(trees: int = 1_000_000) -> tuple[float, float]:
     return acker.trees.nbytes / acker.pending, (rss1 - rss0) / acker.pending
 
 
-def plain_loop(seconds: float) -> float:
-    """The same work without a framework: make sentences, split them, count the words."""
-    rng, counts, n = random.Random(1), {}, 0
-    end = time.monotonic() + seconds
-    while time.monotonic() < end:
-        for _ in range(1000):
-            for word in " ".join(rng.choices(VOCABULARY, k=8)).split():
-                counts[word] = counts.get(word, 0) + 1
-        n += 1000
-    return n / seconds
+def ms(h: HdrHistogram | None, q: float) -> str:
+    return f"{h.quantile(q) * 1000:.1f}" if h is not None and h.count else "—"
 
 
-def show(label: str, rate: float, totals: Totals) -> None:
-    h = totals.latency
-    print(f"{label:<28} {rate:>10,.0f} trees/s {rate * 9:>11,.0f} tuples/s   "
-          f"p50 ≤ {h.quantile(0.5) * 1000:6.1f} ms   p99 ≤ {h.quantile(0.99) * 1000:6.1f} ms", flush=True)
+def table(results: list[Result]) -> None:
+    head = ("case", "trees/s", "CPU µs/tree", "of it ackers", "cores busy", "p50 ms", "p99 ms", "p99.9 ms",
+            "acker B/tree", "frames/tree")
+    rows = [head] + [(r.label, f"{r.rate:,.0f}", f"{r.cpu_us:,.1f}",
+                      "—" if r.acker_cpu is None else f"{r.acker_cpu / max(r.trees, 1) * 1e6:,.1f}",
+                      f"{r.cpu / r.seconds:.2f}", ms(r.latency, 0.5),
+                      ms(r.latency, 0.99), ms(r.latency, 0.999),
+                      "—" if r.acker_bytes is None else f"{r.acker_bytes:.1f}",
+                      "—" if r.frames is None else f"{r.frames:.3f}") for r in results]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(head))]
+    for i, row in enumerate(rows):
+        print("| " + " | ".join(c.ljust(w) if j == 0 else c.rjust(w) for j, (c, w) in
+                                enumerate(zip(row, widths, strict=True))) + " |")
+        if i == 0:
+            print("|" + "|".join("-" * (w + 1) + (":" if j else "-") for j, w in enumerate(widths)) + "|")
+
+
+def targets(by: dict[str, Result]) -> None:
+    """The issue's targets, as ratios of this run's figures."""
+    def line(what: str, value: float, target: str, ok: bool) -> None:
+        print(f"  {what:<62} {value:6.2f}  target {target:<8} {'met' if ok else 'NOT met'}")
+
+    local, one, two, ceil = by.get("local"), by.get("1w1a"), by.get("2w2a"), by.get("ceiling")
+    if local and ceil:
+        line("in-process trees/s ÷ ceiling trees/s", local.rate / ceil.rate, "≥ 1.0", local.rate >= ceil.rate)
+    if local and one:
+        r = one.cpu_us / local.cpu_us
+        line("CPU µs/tree: 1 worker + 1 acker ÷ in-process", r, "≤ 1.3", r <= 1.3)
+    if local and two:
+        r = two.cpu_us / local.cpu_us
+        line("CPU µs/tree: 2 workers + 2 ackers ÷ in-process", r, "≤ 1.6", r <= 1.6)
+    if one and two:
+        r = two.rate / one.rate
+        line("trees/s: 2 workers + 2 ackers ÷ 1 worker + 1 acker", r, "≥ 1.0", r >= 1.0)
+    if "80pct" in by and by["80pct"].latency is not None:
+        h = by["80pct"].latency
+        p99, p50 = h.quantile(0.99) * 1000, h.quantile(0.5) * 1000
+        line("p99 ms at 80 % of 1 worker + 1 acker's maximum", p99, "≤ 20", p99 <= 20)
+        line("p50 ms at 80 % of 1 worker + 1 acker's maximum", p50, "≤ 5", p50 <= 5)
+
+
+CASES = ("ceiling", "local", "1w1a", "2w2a", "80pct")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=float, default=10.0, help="measurement window per case")
+    parser.add_argument("--cases", default=",".join(CASES), help=f"comma-separated subset of {','.join(CASES)}")
+    parser.add_argument("--pin", action="store_true", help="pin each worker and acker process to one core")
+    parser.add_argument("--no-memory", action="store_true", help="skip the acker table's memory figure")
+    parser.add_argument("--profile", type=Path, metavar="DIR",
+                        help="py-spy each worker and acker during the 1w1a and 2w2a windows (raw stacks into DIR)")
     args = parser.parse_args()
-    print(f"word count, 8-word sentences, 1,000-word vocabulary; {os.cpu_count()} cores; "
-          f"{args.seconds:.0f} s per case (tuples/s counts 1 sentence + 8 words per tree)\n")
-    show("(a) in-process", *in_process(args.seconds))
-    rate_b, totals_b = processes(args.seconds, workers=1, ackers=1)
-    show("(b) 1 worker + 1 acker", rate_b, totals_b)
-    show("(c) 2 workers + 2 ackers", *processes(args.seconds, workers=2, ackers=2))
-    show("(b) at 80 % of its rate", *processes(args.seconds, workers=1, ackers=1, rate=0.8 * rate_b))
-    show("(b) at 16,000 trees/s", *processes(args.seconds, workers=1, ackers=1, rate=TARGET * 0.8))
-    table, rss = acker_bytes_per_tree()
-    print(f"acker memory, 1,000,000 trees pending: {table:.1f} bytes/tree in the table, "
-          f"{rss:.1f} bytes/tree of process RSS growth")
-    print(f"plain Python loop (ceiling): {plain_loop(args.seconds / 2):,.0f} sentences/s")
+    cases = args.cases.split(",")
+    unknown = set(cases) - set(CASES)
+    if unknown:
+        parser.error(f"--cases: unknown {sorted(unknown)}; choose from {','.join(CASES)}")
+    if "80pct" in cases and "1w1a" not in cases:
+        parser.error("--cases: 80pct needs 1w1a (its rate is 80 % of 1w1a's)")
+    print(f"word count: {WORDS}-word sentences, 1,000-word vocabulary, acking on, maxSpoutPending {MAX_PENDING}; "
+          f"{os.cpu_count()} cores; {args.seconds:g} s per case; load average {os.getloadavg()[0]:.2f} at start",
+          flush=True)
+    by: dict[str, Result] = {}
+    if "ceiling" in cases:
+        by["ceiling"] = ceiling(args.seconds / 2)
+    if "local" in cases:
+        by["local"] = in_process(args.seconds)
+    if "1w1a" in cases:
+        by["1w1a"] = processes("1 worker + 1 acker", args.seconds, workers=1, ackers=1, pin=args.pin,
+                               profile=args.profile)
+    if "2w2a" in cases:
+        by["2w2a"] = processes("2 workers + 2 ackers", args.seconds, workers=2, ackers=2, pin=args.pin,
+                               profile=args.profile)
+    if "80pct" in cases:
+        rate = 0.8 * by["1w1a"].rate
+        by["80pct"] = processes(f"1w + 1a at 80 % ({rate:,.0f}/s)", args.seconds, workers=1, ackers=1, rate=rate,
+                                pin=args.pin)
+    last_ceiling = ceiling(args.seconds / 2) if "ceiling" in cases else None
+    print()
+    table(list(by.values()))
+    print("\ntargets (ratios of this run):")
+    targets(by)
+    if last_ceiling:
+        drift = last_ceiling.cpu_us / by["ceiling"].cpu_us
+        print(f"\nnoise: the ceiling took {by['ceiling'].cpu_us:.1f} CPU µs/tree first and {last_ceiling.cpu_us:.1f} "
+              f"last ({drift:.2f}×); load average {os.getloadavg()[0]:.2f} at the end")
+    if not args.no_memory:
+        table_bytes, rss = acker_bytes_per_tree()
+        print(f"acker memory, 1,000,000 trees pending: {table_bytes:.1f} bytes/tree in the table, "
+              f"{rss:.1f} bytes/tree of process RSS growth")
 
 
 if __name__ == "__main__":

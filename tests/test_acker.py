@@ -292,3 +292,25 @@ def test_the_table_agrees_with_a_plain_model_under_random_traffic(seed):
             acker.rotate()
             model.rotate()
             assert acker.pending == len(model.trees)
+
+
+def test_a_million_pending_trees_take_at_most_40_bytes_each_in_the_table():
+    """A size assertion (not a timing one): the table's arrays over the trees they hold."""
+    trees = PendingTrees()
+    rng = np.random.default_rng(3)
+    batch = 4096
+    for start in range(0, 1_000_000, batch):
+        n = min(batch, 1_000_000 - start)
+        out = trees.apply(np.full(n, INIT, np.uint8), rng.integers(2, 2**64 - 1, n, dtype=np.uint64, endpoint=True),
+                          rng.integers(1, 2**64 - 1, n, dtype=np.uint64, endpoint=True), np.full(n, 7, np.int32))
+        assert len(out.acked_roots) == 0
+    assert len(trees) == 1_000_000
+    assert trees.nbytes / len(trees) <= 40
+
+
+def test_a_spout_task_id_beyond_the_tables_range_is_refused_not_truncated():
+    trees = PendingTrees()
+    with pytest.raises(ValueError, match="spout task id 65535 is above 65534"):
+        trees.apply(np.array([INIT], np.uint8), np.array([5], np.uint64), np.array([1], np.uint64),
+                    np.array([65535], np.int32))
+    assert len(trees) == 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 import filecmp
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import msgpack
 import pytest
@@ -117,3 +118,52 @@ def test_generated_proto_code_is_current():
         fresh = generate.generate(Path(tmp))
         assert filecmp.cmp(fresh, Path(generate.__file__).with_name("squall_pb2.py"), shallow=False), \
             "squall_pb2.py is stale: run `python -m squall.proto.generate`"
+
+
+def test_a_batch_flushed_by_a_send_starts_the_next_one_afresh(plan):
+    """Two real transports over loopback gRPC. Once a send flushes an overdue batch, the next batch
+    must wait its own flush interval: with the old batch's start time it went out 32 tuples small."""
+    import threading
+    import time
+
+    from squall.transport import Transport
+
+    now = [0.0]
+    got: list[Any] = []
+    woke = threading.Event()
+
+    def deliver(task: int, item: Any) -> bool:
+        got.append(item)
+        return True
+
+    bolt_task = plan.component_tasks["upper"][0]
+    common = {"plan": "p1", "decoder": decoder(plan), "ackers": frozenset(), "bind": "127.0.0.1:0", "batch_size": 1000,
+              "flush_interval": 0.001, "max_frame": 1 << 20, "queue_frames": 8}
+    receiver = Transport(name="worker-1", owner={}, addresses={}, senders=frozenset({"worker-0"}), **common)
+    receiver.attach(try_deliver=deliver, wake=woke.set, frames=8)
+    sender = Transport(name="worker-0", owner={bolt_task: "worker-1"}, senders=frozenset(),
+                       addresses={"worker-1": f"127.0.0.1:{receiver.receiver.port}"}, clock=lambda: now[0], **common)
+    sender.attach(try_deliver=lambda task, item: True, wake=lambda: None, frames=8)
+    try:
+        deadline = time.monotonic() + 30
+        while not (sender.all_connected() and receiver.all_connected()) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert sender.all_connected(), sender.missing()
+        fields = Fields(["word", "meta"])
+        spout_task = plan.component_tasks["words"][0]
+        for i in range(200):
+            if i == 1:
+                now[0] = 0.002  # the first batch is overdue from here on: the send at 32 flushes it
+            assert sender.try_send(bolt_task, Tuple([f"w{i}", None], fields, "words", "default", spout_task, {},
+                                                    bolt_task))
+        assert sender.flush()  # the end of a round sends the rest
+        while len(got) < 200 and time.monotonic() < deadline:  # the receiving scheduler's part
+            woke.wait(1)
+            woke.clear()
+            receiver.deliver()
+        frames = receiver.receiver.stats.batches[("worker-0", "data")]
+        assert frames == 2  # 32 tuples, then the other 168 in one frame (not five more of 32)
+        assert [t.values[0] for t in got] == [f"w{i}" for i in range(200)]
+    finally:
+        sender.close()
+        receiver.close()

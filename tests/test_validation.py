@@ -60,6 +60,11 @@ def test_a_spout_and_a_bolt_may_not_share_a_name():
     assert_mentions(message, "'sentences'", "defined twice")
 
 
+def test_more_tasks_than_an_acker_can_track_is_refused():
+    message = error_of(lambda d: d["bolts"][0].update(tasks=70_000))
+    assert_mentions(message, "70,003 tasks", "65,534", "parallelism or tasks")
+
+
 def test_unknown_input_component():
     message = error_of(lambda d: count_input(d).update(component="splt"))
     assert_mentions(message, "bolt 'count'", "unknown component 'splt'", "count, sentences, split")

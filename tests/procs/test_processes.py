@@ -23,6 +23,9 @@ def test_every_tree_is_acked_across_processes(cluster, tmp_path):
     assert report["failed"] == 0
     final = sup.final_totals()
     assert final.executed["c-sink"] >= 3000  # every tree went through both bolts, across the processes
+    # The spouts recorded the complete latency of every acked tree, and their processes handed it over.
+    assert final.recorded.count == final.acked["a-numbers"] >= 3000
+    assert 0 < final.recorded.quantile(0.5) <= final.recorded.quantile(0.99) < 30
 
 
 @pytest.mark.parametrize("victim, workers", [("worker-1", 2), ("acker-0", 1)])
@@ -90,6 +93,7 @@ def test_summary_and_exit_of_squall_run(tmp_path, monkeypatch):
     assert out.returncode == 0, out.stderr
     assert "acked" in out.stderr and "failed" in out.stderr  # the progress lines
     assert "a-numbers" in out.stdout and "2,000 trees acked" in out.stdout
+    assert "p99.9" in out.stdout and "0.0 ms, p99" not in out.stdout  # percentiles of recorded samples
 
 
 

@@ -27,9 +27,11 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from squall.api import Bolt, Spout
+from squall.executor.hdr import HdrHistogram
 from squall.executor.reporting import ReportedError
 from squall.executor.runtime import Runtime
 from squall.executor.stats import Histogram
+from squall.metrics.collector import recorded_latency
 from squall.topology.plan import Plan
 from squall.topology.spec import TopologySpec
 from squall.tuples import Tuple
@@ -202,6 +204,10 @@ class LocalCluster:
             for h in s.complete_latency.values():
                 total.merge(h)
         return total
+
+    def recorded_latency(self, component: str) -> HdrHistogram:
+        """Every complete latency ``component``'s tasks recorded (percentiles within 0.8 %)."""
+        return recorded_latency(self.runtime, [component])
 
     def errors(self, component: str | None = None) -> list[ReportedError]:
         """The most recent recorded errors (all components, or one)."""

@@ -1,8 +1,10 @@
 """The acker's pending trees: an open-addressing hash table in numpy arrays.
 
 A Python dict of root id → record costs well over 100 bytes per tree; this table stores a tree
-in 21 bytes per slot (root, ack val, spout task, generation) at a load factor kept of at most 0.5,
-and applies a whole batch of acker messages with a few vectorised passes.
+in 19 bytes per slot (root, ack val, spout task, generation), and applies a whole batch of acker
+messages with a few vectorised passes. Its capacity is not a power of two: a resize
+leaves it GROW_TO full, so with live trees it stays between GROW_TO and MAX_LOAD full (32 to 25
+bytes per pending tree), where doubling would leave it anywhere between a quarter and a half full.
 
 Root ids 0 and 1 are reserved (empty slot, deleted slot); spouts never generate them.
 """
@@ -16,7 +18,11 @@ import numpy as np
 EMPTY, DELETED = 0, 1
 INIT, ACK, FAIL, RESET = 0, 1, 2, 3
 ACKER_BUCKETS = 3  # a tree is dropped on the third rotation after it was last touched: (2T, 3T]
-MAX_LOAD = 0.5  # live + deleted slots; linear probing's chains grow fast beyond this
+MAX_LOAD = 0.75  # live + deleted slots; linear probing's chains grow fast beyond this
+GROW_TO = 0.6  # a resize sizes the table so that live trees fill this share of it
+MIN_CAPACITY = 16
+MAX_TASK = 0xFFFE  # spout task ids are kept in 16 bits; 0xFFFF marks "init not seen yet"
+NO_TASK = 0xFFFF
 SCALAR_TAIL = 8  # probe the last few keys one by one
 
 _U64 = np.uint64
@@ -38,7 +44,7 @@ class PendingTrees:
     """root id → (ack val, spout task, failed), rotated like Storm's ``RotatingMap``."""
 
     def __init__(self, capacity: int = 1024) -> None:
-        self._alloc(max(16, 1 << (capacity - 1).bit_length()))
+        self._alloc(max(MIN_CAPACITY, capacity))
         self.live = 0
         self._used = 0  # live + deleted slots: what lengthens probes
         self._gen = 0
@@ -47,7 +53,7 @@ class PendingTrees:
         self.cap = cap
         self.keys = np.zeros(cap, _U64)
         self.vals = np.zeros(cap, _U64)
-        self.tasks = np.full(cap, -1, np.int32)  # -1: init not seen yet
+        self.tasks = np.full(cap, NO_TASK, np.uint16)
         self.gen = np.zeros(cap, np.uint8)  # low bits: rotation generation; bit 7: failed
 
     def __len__(self) -> int:
@@ -60,8 +66,8 @@ class PendingTrees:
     def _probe(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """For distinct keys: their slot (or -1), and for missing keys the slot to insert them at
         (the first deleted or empty slot on their path)."""
-        mask = _U64(self.cap - 1)
-        idx = ((keys ^ (keys >> _U64(32))) & mask).astype(np.int64)
+        cap = self.cap
+        idx = ((keys ^ (keys >> _U64(32))) % _U64(cap)).astype(np.int64)
         found = np.full(len(keys), -1, np.int64)
         free = np.full(len(keys), -1, np.int64)
         todo = np.arange(len(keys))
@@ -73,9 +79,11 @@ class PendingTrees:
             reusable = (k <= DELETED) & (free[todo] < 0)
             free[todo[reusable]] = at[reusable]
             todo = todo[~(hit | (k == EMPTY))]
-            idx[todo] = (idx[todo] + 1) & (self.cap - 1)
+            nxt = idx[todo] + 1
+            nxt[nxt == cap] = 0
+            idx[todo] = nxt
         # The few keys left on long chains: a plain loop beats numpy's per-call overhead.
-        table, last = self.keys, self.cap - 1
+        table = self.keys
         for i in todo.tolist():
             key, at, first_free = keys.item(i), idx.item(i), free.item(i)
             while True:
@@ -87,7 +95,7 @@ class PendingTrees:
                     first_free = free[i] = at
                 if k == EMPTY:
                     break
-                at = (at + 1) & last
+                at = at + 1 if at + 1 < cap else 0
         return found, free
 
     def _insert(self, keys: np.ndarray) -> np.ndarray:
@@ -102,7 +110,7 @@ class PendingTrees:
             self._used += int(np.count_nonzero(self.keys[claimed] == EMPTY))
             self.keys[claimed] = keys[winners]
             self.vals[claimed] = 0
-            self.tasks[claimed] = -1
+            self.tasks[claimed] = NO_TASK
             self.gen[claimed] = self._gen & 0x7F
             slots[winners] = claimed
             lost = np.ones(len(todo), bool)
@@ -113,7 +121,7 @@ class PendingTrees:
 
     def _delete(self, slots: np.ndarray) -> None:
         self.keys[slots] = DELETED
-        self.tasks[slots] = -1
+        self.tasks[slots] = NO_TASK
         self.live -= len(slots)
 
     def _grow_for(self, extra: int) -> None:
@@ -121,16 +129,15 @@ class PendingTrees:
             return
         live = self.keys >= 2
         keys, vals, tasks, gen = self.keys[live], self.vals[live], self.tasks[live], self.gen[live]
-        cap = 16
-        while cap // 2 < len(keys) + extra:  # leave the new table at most half full
-            cap *= 2
-        self._alloc(cap)
+        self._alloc(max(MIN_CAPACITY, int((len(keys) + extra) / GROW_TO) + 1))
         self.live = self._used = 0
         slots = self._insert(keys)
         self.vals[slots], self.tasks[slots], self.gen[slots] = vals, tasks, gen
 
     def apply(self, kinds: np.ndarray, roots: np.ndarray, vals: np.ndarray, tasks: np.ndarray) -> Outcome:
         """Apply a batch of acker messages (the order within a batch does not matter: XOR commutes)."""
+        if len(tasks) and tasks.max() > MAX_TASK:
+            raise ValueError(f"spout task id {int(tasks.max())} is above {MAX_TASK}, the largest the acker keeps")
         ok = roots >= 2
         if not ok.all():
             kinds, roots, vals, tasks = kinds[ok], roots[ok], vals[ok], tasks[ok]
@@ -160,8 +167,8 @@ class PendingTrees:
         self.gen[slots[touch]] = (self.gen[slots[touch]] & 0x80) | (self._gen & 0x7F)
         self.gen[slots[failed]] |= 0x80
 
-        task = self.tasks[slots]
-        known = task >= 0
+        task = self.tasks[slots].astype(np.int32)
+        known = task != NO_TASK
         done = known & (self.vals[slots] == 0)
         fail = known & ~done & (self.gen[slots] >= 0x80)
         resets = known & ~done & ~fail & reset

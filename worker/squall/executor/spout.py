@@ -110,7 +110,9 @@ class SpoutExecutor(Executor):
         task.pending -= 1
         if acked:
             task.stats.acked[tree.stream] += 1
-            task.stats.complete_latency[tree.stream].observe(self.clock() - tree.start)
+            latency = self.clock() - tree.start
+            task.stats.complete_latency[tree.stream].observe(latency)
+            task.stats.complete_recorded[tree.stream].record(latency)
             self._call(task, task.spout.ack, tree.msg_id)
         else:
             (task.stats.timed_out if timed_out else task.stats.failed)[tree.stream] += 1

@@ -8,6 +8,8 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections import defaultdict
 
+from squall.executor.hdr import HdrHistogram
+
 # Like Storm (topology.stats.sample.rate = 0.05), bolts time one tuple in SAMPLE_EVERY and weigh
 # the sample accordingly: the clock reads and histogram updates cost more than most executes.
 SAMPLE_EVERY = 20
@@ -48,10 +50,14 @@ class Histogram:
 
 
 class TaskStats:
-    """Counters of one task, keyed by stream (``executed``: by (source component, source stream))."""
+    """Counters of one task, keyed by stream (``executed``: by (source component, source stream)).
+
+    Complete latency is kept twice: in fixed buckets for Prometheus, and every sample in an
+    :class:`HdrHistogram` for percentiles with a stated precision (``squall run``, benchmarks).
+    """
 
     __slots__ = ("emitted", "transferred", "acked", "failed", "timed_out", "executed", "complete_latency",
-                 "execute_latency", "process_latency", "errors", "busy_seconds")
+                 "complete_recorded", "execute_latency", "process_latency", "errors", "busy_seconds")
 
     def __init__(self) -> None:
         self.emitted: defaultdict[str, int] = defaultdict(int)
@@ -61,6 +67,7 @@ class TaskStats:
         self.timed_out: defaultdict[str, int] = defaultdict(int)
         self.executed: defaultdict[tuple[str, str], int] = defaultdict(int)
         self.complete_latency: defaultdict[str, Histogram] = defaultdict(Histogram)
+        self.complete_recorded: defaultdict[str, HdrHistogram] = defaultdict(HdrHistogram)
         self.execute_latency: defaultdict[tuple[str, str], Histogram] = defaultdict(Histogram)
         self.process_latency: defaultdict[tuple[str, str], Histogram] = defaultdict(Histogram)
         self.errors = 0

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
+from squall.executor.hdr import HdrHistogram
 from squall.executor.stats import LATENCY_BUCKETS, Histogram
 
 if TYPE_CHECKING:
@@ -28,6 +29,16 @@ def _buckets(h: Histogram) -> list[tuple[str, float]]:
         total += n
         out.append(("+Inf" if bound == float("inf") else repr(bound), total))
     return out
+
+
+def recorded_latency(runtime: Runtime, components: list[str] | None = None) -> HdrHistogram:
+    """Every recorded complete latency of ``components`` (default: all spouts) in one histogram."""
+    total = HdrHistogram()
+    for comp in runtime.plan.spout_names if components is None else components:
+        for stats in runtime.component_stats(comp):
+            for h in list(stats.complete_recorded.values()):
+                total.merge(h)
+    return total
 
 
 class RuntimeCollector:

@@ -1,5 +1,6 @@
-"""``/metrics`` (Prometheus text format), ``/healthz`` and ``/errors`` (the recent reported errors,
-JSON) on one small HTTP server thread."""
+"""``/metrics`` (Prometheus text format), ``/healthz``, ``/errors`` (the recent reported errors,
+JSON) and ``/latency`` (every recorded complete latency, an HDR histogram as JSON) on one small
+HTTP server thread."""
 
 from __future__ import annotations
 
@@ -13,10 +14,10 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 
 class MetricsServer:
     """Serves ``registry`` on ``/metrics``, ``healthy()`` on ``/healthz`` (200 or 503) and
-    ``errors()`` on ``/errors``."""
+    ``errors()`` on ``/errors`` and ``latency()`` on ``/latency``."""
 
     def __init__(self, *, registry: CollectorRegistry, host: str, port: int, healthy: Callable[[], bool],
-                 errors: Callable[[], list[dict]] = list) -> None:
+                 errors: Callable[[], list[dict]] = list, latency: Callable[[], dict] = dict) -> None:
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -28,8 +29,10 @@ class MetricsServer:
                     self._reply(200 if ok else 503, b"ok\n" if ok else b"unhealthy\n", "text/plain")
                 elif self.path == "/errors":
                     self._reply(200, json.dumps(outer.errors(), indent=1).encode() + b"\n", "application/json")
+                elif self.path == "/latency":
+                    self._reply(200, json.dumps(outer.latency()).encode() + b"\n", "application/json")
                 else:
-                    self._reply(404, b"try /metrics, /healthz or /errors\n", "text/plain")
+                    self._reply(404, b"try /metrics, /healthz, /errors or /latency\n", "text/plain")
 
             def _reply(self, code: int, body: bytes, ctype: str) -> None:
                 self.send_response(code)
@@ -44,6 +47,7 @@ class MetricsServer:
         self.registry = registry
         self.healthy = healthy
         self.errors = errors
+        self.latency = latency
         self._http = ThreadingHTTPServer((host, port), Handler)
         self._http.daemon_threads = True
         self.port = self._http.server_address[1]

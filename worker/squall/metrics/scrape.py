@@ -1,19 +1,24 @@
-"""Reading a process's ``/metrics`` back into totals: for ``squall run``'s progress, and tests."""
+"""Reading a process's ``/metrics`` and ``/latency`` back into totals: for ``squall run``'s
+progress, benchmarks, and tests."""
 
 from __future__ import annotations
 
+import json
 import urllib.request
 from collections import defaultdict
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from squall.executor.hdr import HdrHistogram
 from squall.executor.stats import LATENCY_BUCKETS, Histogram
 
 
 @dataclass
 class Totals:
-    """Counters summed over tasks, per component, plus the spouts' complete latency."""
+    """Counters summed over tasks, per component, plus the spouts' complete latency: ``latency`` in
+    Prometheus's fixed buckets, ``recorded`` every sample (HDR, percentiles within 0.8 %)."""
 
     acked: defaultdict[str, float] = field(default_factory=lambda: defaultdict(float))
     failed: defaultdict[str, float] = field(default_factory=lambda: defaultdict(float))
@@ -23,6 +28,7 @@ class Totals:
     errors: defaultdict[str, float] = field(default_factory=lambda: defaultdict(float))
     pending: defaultdict[str, float] = field(default_factory=lambda: defaultdict(float))
     latency: Histogram = field(default_factory=Histogram)
+    recorded: HdrHistogram = field(default_factory=HdrHistogram)
 
     def add(self, other: Totals) -> None:
         for name in ("acked", "failed", "timed_out", "emitted", "executed", "errors", "pending"):
@@ -30,11 +36,22 @@ class Totals:
             for comp, v in getattr(other, name).items():
                 mine[comp] += v
         self.latency.merge(other.latency)
+        self.recorded.merge(other.recorded)
 
 
 def fetch(url: str, timeout: float = 2.0) -> str:
     with urllib.request.urlopen(url, timeout=timeout) as resp:  # noqa: S310 - loopback URLs we built
         return resp.read().decode()
+
+
+def latency_path(final_metrics: Path) -> Path:
+    """Where a process writes its recorded latencies as it exits, beside its final metrics."""
+    return final_metrics.with_name(final_metrics.name + ".latency.json")
+
+
+def parse_latency(text: str) -> HdrHistogram:
+    """A process's ``/latency`` JSON: the complete latencies its spouts recorded."""
+    return HdrHistogram.from_json(json.loads(text)["complete"])
 
 
 def parse(text: str) -> Totals:

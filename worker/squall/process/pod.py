@@ -7,6 +7,7 @@ Configured by the topology spec file and the environment of the pod contract onl
 from __future__ import annotations
 
 import gc
+import json
 import logging
 import os
 import re
@@ -20,6 +21,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 from squall.errors import ConfigError, SquallError
 from squall.executor.runtime import Runtime
 from squall.metrics import MetricsServer, RuntimeCollector
+from squall.metrics.collector import recorded_latency
+from squall.metrics.scrape import latency_path
 from squall.process import contract
 from squall.process.contract import ACKER, WORKER
 from squall.topology.assignment import assign
@@ -142,12 +145,16 @@ class Process:
         registry = self.registry = CollectorRegistry(auto_describe=False)
         registry.register(RuntimeCollector(self.runtime, role=cfg.role, index=cfg.index, transport=self.transport))
         self.metrics = MetricsServer(registry=registry, host=cfg.bind_host, port=cfg.metrics_port,
-                                     healthy=self.healthy, errors=self.recent_errors)
+                                     healthy=self.healthy, errors=self.recent_errors, latency=self.latency)
         self.activated = False
         self.suspended = cfg.spec.suspended
         self._waiting_logged = float("-inf")
         self.draining_since: float | None = None
         self._spec_mtime = self._mtime()
+
+    def latency(self) -> dict:
+        """Every complete latency this process's spouts recorded (``GET /latency``)."""
+        return {"complete": recorded_latency(self.runtime).to_json()}
 
     def recent_errors(self) -> list[dict]:
         """The last errors each component reported in this process (``GET /errors``)."""
@@ -243,6 +250,7 @@ class Process:
             self.metrics.stop()
             if self.cfg.final_metrics_file:  # squall run reads what each process counted up to its exit
                 self.cfg.final_metrics_file.write_bytes(generate_latest(self.registry))
+                latency_path(self.cfg.final_metrics_file).write_text(json.dumps(self.latency()))
         log.info("%s stopped (%d tree(s) still pending)", self.cfg.name, left)
         return 0
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from squall.errors import SquallError
-from squall.metrics.scrape import Totals, fetch, parse
+from squall.metrics.scrape import Totals, fetch, latency_path, parse, parse_latency
 from squall.process import contract
 from squall.process.contract import ACKER, WORKER
 from squall.topology.spec import TopologySpec
@@ -92,6 +92,7 @@ class Supervisor:
     def start(self) -> None:
         for child in self.children:
             self._final_path(child).unlink(missing_ok=True)
+            latency_path(self._final_path(child)).unlink(missing_ok=True)
             self._spawn(child)
 
     def child(self, name: str) -> Child:
@@ -127,7 +128,9 @@ class Supervisor:
         total = Totals()
         for child in self.children:
             try:
-                child.last = parse(fetch(f"http://127.0.0.1:{child.metrics_port}/metrics"))
+                last = parse(fetch(f"http://127.0.0.1:{child.metrics_port}/metrics"))
+                last.recorded = parse_latency(fetch(f"http://127.0.0.1:{child.metrics_port}/latency"))
+                child.last = last
             except OSError:
                 pass  # starting or restarting: keep its last scrape
             total.add(child.carried)
@@ -143,7 +146,13 @@ class Supervisor:
         for child in self.children:
             path = self._final_path(child)
             total.add(child.carried)
-            total.add(parse(path.read_text()) if path.exists() else child.last)
+            if path.exists():
+                final = parse(path.read_text())
+                if latency_path(path).exists():
+                    final.recorded = parse_latency(latency_path(path).read_text())
+                total.add(final)
+            else:
+                total.add(child.last)
         return total
 
     def ready(self) -> bool:

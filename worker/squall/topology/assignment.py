@@ -25,6 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 
+from squall.acker.table import MAX_TASK
 from squall.errors import TopologyError
 from squall.process.contract import ACKER, WORKER, process_name
 from squall.system import ACKER_COMPONENT
@@ -54,6 +55,10 @@ def structural_errors(spec: TopologySpec) -> list[str]:
         if comp.tasks is not None and comp.tasks < comp.parallelism:
             errors.append(f"component {comp.name!r}: tasks ({comp.tasks}) is less than parallelism "
                           f"({comp.parallelism}); set tasks >= parallelism or leave it out")
+    tasks = sum(c.num_tasks for c in spec.components()) + spec.num_ackers
+    if tasks > MAX_TASK:
+        errors.append(f"the topology has {tasks:,} tasks; at most {MAX_TASK:,} are supported (ackers keep task "
+                      f"ids in 16 bits); lower the components' parallelism or tasks")
     for bolt in spec.bolts:
         for i, inp in enumerate(bolt.inputs):
             if inp.component not in seen:

@@ -91,14 +91,18 @@ class Transport:
     def try_send(self, task: int, item: Any) -> bool:
         key = (self.owner[task], DATA if type(item) is Tuple else CONTROL)
         buf = self._buffers[key]
-        if buf:
+        if not buf:
+            self._since[key] = self.clock()
+        else:
             size = len(buf)
             # The clock is read every 32 items only: the end of each scheduler round flushes anyway.
-            if (size >= self.batch_size or not size & 31 and self.clock() - self._since[key] >= self.flush_interval) \
-                    and not self._flush(key) and size >= self.batch_size:
-                return False  # a full batch and a busy link: backpressure
-        else:
-            self._since[key] = self.clock()
+            if size >= self.batch_size or not size & 31 and self.clock() - self._since[key] >= self.flush_interval:
+                if self._flush(key):
+                    # The item starts a new batch: with the old batch's start time it would count as
+                    # overdue at once, and go out 32 items small.
+                    self._since[key] = self.clock()
+                elif size >= self.batch_size:
+                    return False  # a full batch and a busy link: backpressure
         buf.append(item)
         return True
 
