@@ -50,6 +50,10 @@ def _structural(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
         return _structural({**target, **node}, defs)  # the field's own description wins
     if "anyOf" in node:
         variants = [v for v in node.pop("anyOf") if v != {"type": "null"}]
+        if sorted(v.get("type", "") for v in variants) == ["integer", "string"]:  # a Quantity: int-or-string
+            pattern = next((v["pattern"] for v in variants if "pattern" in v), None)
+            out = {"anyOf": [{"type": "integer"}, {"type": "string"}], "x-kubernetes-int-or-string": True}
+            return _ordered({**_structural(node, defs), **out, **({"pattern": pattern} if pattern else {})})
         if len(variants) != 1:
             raise ValueError(f"cannot make a structural schema of anyOf {variants}: only [X, null] is supported")
         return _ordered({**_structural({**variants[0], **node}, defs), "nullable": True})
@@ -154,7 +158,11 @@ def crd() -> dict[str, Any]:
 
 
 class _Dumper(yaml.SafeDumper):
-    """Multi-line descriptions (docstrings) as ``|`` blocks."""
+    """Multi-line descriptions (docstrings) as ``|`` blocks, and no anchors or aliases (``&id001``), which
+    some tools (kustomize, GitOps differs) do not follow."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
 
 
 _Dumper.add_representer(str, lambda dumper, value: dumper.represent_scalar(

@@ -80,6 +80,9 @@ def test_the_schema_is_structural():
     """What the API server demands of a CRD schema: a type on every node (or preserved unknown
     fields), and no references, unions or additionalProperties next to properties."""
     def walk(node: dict[str, Any], path: str) -> None:
+        if node.get("x-kubernetes-int-or-string"):  # the one union a structural schema allows
+            assert node["anyOf"] == [{"type": "integer"}, {"type": "string"}] and "type" not in node, path
+            return
         assert "type" in node or node.get("x-kubernetes-preserve-unknown-fields"), path
         for banned in ("$ref", "$defs", "anyOf", "oneOf", "allOf", "title"):
             assert banned not in node, f"{path}: {banned}"
@@ -111,10 +114,10 @@ def as_api_server(node: dict[str, Any]) -> dict[str, Any]:
     for bound in ("minimum", "maximum"):
         if node.get(f"exclusive{bound.capitalize()}") is True:
             out.pop(bound, None)
-    if node.get("nullable"):  # a null passes every other check of a nullable field
-        return {"anyOf": [{"type": "null"}, out]}
     if "properties" in node and not node.get("x-kubernetes-preserve-unknown-fields"):
         out["additionalProperties"] = False  # strict field validation
+    if node.get("nullable"):  # a null passes every other check of a nullable field
+        return {"anyOf": [{"type": "null"}, out]}
     return out
 
 
@@ -171,6 +174,11 @@ GOOD = {
     "every field": FULL,
     "imagePullPolicy": with_(FULL, "imagePullPolicy", "Always"),
     "no ackers": with_(MINIMAL, "ackers", 0),
+    "pod templates and typed resources": {**MINIMAL, "resources": {"requests": {"cpu": "500m", "memory": 1024}},
+                                         "podTemplate": {"workers": {"metadata": {"labels": {"a": "b"}},
+                                                                     "resources": {"limits": {"memory": "1Gi"}},
+                                                                     "spec": {"nodeSelector": {"disk": "ssd"}}},
+                                                         "ackers": None}},
     "a default stream and grouping": {**MINIMAL, "bolts": [{"name": "b", "className": "m:B",
                                                            "inputs": [{"component": "s"}]}]},
     **{f"example {p.stem}": to_resource(load_spec(p))["spec"] for p in EXAMPLES},
@@ -208,6 +216,10 @@ BAD = {
     "spark conf not strings": with_(FULL, "spark.conf", {"spark.a": 1}),
     "zero executors": with_(FULL, "spark.executors", 0),
     "resources not a map": with_(FULL, "resources", "big"),
+    "a typo in resources": with_(FULL, "resources", {"request": {"cpu": "1"}}),
+    "not a quantity": with_(FULL, "resources", {"limits": {"cpu": "lots"}}),
+    "a typo in a pod template": with_(FULL, "podTemplate", {"workers": {"spc": {}}}),
+    "an unknown role": with_(FULL, "podTemplate", {"drivers": {}}),
     "bad topology name": with_(FULL, "name", "Word_Count"),
 }
 

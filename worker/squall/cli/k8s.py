@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from squall.topology import load_spec, validate
+from squall.topology import load_spec
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -50,9 +50,10 @@ def _dump(docs: list[dict[str, Any]]) -> str:
 
 def run_render(args: argparse.Namespace) -> int:
     from squall_operator.render import render, resolve_image
+    from squall_operator.resource import check
 
     spec = load_spec(args.topology)
-    validate(spec, imports=False)
+    check(spec, imports=False)
     manifests = render(spec, namespace=args.namespace, image=resolve_image(spec, args.image),
                        podmonitor=args.podmonitor)
     print("# The operator also sets each object's ownerReferences to the Topology.")
@@ -61,10 +62,10 @@ def run_render(args: argparse.Namespace) -> int:
 
 
 def run_submit(args: argparse.Namespace) -> int:
-    from squall_operator.resource import to_resource
+    from squall_operator.resource import check, to_resource
 
     spec = load_spec(args.topology)
-    validate(spec, imports=False)
+    check(spec, imports=False)
     text = _dump([to_resource(spec, namespace=args.namespace)])
     if args.output is None:
         sys.stdout.write(text)
