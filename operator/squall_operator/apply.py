@@ -29,6 +29,7 @@ _TYPED: dict[tuple[str, str], tuple[type, str]] = {
     ("v1", "ConfigMap"): (client.CoreV1Api, "config_map"),
     ("v1", "Service"): (client.CoreV1Api, "service"),
     ("v1", "ServiceAccount"): (client.CoreV1Api, "service_account"),
+    ("v1", "Pod"): (client.CoreV1Api, "pod"),
     ("apps/v1", "StatefulSet"): (client.AppsV1Api, "stateful_set"),
     ("rbac.authorization.k8s.io/v1", "Role"): (client.RbacAuthorizationV1Api, "role"),
     ("rbac.authorization.k8s.io/v1", "RoleBinding"): (client.RbacAuthorizationV1Api, "role_binding"),

@@ -115,6 +115,12 @@ def status_schema() -> dict[str, Any]:
         "errors": {"type": "array", "description": "the most recent errors, oldest first", "items": {
             "type": "object", "properties": {"time": {"type": "string", "format": "date-time"},
                                              "message": {"type": "string"}}}},
+        "componentErrors": {"type": "array", "description": "the newest errors the spouts and bolts reported "
+                            "(GET /errors of each pod), oldest first", "items": {
+            "type": "object", "properties": {"pod": {"type": "string"}, "component": {"type": "string"},
+                                             "task": {"type": "integer", "nullable": True},
+                                             "time": {"type": "string", "format": "date-time"},
+                                             "error": {"type": "string"}}}},
     }}
 
 
@@ -150,6 +156,9 @@ def crd() -> dict[str, Any]:
                     {"name": "Ackers", "type": "integer", "jsonPath": ".status.ackers"},
                     {"name": "Ready", "type": "string", "jsonPath": ".status.ready"},
                     {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
+                    # why pods do not run (CrashLoopBackOff, ImagePullBackOff, OOMKilled...): the Degraded reason
+                    {"name": "Reason", "type": "string",
+                     "jsonPath": '.status.conditions[?(@.type=="Degraded")].reason'},
                     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
                 ],
             }],

@@ -275,6 +275,8 @@ def stateful_set(spec: TopologySpec, role: str, *, namespace: str, image: str) -
         "livenessProbe": _probe(10, 3),
         "readinessProbe": _probe(5, 2),
         "resources": pods.resources(spec, ROLES[role], DEFAULT_RESOURCES),
+        # a process that dies before it logs its error (an import failure) still says why: the log tail
+        "terminationMessagePolicy": "FallbackToLogsOnError",
         "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
                             "runAsNonRoot": True, "capabilities": {"drop": ["ALL"]}},
         "volumeMounts": [{"name": "spec", "mountPath": SPEC_DIR, "readOnly": True},

@@ -5,8 +5,9 @@ What kmock does not emulate, and how these tests stand in for it:
 - **generateName, uid, generation, resourceVersion, creationTimestamp**: :class:`ApiServer` adds
   them on create, and bumps ``resourceVersion`` on every write and ``generation`` when a write
   changes ``spec``, as the API server does.
-- **The StatefulSet controller**: no pods exist and no StatefulSet status is written; tests write
-  the status the controller would (:func:`roll_out`) when a topology is to become ready.
+- **The StatefulSet controller and the kubelet's pod status**: no pods exist and no StatefulSet status
+  is written; tests write the status the controller would (:func:`roll_out`) when a topology is to
+  become ready, and the pods a kubelet would report (:func:`put_pod`) when a pod is to fail.
 - **Garbage collection**: deleting a Topology leaves its children in place; tests assert the
   ownerReferences that make Kubernetes delete them.
 - **The kubelet**: no ConfigMap reaches a pod; tests check the ConfigMap a worker would read.
@@ -52,6 +53,7 @@ TOPOLOGIES = f"{resource.API_VERSION}/{resource.PLURAL}"
 STATEFULSETS = "apps/v1/statefulsets"
 CONFIGMAPS = "v1/configmaps"
 SERVICES = "v1/services"
+PODS = "v1/pods"
 PODMONITORS = "monitoring.coreos.com/v1/podmonitors"
 # what a Topology's children are made of, for counting the writes to them
 CHILD_PLURALS = {"configmaps", "services", "serviceaccounts", "statefulsets", "roles", "rolebindings", "podmonitors"}
@@ -125,6 +127,8 @@ def declare_resources(api: ApiServer) -> None:
     api.resources["v1/namespaces"] = kmock.ResourceInfo(kind="Namespace", singular="namespace", namespaced=False,
                                                         verbs={"get", "list", "watch"})
     api.resources["v1/events"] = kmock.ResourceInfo(kind="Event", singular="event", namespaced=True, verbs=verbs)
+    api.resources[PODS] = kmock.ResourceInfo(kind="Pod", singular="pod", namespaced=True, subresources={"status"},
+                                             verbs=verbs)
 
 
 def declare_podmonitors(api: ApiServer) -> None:
@@ -270,6 +274,23 @@ async def roll_out(api: ApiServer, name: str, *, ready: int | None = None) -> No
         "readyReplicas": replicas if ready is None else ready, "updatedReplicas": replicas,
         "currentReplicas": replicas, "availableReplicas": replicas if ready is None else ready,
         "currentRevision": revision, "updateRevision": revision}}, subresource="status")
+
+
+async def put_pod(api: ApiServer, name: str, topology: str, pod_status: dict[str, Any], *,
+                  metrics_port: int = 9090) -> None:
+    """Create or replace pod ``name`` of ``topology`` with the status a kubelet would report."""
+    labels = {"app.kubernetes.io/name": "squall", "app.kubernetes.io/instance": topology,
+              "app.kubernetes.io/managed-by": "squall-operator"}
+    body = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": NAMESPACE, "labels": labels},
+            "spec": {"containers": [{"name": "worker", "image": "squall:test",
+                                     "ports": [{"name": "metrics", "containerPort": metrics_port}]}]},
+            "status": pod_status}
+    if obj(api, PODS, name) is None:
+        response = await api.post(f"/api/v1/namespaces/{NAMESPACE}/pods", json=body)
+        assert response.status == 200, await response.text()
+    else:
+        await patch(api, PODS, name, {"status": None})
+        await patch(api, PODS, name, {"status": pod_status})
 
 
 def logged(records: list[logging.LogRecord], text: str, since: int = 0) -> bool:

@@ -59,10 +59,13 @@ def test_names_subresources_and_columns():
         "labelSelectorPath": ".status.selector"}}
     root = version()["schema"]["openAPIV3Schema"]["properties"]
     for column in version()["additionalPrinterColumns"]:
-        section, field = column["jsonPath"].lstrip(".").split(".")
-        assert section == "metadata" or field in root[section]["properties"], column
+        section, field = column["jsonPath"].lstrip(".").split(".", 1)
+        assert section == "metadata" or field.split("[")[0] in root[section]["properties"], column
     assert [c["name"] for c in version()["additionalPrinterColumns"]] == ["Workers", "Ackers", "Ready", "Phase",
-                                                                         "Age"]
+                                                                         "Reason", "Age"]
+    # the Reason column is the Degraded condition's: why pods do not run
+    assert version()["additionalPrinterColumns"][4]["jsonPath"] == '.status.conditions[?(@.type=="Degraded")].reason'
+
     spec_schema = root["spec"]["properties"]
     assert spec_schema["workers"] == {"type": "integer", "default": 1, "minimum": 1}
     assert spec_schema["messageTimeoutSeconds"] == {"type": "integer", "default": 30, "minimum": 1}

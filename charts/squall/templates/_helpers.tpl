@@ -112,6 +112,11 @@ needs it (operator/squall_operator/); tests/chart/test_chart_rbac.py checks them
 - apiGroups: [monitoring.coreos.com]
   resources: [podmonitors]
   verbs: [get, create, patch, delete]
+# handlers.Operator._pods reads the worker and acker pods (container states into the status);
+# kopf watches them (on.event "pods")
+- apiGroups: [""]
+  resources: [pods]
+  verbs: [get, list, watch]
 # kopf.event and kopf.warn post core v1 Events
 - apiGroups: [""]
   resources: [events]
