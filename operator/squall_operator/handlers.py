@@ -25,8 +25,9 @@ from kubernetes.client.exceptions import ApiException
 
 from squall.errors import TopologyError
 from squall.topology.spec import TopologySpec
-from squall_operator import resource, status
+from squall_operator import admission, resource, status
 from squall_operator.apply import ApplyError, Kube, Manifest, Ref, apply
+from squall_operator.cluster import Features, install_cel
 from squall_operator.render import MANAGED_BY, Names, child_refs, render, resolve_image
 from squall_operator.settings import Settings
 
@@ -47,17 +48,33 @@ def kopf_settings(operator: Settings) -> kopf.OperatorSettings:
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=resource.GROUP)
     # kopf's own "handler succeeded" messages stay in the log; Squall posts its own Events
     settings.posting.level = logging.WARNING
+    admission.configure(settings, operator)
     return settings
 
 
 class Operator:
     """Reconciles Topologies: validates, renders, applies and reports status and Events."""
 
-    def __init__(self, *, settings: Settings, kube: Kube) -> None:
+    def __init__(self, *, settings: Settings, kube: Kube, features: Features | None = None) -> None:
         self.settings = settings
         self.kube = kube
+        self.features = features or Features(version=(1, 20))  # until discover() has run
         self._locks: defaultdict[tuple[str, str], threading.Lock] = defaultdict(threading.Lock)
         self._locks_guard = threading.Lock()
+
+    def discover(self, logger: logging.Logger | logging.LoggerAdapter) -> None:
+        """Find what the cluster supports, write accordingly, and add the CEL rules to the CRD where
+        they are supported (watching every namespace only: a namespaced operator has no cluster rights)."""
+        try:
+            self.features = Features.discover(self.kube)
+        except ApiException as exc:
+            logger.warning("discovery failed (%s %s): assuming the oldest supported cluster, %s", exc.status,
+                           exc.reason, self.features.describe())
+            return
+        self.kube.strict_apply = self.features.strict_apply
+        logger.info("%s", self.features.describe())
+        if self.settings.clusterwide:
+            install_cel(self.kube, self.features, logger)
 
     def _lock(self, namespace: str, name: str) -> threading.Lock:
         with self._locks_guard:
@@ -196,6 +213,12 @@ def register(registry: kopf.OperatorRegistry, *, settings: Settings, api: client
     """Register the handlers in ``registry``; the ``kubernetes`` client ``api`` reads and writes objects."""
     operator = Operator(settings=settings, kube=Kube(api))
     topologies = dict(group=resource.GROUP, version=resource.VERSION, plural=resource.PLURAL, registry=registry)
+    if settings.webhook_host is not None:
+        admission.register(registry, settings)
+
+    @kopf.on.startup(registry=registry)
+    def discover(logger: logging.Logger, **_: Any) -> None:
+        operator.discover(logger)
 
     @kopf.on.resume(**topologies, id="reconcile")
     @kopf.on.create(**topologies, id="reconcile")

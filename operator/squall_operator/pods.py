@@ -12,9 +12,8 @@ from __future__ import annotations
 
 import copy
 import difflib
+import logging
 from typing import Any
-
-from kubernetes import client
 
 from squall.errors import TopologyError
 from squall.topology.spec import PodTemplate, TopologySpec
@@ -64,11 +63,23 @@ def check(spec: TopologySpec) -> None:
         problems += [f"{where}.metadata.labels.{key}: the selector labels are the operator's; remove it"
                      for key in _SELECTOR_LABELS if key in labels]
         if template.spec is not None:
-            problems += _unknown_fields(template.spec, "V1PodSpec", f"{where}.spec")
+            problems += _unknown_fields(template.spec, "V1PodSpec", f"{where}.spec") if _models() else []
             problems += _owned(template.spec, role, f"{where}.spec")
     if problems:
         raise TopologyError(f"topology {spec.name!r} pod templates are invalid:\n" +
                             "\n".join(f"  {p}" for p in problems))
+
+
+def _models() -> Any:
+    """The ``kubernetes`` client's models, or None (with a warning) where it is not installed: a worker
+    image may lack the operator's dependencies, and the operator itself always has them."""
+    try:
+        from kubernetes.client import models
+    except ImportError:
+        logging.getLogger(__name__).warning("the kubernetes package is not installed: pod template fields are "
+                                            "not checked for typos here (the operator checks them)")
+        return None
+    return models
 
 
 def _unknown_fields(value: Any, type_name: str, path: str) -> list[str]:
@@ -79,7 +90,7 @@ def _unknown_fields(value: Any, type_name: str, path: str) -> list[str]:
     if generic.startswith(("dict(", "dict[")) and isinstance(value, dict):
         inner = type_name[5:-1].split(",", 1)[1].strip()
         return [p for key, item in value.items() for p in _unknown_fields(item, inner, f"{path}.{key}")]
-    model = getattr(client.models, type_name, None)
+    model = getattr(_models(), type_name, None)
     if model is None or value is None:
         return []  # a scalar: its type is the API server's to check
     if not isinstance(value, dict):
