@@ -3,8 +3,12 @@ patch what differs, delete what is no longer rendered, and write nothing when no
 
 "Differs" means: some field the operator renders has another value in the live object. Fields the
 API server or other controllers add (defaults, status) are not the operator's and are ignored.
-Patches are JSON merge patches of the whole rendered object: lists (containers, env, ports) are
-replaced as a whole, so an entry that is no longer rendered disappears.
+
+Writes are server-side applies of the whole rendered object with ``fieldValidation=Strict`` (field
+manager ``squall-operator``) where the API server supports them (:mod:`squall_operator.cluster`): an
+unknown field is an error, never dropped. Elsewhere they are a create, or a JSON merge patch of the
+whole rendered object: lists (containers, env, ports) are replaced as a whole, so an entry that is
+no longer rendered disappears.
 """
 
 from __future__ import annotations
@@ -22,6 +26,8 @@ from kubernetes.utils import parse_quantity
 from squall_operator import resource
 
 MERGE_PATCH = "application/merge-patch+json"
+APPLY_PATCH = "application/apply-patch+yaml"
+FIELD_MANAGER = "squall-operator"
 Manifest = dict[str, Any]
 
 # kind -> (API class, the snake_case name in its read_namespaced_<x> methods); other kinds are custom objects
@@ -29,6 +35,7 @@ _TYPED: dict[tuple[str, str], tuple[type, str]] = {
     ("v1", "ConfigMap"): (client.CoreV1Api, "config_map"),
     ("v1", "Service"): (client.CoreV1Api, "service"),
     ("v1", "ServiceAccount"): (client.CoreV1Api, "service_account"),
+    ("v1", "Pod"): (client.CoreV1Api, "pod"),
     ("apps/v1", "StatefulSet"): (client.AppsV1Api, "stateful_set"),
     ("rbac.authorization.k8s.io/v1", "Role"): (client.RbacAuthorizationV1Api, "role"),
     ("rbac.authorization.k8s.io/v1", "RoleBinding"): (client.RbacAuthorizationV1Api, "role_binding"),
@@ -60,8 +67,14 @@ class Kube:
     """Blocking get/create/patch/delete of namespaced objects as plain dicts (kopf runs the handlers
     that call it in threads)."""
 
-    def __init__(self, api: client.ApiClient) -> None:
+    def __init__(self, api: client.ApiClient, *, strict_apply: bool = False) -> None:
         self.api = api
+        self.strict_apply = strict_apply  # write with server-side apply, fieldValidation=Strict
+
+    @staticmethod
+    def load(response: Any) -> Manifest:
+        """The JSON body of a raw (``_preload_content=False``) response."""
+        return json.loads(response.data or b"{}")
 
     def _method(self, ref: Ref, verb: str, *, status: bool) -> tuple[Callable[..., Any], tuple[str, ...]]:
         """The client method for ``verb`` on ``ref``'s kind, and the arguments that locate the object."""
@@ -77,8 +90,7 @@ class Kube:
 
     def _call(self, ref: Ref, verb: str, *args: Any, status: bool = False, **kwargs: Any) -> Manifest:
         method, where = self._method(ref, verb, status=status)
-        response = method(*where, *args, _preload_content=False, **kwargs)  # raw JSON: plain dicts
-        return json.loads(response.data or b"{}")
+        return self.load(method(*where, *args, _preload_content=False, **kwargs))  # raw JSON: plain dicts
 
     def get(self, ref: Ref) -> Manifest | None:
         """The live object, or None if it does not exist (or its kind is not installed)."""
@@ -95,6 +107,11 @@ class Kube:
     def patch(self, ref: Ref, body: Manifest, *, status: bool = False) -> Manifest:
         """A JSON merge patch (of the status subresource with ``status``: custom objects only)."""
         return self._call(ref, "patch", body, status=status, _content_type=MERGE_PATCH)
+
+    def server_side_apply(self, manifest: Manifest) -> Manifest:
+        """Create or update the object with a server-side apply of ``manifest``, refusing unknown fields."""
+        return self._call(Ref.of(manifest), "patch", manifest, _content_type=APPLY_PATCH,
+                          field_manager=FIELD_MANAGER, force=True, field_validation="Strict")
 
     def delete(self, ref: Ref) -> bool:
         """Delete the object; False if it was already gone."""
@@ -188,11 +205,11 @@ def apply(kube: Kube, desired: list[Manifest], *, prune: Iterable[Ref] = (),
             live = kube.get(ref)
             if live is None:
                 doing = "creating"
-                live = kube.create(manifest)
+                live = kube.server_side_apply(manifest) if kube.strict_apply else kube.create(manifest)
                 done.created.append(str(ref))
             elif not covers(live, manifest):
                 doing = "patching"
-                live = kube.patch(ref, manifest)
+                live = kube.server_side_apply(manifest) if kube.strict_apply else kube.patch(ref, manifest)
                 done.patched.append(str(ref))
         except ApiException as exc:
             raise ApplyError(doing, ref, exc) from exc

@@ -1,7 +1,10 @@
 """The Topology CustomResourceDefinition, generated from Squall's spec model so the two cannot drift.
 
-``python -m squall_operator.crd`` rewrites ``crds/topology.yaml``; ``--check`` fails when the file is
-stale. The ``spec`` schema is ``TopologySpec``'s JSON schema made structural (OpenAPI v3 as the API
+``python -m squall_operator.crd`` rewrites ``crds/topology.yaml`` (for every Kubernetes version) and
+``crds/topology-cel.yaml`` (the same plus CEL ``x-kubernetes-validations``, which Kubernetes accepts
+from 1.25: older API servers reject or drop them); ``--check`` fails when either is stale. The chart
+ships the first; the operator adds the CEL rules to the installed CRD where the cluster supports them
+(:func:`cel_validations`). The ``spec`` schema is ``TopologySpec``'s JSON schema made structural (OpenAPI v3 as the API
 server wants it): ``$defs`` inlined, ``anyOf [X, null]`` as ``nullable``, free-form maps as
 ``x-kubernetes-preserve-unknown-fields``. Unknown keys are not listed as ``additionalProperties:
 false`` (a structural schema may not): the API server prunes them, and ``kubectl`` (strict field
@@ -32,14 +35,54 @@ _ORDER = {key: i for i, key in enumerate(["type", "nullable", "description", "de
 PHASES = ["Pending", "Running", "Suspended", "Failed"]
 
 
-def spec_schema() -> dict[str, Any]:
-    """The structural OpenAPI v3 schema of a Topology's ``spec``."""
+# Bounds the API server needs to estimate the cost of the CEL rules below (with unbounded lists, it
+# refuses rules that iterate them); only in the CEL rendering, so older clusters keep no limit.
+CEL_MAX_COMPONENTS, CEL_MAX_INPUTS = 100, 20
+
+
+def spec_schema(*, cel: bool = False) -> dict[str, Any]:
+    """The structural OpenAPI v3 schema of a Topology's ``spec``; ``cel`` adds the cross-field rules as
+    CEL ``x-kubernetes-validations`` (Kubernetes 1.25 and later)."""
     model = TopologySpec.model_json_schema(by_alias=True)
     schema = _structural(model, model.get("$defs", {}))
     schema["required"] = [r for r in schema["required"] if r != "name"]
     schema["properties"]["name"]["description"] = ("the topology's name; optional, the resource's metadata.name "
                                                    "is used (and must match when given)")
+    for kind in ("spouts", "bolts"):  # names unique within each list (the API server checks map keys)
+        schema["properties"][kind] |= {"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]}
+    if cel:
+        _add_cel_rules(schema)
     return schema
+
+
+def _add_cel_rules(spec: dict[str, Any]) -> None:
+    """The rules of :func:`squall.topology.validate` that tie fields together and need no user code,
+    as CEL, with the messages ``squall validate`` prints (less the names, which CEL cannot format)."""
+    props = spec["properties"]
+    for kind in ("spouts", "bolts"):
+        props[kind]["maxItems"] = CEL_MAX_COMPONENTS
+        props[kind]["items"]["x-kubernetes-validations"] = [{
+            "rule": "!has(self.tasks) || self.tasks >= self.parallelism",
+            "message": "tasks is less than parallelism; set tasks >= parallelism or leave it out"}]
+    inputs = props["bolts"]["items"]["properties"]["inputs"]
+    inputs["maxItems"] = CEL_MAX_INPUTS
+    inputs["items"]["properties"]["grouping"]["x-kubernetes-validations"] = [
+        {"rule": "self.type != 'fields' || (has(self.fields) && size(self.fields) > 0)",
+         "message": "a fields grouping needs 'fields': the non-empty list of key fields"},
+        {"rule": "self.type == 'fields' || !has(self.fields)",
+         "message": "'fields' is only for the fields grouping; remove it"},
+        {"rule": "self.type != 'custom' || has(self.customClass)",
+         "message": "a custom grouping needs 'customClass': 'module:Class'"},
+        {"rule": "self.type == 'custom' || !has(self.customClass)",
+         "message": "'customClass' is only for the custom grouping; remove it"},
+    ]
+    spec["x-kubernetes-validations"] = [
+        {"rule": "!has(self.bolts) || self.bolts.all(b, !self.spouts.exists(s, s.name == b.name))",
+         "message": "a spout and a bolt have the same name; component names must be unique"},
+        {"rule": "!has(self.bolts) || self.bolts.all(b, b.inputs.all(i, self.spouts.exists(s, s.name == i.component)"
+                 " || self.bolts.exists(x, x.name == i.component)))",
+         "message": "a bolt input names an unknown component; inputs must name a spout or bolt of this topology"},
+    ]
 
 
 def _structural(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
@@ -50,6 +93,10 @@ def _structural(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
         return _structural({**target, **node}, defs)  # the field's own description wins
     if "anyOf" in node:
         variants = [v for v in node.pop("anyOf") if v != {"type": "null"}]
+        if sorted(v.get("type", "") for v in variants) == ["integer", "string"]:  # a Quantity: int-or-string
+            pattern = next((v["pattern"] for v in variants if "pattern" in v), None)
+            out = {"anyOf": [{"type": "integer"}, {"type": "string"}], "x-kubernetes-int-or-string": True}
+            return _ordered({**_structural(node, defs), **out, **({"pattern": pattern} if pattern else {})})
         if len(variants) != 1:
             raise ValueError(f"cannot make a structural schema of anyOf {variants}: only [X, null] is supported")
         return _ordered({**_structural({**variants[0], **node}, defs), "nullable": True})
@@ -111,11 +158,17 @@ def status_schema() -> dict[str, Any]:
         "errors": {"type": "array", "description": "the most recent errors, oldest first", "items": {
             "type": "object", "properties": {"time": {"type": "string", "format": "date-time"},
                                              "message": {"type": "string"}}}},
+        "componentErrors": {"type": "array", "description": "the newest errors the spouts and bolts reported "
+                            "(GET /errors of each pod), oldest first", "items": {
+            "type": "object", "properties": {"pod": {"type": "string"}, "component": {"type": "string"},
+                                             "task": {"type": "integer", "nullable": True},
+                                             "time": {"type": "string", "format": "date-time"},
+                                             "error": {"type": "string"}}}},
     }}
 
 
-def crd() -> dict[str, Any]:
-    """The whole CustomResourceDefinition manifest."""
+def crd(*, cel: bool = False) -> dict[str, Any]:
+    """The whole CustomResourceDefinition manifest (with ``cel``, the rendering for Kubernetes >= 1.25)."""
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
@@ -135,7 +188,7 @@ def crd() -> dict[str, Any]:
                                    "worker and acker pods.",
                     "required": ["spec"],
                     "properties": {"apiVersion": {"type": "string"}, "kind": {"type": "string"},
-                                   "metadata": {"type": "object"}, "spec": spec_schema(),
+                                   "metadata": {"type": "object"}, "spec": spec_schema(cel=cel),
                                    "status": status_schema()},
                 }},
                 "subresources": {"status": {}, "scale": {"specReplicasPath": ".spec.workers",
@@ -146,6 +199,9 @@ def crd() -> dict[str, Any]:
                     {"name": "Ackers", "type": "integer", "jsonPath": ".status.ackers"},
                     {"name": "Ready", "type": "string", "jsonPath": ".status.ready"},
                     {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
+                    # why pods do not run (CrashLoopBackOff, ImagePullBackOff, OOMKilled...): the Degraded reason
+                    {"name": "Reason", "type": "string",
+                     "jsonPath": '.status.conditions[?(@.type=="Degraded")].reason'},
                     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
                 ],
             }],
@@ -154,16 +210,20 @@ def crd() -> dict[str, Any]:
 
 
 class _Dumper(yaml.SafeDumper):
-    """Multi-line descriptions (docstrings) as ``|`` blocks."""
+    """Multi-line descriptions (docstrings) as ``|`` blocks, and no anchors or aliases (``&id001``), which
+    some tools (kustomize, GitOps differs) do not follow."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
 
 
 _Dumper.add_representer(str, lambda dumper, value: dumper.represent_scalar(
     "tag:yaml.org,2002:str", value, style="|" if "\n" in value else None))
 
 
-def crd_yaml() -> str:
-    """The file ``crds/topology.yaml`` as it should be."""
-    return HEADER + yaml.dump(crd(), Dumper=_Dumper, sort_keys=False, width=120)
+def crd_yaml(*, cel: bool = False) -> str:
+    """The file ``crds/topology.yaml`` (``crds/topology-cel.yaml`` with ``cel``) as it should be."""
+    return HEADER + yaml.dump(crd(cel=cel), Dumper=_Dumper, sort_keys=False, width=120)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -171,17 +231,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true", help="fail if the file is stale instead of writing it")
     parser.add_argument("--output", type=Path, default=CRD_PATH, help=f"default {CRD_PATH}")
     args = parser.parse_args(argv)
-    text = crd_yaml()
-    current = args.output.read_text() if args.output.exists() else ""
-    if args.check:
-        if current != text:
-            print(f"{args.output} is stale: run python -m squall_operator.crd", file=sys.stderr)
-            return 1
-        return 0
-    if current != text:
-        args.output.write_text(text)
-        print(f"wrote {args.output}")
-    return 0
+    stale = 0
+    for output, text in ((args.output, crd_yaml()), (cel_path(args.output), crd_yaml(cel=True))):
+        current = output.read_text() if output.exists() else ""
+        if current == text:
+            continue
+        if args.check:
+            print(f"{output} is stale: run python -m squall_operator.crd", file=sys.stderr)
+            stale = 1
+        else:
+            output.write_text(text)
+            print(f"wrote {output}")
+    return stale
+
+
+def cel_path(path: Path) -> Path:
+    """Where the CEL rendering goes beside ``path`` (``topology.yaml`` -> ``topology-cel.yaml``)."""
+    return path.with_name(f"{path.stem}-cel{path.suffix}")
 
 
 if __name__ == "__main__":

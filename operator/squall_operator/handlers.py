@@ -11,8 +11,10 @@ read-compute-write atomic, so the last write always reflects the latest Stateful
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
+import urllib.request
 from collections import defaultdict
 from collections.abc import Mapping
 from typing import Any
@@ -22,12 +24,15 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from squall.errors import TopologyError
-from squall_operator import resource, status
+from squall.topology.spec import TopologySpec
+from squall_operator import admission, resource, status
 from squall_operator.apply import ApplyError, Kube, Manifest, Ref, apply
+from squall_operator.cluster import Features, install_cel
 from squall_operator.render import MANAGED_BY, Names, child_refs, render, resolve_image
 from squall_operator.settings import Settings
 
 RETRY_DELAY = 10.0  # seconds before kopf retries a reconcile the API server refused
+ERRORS_TIMEOUT = 2.0  # seconds to wait for a pod's GET /errors
 
 
 def kopf_settings(operator: Settings) -> kopf.OperatorSettings:
@@ -43,17 +48,33 @@ def kopf_settings(operator: Settings) -> kopf.OperatorSettings:
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=resource.GROUP)
     # kopf's own "handler succeeded" messages stay in the log; Squall posts its own Events
     settings.posting.level = logging.WARNING
+    admission.configure(settings, operator)
     return settings
 
 
 class Operator:
     """Reconciles Topologies: validates, renders, applies and reports status and Events."""
 
-    def __init__(self, *, settings: Settings, kube: Kube) -> None:
+    def __init__(self, *, settings: Settings, kube: Kube, features: Features | None = None) -> None:
         self.settings = settings
         self.kube = kube
+        self.features = features or Features(version=(1, 20))  # until discover() has run
         self._locks: defaultdict[tuple[str, str], threading.Lock] = defaultdict(threading.Lock)
         self._locks_guard = threading.Lock()
+
+    def discover(self, logger: logging.Logger | logging.LoggerAdapter) -> None:
+        """Find what the cluster supports, write accordingly, and add the CEL rules to the CRD where
+        they are supported (watching every namespace only: a namespaced operator has no cluster rights)."""
+        try:
+            self.features = Features.discover(self.kube)
+        except ApiException as exc:
+            logger.warning("discovery failed (%s %s): assuming the oldest supported cluster, %s", exc.status,
+                           exc.reason, self.features.describe())
+            return
+        self.kube.strict_apply = self.features.strict_apply
+        logger.info("%s", self.features.describe())
+        if self.settings.clusterwide:
+            install_cel(self.kube, self.features, logger)
 
     def _lock(self, namespace: str, name: str) -> threading.Lock:
         with self._locks_guard:
@@ -64,8 +85,43 @@ class Operator:
             return self.kube.serves("monitoring.coreos.com", "v1", "podmonitors")
         return self.settings.podmonitor == "true"
 
-    def reconcile(self, namespace: str, name: str, logger: logging.Logger | logging.LoggerAdapter) -> None:
-        """Bring the Topology's children in line with its spec (the latest one: it is read again)."""
+    def _pods(self, namespace: str, spec: TopologySpec) -> list[Manifest]:
+        """The topology's worker and acker pods that exist (StatefulSet pods are named ``<set>-<ordinal>``)."""
+        names = Names(spec.name)
+        wanted = [f"{names.worker}-{i}" for i in range(spec.workers)] + \
+                 [f"{names.acker}-{i}" for i in range(spec.num_ackers)]
+        return [pod for pod in (self.kube.get(Ref("v1", "Pod", namespace, n)) for n in wanted) if pod is not None]
+
+    @staticmethod
+    def _reported(pods: list[Manifest]) -> list[dict[str, Any]]:
+        """The components' recent errors, from ``GET /errors`` on the metrics port of each running pod."""
+        reported: dict[str, list[dict[str, Any]]] = {}
+        for pod in pods:
+            ip = (pod.get("status") or {}).get("podIP")
+            port = next((p.get("containerPort") for c in pod.get("spec", {}).get("containers", ())
+                         for p in c.get("ports") or () if p.get("name") == "metrics"), None)
+            if not ip or not port or (pod.get("status") or {}).get("phase") != "Running":
+                continue
+            try:
+                with urllib.request.urlopen(f"http://{ip}:{port}/errors", timeout=ERRORS_TIMEOUT) as response:
+                    errors = json.loads(response.read())
+            except (OSError, ValueError):
+                continue  # a pod that does not answer: its readiness and container state tell why
+            if isinstance(errors, list):
+                reported[pod["metadata"]["name"]] = [e for e in errors if isinstance(e, dict)]
+        return status.component_errors(reported)
+
+    def _status(self, spec: TopologySpec, namespace: str, *, workers: Manifest | None, ackers: Manifest | None,
+                previous: dict[str, Any], generation: int | None, read_errors: bool) -> dict[str, Any]:
+        pods = self._pods(namespace, spec)
+        return status.compute(spec, workers=workers, ackers=ackers, previous=previous, generation=generation,
+                              at=status.now(), problems=status.pod_problems(pods),
+                              reported=self._reported(pods) if read_errors else None)
+
+    def reconcile(self, namespace: str, name: str, logger: logging.Logger | logging.LoggerAdapter, *,
+                  read_errors: bool = False) -> None:
+        """Bring the Topology's children in line with its spec (the latest one: it is read again);
+        ``read_errors`` also asks each pod for its components' recent errors."""
         with self._lock(namespace, name):
             topology = self.kube.get(Ref(resource.API_VERSION, resource.KIND, namespace, name))
             if topology is None:
@@ -94,14 +150,14 @@ class Operator:
             if applied.changed:
                 kopf.event(topology, type="Normal", reason="Applied", message=applied.summary())
             names = Names(name)
-            current = status.compute(spec, workers=applied.live.get(("StatefulSet", names.worker)),
-                                     ackers=applied.live.get(("StatefulSet", names.acker)),
-                                     previous=previous, generation=generation, at=status.now())
+            current = self._status(spec, namespace, workers=applied.live.get(("StatefulSet", names.worker)),
+                                   ackers=applied.live.get(("StatefulSet", names.acker)), previous=previous,
+                                   generation=generation, read_errors=read_errors)
             self._write(topology, previous, current)
 
     def refresh(self, namespace: str, name: str) -> None:
-        """Recompute the status of a Topology whose latest spec is applied from its StatefulSets as
-        they are now (no child is written)."""
+        """Recompute the status of a Topology whose latest spec is applied from its StatefulSets and
+        pods as they are now (no child is written)."""
         with self._lock(namespace, name):
             topology = self.kube.get(Ref(resource.API_VERSION, resource.KIND, namespace, name))
             if topology is None:
@@ -114,8 +170,8 @@ class Operator:
             names = Names(name)
             workers = self.kube.get(Ref("apps/v1", "StatefulSet", namespace, names.worker))
             ackers = self.kube.get(Ref("apps/v1", "StatefulSet", namespace, names.acker)) if spec.num_ackers else None
-            self._write(topology, previous, status.compute(spec, workers=workers, ackers=ackers, previous=previous,
-                                                           generation=generation, at=status.now()))
+            self._write(topology, previous, self._status(spec, namespace, workers=workers, ackers=ackers,
+                                                         previous=previous, generation=generation, read_errors=False))
 
     def _write(self, topology: Manifest, previous: dict[str, Any], current: dict[str, Any]) -> None:
         """Write the status if it changed, and post an Event if the phase did."""
@@ -157,6 +213,12 @@ def register(registry: kopf.OperatorRegistry, *, settings: Settings, api: client
     """Register the handlers in ``registry``; the ``kubernetes`` client ``api`` reads and writes objects."""
     operator = Operator(settings=settings, kube=Kube(api))
     topologies = dict(group=resource.GROUP, version=resource.VERSION, plural=resource.PLURAL, registry=registry)
+    if settings.webhook_host is not None:
+        admission.register(registry, settings)
+
+    @kopf.on.startup(registry=registry)
+    def discover(logger: logging.Logger, **_: Any) -> None:
+        operator.discover(logger)
 
     @kopf.on.resume(**topologies, id="reconcile")
     @kopf.on.create(**topologies, id="reconcile")
@@ -169,6 +231,14 @@ def register(registry: kopf.OperatorRegistry, *, settings: Settings, api: client
     def statefulset_changed(body: kopf.Body, namespace: str, **_: Any) -> None:
         name = _topology_of(body)
         if name is not None:
+            operator.refresh(namespace, name)
+
+    @kopf.on.event("", "v1", "pods", labels={"app.kubernetes.io/managed-by": MANAGED_BY},
+                   registry=registry, id="pods")
+    def pod_changed(body: kopf.Body, namespace: str, **_: Any) -> None:
+        # worker and acker pods belong to their StatefulSet; the instance label names the Topology
+        name = body.get("metadata", {}).get("labels", {}).get("app.kubernetes.io/instance")
+        if name:
             operator.refresh(namespace, name)
 
     return operator

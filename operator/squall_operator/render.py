@@ -18,17 +18,20 @@ from squall.errors import TopologyError
 from squall.process import contract
 from squall.process.contract import ACKER, GRPC_PORT, METRICS_PORT, SPEC_DIR, SPEC_FILE, WORKER
 from squall.topology.spec import TopologySpec
+from squall_operator import pods
 
 Manifest = dict[str, Any]
 
 SPARK_DRIVER_PORT = 7078
 SPARK_BLOCK_MANAGER_PORT = 7079
+EXECUTOR_TEMPLATE_FILE = "executor-pod-template.yaml"
 SPEC_HASH = "squall.dev/spec-hash"
 RUN_AS = 10001  # the image's non-root user
 DEFAULT_RESOURCES = {"requests": {"cpu": "100m", "memory": "256Mi"}}
 # Kubernetes' own client and service address, as seen from any pod
 K8S_MASTER = "k8s://https://kubernetes.default.svc:443"
 MANAGED_BY = "squall-operator"
+ROLES = {WORKER: pods.WORKERS, ACKER: pods.ACKERS}  # a StatefulSet's role -> its spec.podTemplate key
 
 
 @dataclass(frozen=True)
@@ -119,10 +122,26 @@ def _meta(name: str, *, namespace: str, topology: str, component: str) -> dict[s
 
 
 def config_map(spec: TopologySpec, *, namespace: str) -> Manifest:
-    """The whole spec as ``topology.yaml``, mounted into every pod; workers follow its ``suspended``."""
+    """The whole spec as ``topology.yaml``, mounted into every pod; workers follow its ``suspended``.
+    With a Spark executors' pod template, that too (Spark's driver reads it from a file)."""
+    data = {SPEC_FILE: yaml.safe_dump(spec.to_dict(), sort_keys=False)}
+    executors = pods.templates(spec).get(pods.SPARK_EXECUTORS)
+    if executors is not None:
+        data[EXECUTOR_TEMPLATE_FILE] = yaml.safe_dump(executor_pod(spec), sort_keys=False)
     return {"apiVersion": "v1", "kind": "ConfigMap",
             "metadata": _meta(Names(spec.name).config_map, namespace=namespace, topology=spec.name, component="spec"),
-            "data": {SPEC_FILE: yaml.safe_dump(spec.to_dict(), sort_keys=False)}}
+            "data": data}
+
+
+def executor_pod(spec: TopologySpec) -> Manifest:
+    """The pod template file of Spark's executors (``spark.kubernetes.executor.podTemplateFile``): the
+    spec's template over Spark's executor container, which Spark completes (image, command, memory)."""
+    main = pods.MAIN_CONTAINER[pods.SPARK_EXECUTORS]
+    pod = {"metadata": {}, "spec": {"containers": [{"name": main}]}}
+    template = pods.templates(spec)[pods.SPARK_EXECUTORS]
+    if template.resources is not None:
+        pod["spec"]["containers"][0]["resources"] = template.resources.model_dump(by_alias=True, exclude_none=True)
+    return {"apiVersion": "v1", "kind": "Pod", **pods.customise(pod, template)}
 
 
 def service_account(spec: TopologySpec, *, namespace: str) -> Manifest:
@@ -198,6 +217,9 @@ def spark_conf(spec: TopologySpec, *, namespace: str, image: str) -> dict[str, s
         "spark.executor.memory": spark.executor_memory,
         "spark.driver.memory": spark.driver_memory,
     }
+    if spec.pod_template is not None and spec.pod_template.spark_executors is not None:
+        conf["spark.kubernetes.executor.podTemplateFile"] = f"{SPEC_DIR}/{EXECUTOR_TEMPLATE_FILE}"
+        conf["spark.kubernetes.executor.podTemplateContainerName"] = pods.MAIN_CONTAINER[pods.SPARK_EXECUTORS]
     return {**conf, **spark.conf}
 
 
@@ -238,7 +260,9 @@ def stateful_set(spec: TopologySpec, role: str, *, namespace: str, image: str) -
         "ports": [{"name": n, "containerPort": p, "protocol": "TCP"} for n, p in _ports(spec, role)],
         "livenessProbe": _probe(10, 3),
         "readinessProbe": _probe(5, 2),
-        "resources": spec.resources or DEFAULT_RESOURCES,
+        "resources": pods.resources(spec, ROLES[role], DEFAULT_RESOURCES),
+        # a process that dies before it logs its error (an import failure) still says why: the log tail
+        "terminationMessagePolicy": "FallbackToLogsOnError",
         "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
                             "runAsNonRoot": True, "capabilities": {"drop": ["ALL"]}},
         "volumeMounts": [{"name": "spec", "mountPath": SPEC_DIR, "readOnly": True},
@@ -256,7 +280,7 @@ def stateful_set(spec: TopologySpec, role: str, *, namespace: str, image: str) -
             "podManagementPolicy": "Parallel",
             "updateStrategy": {"type": "RollingUpdate"},
             "selector": {"matchLabels": selector(spec.name, component=role)},
-            "template": {
+            "template": pods.customise({
                 "metadata": {"labels": labels(spec.name, component=role),
                              "annotations": {SPEC_HASH: spec.fingerprint()}},
                 "spec": {
@@ -269,11 +293,11 @@ def stateful_set(spec: TopologySpec, role: str, *, namespace: str, image: str) -
                                         "fsGroup": RUN_AS, "seccompProfile": {"type": "RuntimeDefault"}},
                     "containers": [container],
                     # mounted as a directory (never subPath), so ConfigMap updates reach running pods
-                    "volumes": [{"name": "spec", "configMap": {"name": names.config_map,
-                                                               "items": [{"key": SPEC_FILE, "path": SPEC_FILE}]}},
+                    "volumes": [{"name": "spec", "configMap": {"name": names.config_map, "items": [
+                        {"key": key, "path": key} for key in sorted(config_map(spec, namespace=namespace)["data"])]}},
                                 {"name": "tmp", "emptyDir": {}}],
                 },
-            },
+            }, pods.templates(spec).get(ROLES[role])),
         },
     }
 

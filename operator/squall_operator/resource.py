@@ -11,6 +11,7 @@ from typing import Any
 from squall.errors import TopologyError
 from squall.topology.plan import validate
 from squall.topology.spec import TopologySpec
+from squall_operator import pods
 
 GROUP = "squall.dev"
 VERSION = "v1alpha1"
@@ -34,10 +35,18 @@ def parse_spec(name: str, spec: Any, *, namespace: str | None = None) -> Topolog
 
 
 def check_spec(name: str, spec: Any, *, namespace: str | None = None) -> TopologySpec:
-    """Parse and validate the spec as the operator does: structure and wiring, without importing user code."""
+    """Parse and validate the spec as the operator does: structure, wiring and pod templates, without
+    importing user code."""
     parsed = parse_spec(name, spec, namespace=namespace)
-    validate(parsed, imports=False)
+    check(parsed, imports=False)
     return parsed
+
+
+def check(spec: TopologySpec, *, imports: bool) -> None:
+    """Everything ``squall validate`` checks of a parsed spec: wiring (and classes with ``imports``), and
+    the pod templates; :class:`TopologyError` naming each problem."""
+    validate(spec, imports=imports)
+    pods.check(spec)
 
 
 def to_resource(spec: TopologySpec, *, namespace: str | None = None) -> dict[str, Any]:

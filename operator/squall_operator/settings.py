@@ -6,11 +6,12 @@ import logging
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from squall.errors import ConfigError
 
 PodMonitorMode = Literal["auto", "true", "false"]
+FailurePolicy = Literal["Fail", "Ignore"]
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
 
@@ -23,6 +24,10 @@ class Settings:
     log_level: str = "INFO"
     podmonitor: PodMonitorMode = "auto"  # auto: render a PodMonitor when its CRD is installed
     liveness: str = "http://0.0.0.0:8080/healthz"  # kopf's liveness endpoint (the Deployment probes it)
+    webhook_host: str | None = None  # the validating webhook's host name as the API server reaches it; None: off
+    webhook_port: int = 9443
+    webhook_failure_policy: FailurePolicy = "Fail"
+    resync_seconds: float = 60.0  # every Topology is reconciled this often (drift repair)
 
     @property
     def clusterwide(self) -> bool:
@@ -39,10 +44,30 @@ class Settings:
         podmonitor = env.get("SQUALL_OPERATOR_PODMONITOR", "auto").strip().lower()
         if podmonitor not in ("auto", "true", "false"):
             raise ConfigError(f"SQUALL_OPERATOR_PODMONITOR={podmonitor!r}: use auto, true or false")
+        policy = env.get("SQUALL_OPERATOR_WEBHOOK_FAILURE_POLICY", "Fail").strip().capitalize()
+        if policy not in ("Fail", "Ignore"):
+            raise ConfigError(f"SQUALL_OPERATOR_WEBHOOK_FAILURE_POLICY={policy!r}: use Fail or Ignore")
         return cls(namespaces=namespaces, image=env.get("SQUALL_OPERATOR_IMAGE", "").strip() or None,
                    log_level=level, podmonitor=podmonitor,  # type: ignore[arg-type]  # checked above
-                   liveness=env.get("SQUALL_OPERATOR_LIVENESS", "").strip() or cls.liveness)
+                   liveness=env.get("SQUALL_OPERATOR_LIVENESS", "").strip() or cls.liveness,
+                   webhook_host=env.get("SQUALL_OPERATOR_WEBHOOK_HOST", "").strip() or None,
+                   webhook_port=_number(env, "SQUALL_OPERATOR_WEBHOOK_PORT", cls.webhook_port, integer=True),
+                   webhook_failure_policy=policy,  # type: ignore[arg-type]  # checked above
+                   resync_seconds=_number(env, "SQUALL_OPERATOR_RESYNC_SECONDS", cls.resync_seconds))
 
     @property
     def log_level_number(self) -> int:
         return logging.getLevelNamesMapping()[self.log_level]
+
+
+def _number(env: Mapping[str, str], name: str, default: float, *, integer: bool = False) -> Any:
+    raw = env.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = int(raw) if integer else float(raw)
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise ConfigError(f"{name}={raw!r}: use a positive {'integer' if integer else 'number'}")
+    return value

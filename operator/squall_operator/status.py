@@ -8,6 +8,7 @@ change rolls the pods, or while pods are lost: ``Degraded`` says so); ``Suspende
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -18,8 +19,71 @@ from squall_operator.render import selector
 
 PENDING, RUNNING, SUSPENDED, FAILED = "Pending", "Running", "Suspended", "Failed"
 KEEP_ERRORS = 5
+MESSAGE_CHARS = 400  # of a termination message or a component's error, in the status
 # Status keys that describe pods; an invalid spec leaves the last known values in place.
-POD_KEYS = ("workers", "readyWorkers", "ackers", "readyAckers", "ready", "selector", "specHash")
+POD_KEYS = ("workers", "readyWorkers", "ackers", "readyAckers", "ready", "selector", "specHash", "componentErrors")
+# A container waiting for one of these will not start by itself: someone must act
+STUCK = {"CrashLoopBackOff", "ImagePullBackOff", "ErrImagePull", "InvalidImageName", "CreateContainerConfigError",
+         "CreateContainerError", "RunContainerError"}
+
+
+@dataclass(frozen=True)
+class PodProblem:
+    """Why one pod does not run: a container stuck waiting, OOM-killed, or the pod unschedulable."""
+
+    pod: str
+    reason: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"pod {self.pod}: {self.reason}: {self.message}" if self.message else f"pod {self.pod}: {self.reason}"
+
+
+def _clip(text: str) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= MESSAGE_CHARS else text[:MESSAGE_CHARS - 3] + "..."
+
+
+def pod_problems(pods: list[dict[str, Any]]) -> list[PodProblem]:
+    """The problems of ``pods`` as read from the API server, most telling first per pod: the container
+    state's reason (CrashLoopBackOff, ImagePullBackOff, ...) with the last termination message (the
+    log tail, with ``terminationMessagePolicy: FallbackToLogsOnError``), OOMKilled, Unschedulable."""
+    found = []
+    for pod in pods:
+        name = pod.get("metadata", {}).get("name", "?")
+        st = pod.get("status") or {}
+        problem = None
+        for container in [*(st.get("initContainerStatuses") or ()), *(st.get("containerStatuses") or ())]:
+            waiting = (container.get("state") or {}).get("waiting") or {}
+            last = (container.get("lastState") or {}).get("terminated") or {}
+            terminated = (container.get("state") or {}).get("terminated") or last
+            where = f"container {container.get('name')}"
+            if terminated.get("reason") == "OOMKilled":
+                problem = PodProblem(name, "OOMKilled", f"{where} ran out of memory (exit code "
+                                     f"{terminated.get('exitCode')}): raise its memory limit")
+            elif waiting.get("reason") in STUCK:
+                detail = last.get("message") or waiting.get("message") or ""
+                if last.get("exitCode") is not None:
+                    detail = f"exit code {last['exitCode']}" + (f": {detail}" if detail else "")
+                problem = PodProblem(name, waiting["reason"], _clip(f"{where}: {detail}" if detail else where))
+            if problem is not None:
+                break
+        if problem is None:
+            scheduled = next((c for c in st.get("conditions") or () if c.get("type") == "PodScheduled"), {})
+            if scheduled.get("status") == "False" and scheduled.get("reason") == "Unschedulable":
+                problem = PodProblem(name, "Unschedulable", _clip(scheduled.get("message") or ""))
+        if problem is not None:
+            found.append(problem)
+    return found
+
+
+def component_errors(reported: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """The newest errors the components reported (``GET /errors`` of each pod, by pod), newest last."""
+    rows = [{"pod": pod, "component": str(e.get("component")), "task": e.get("task"),
+             "time": datetime.fromtimestamp(float(e.get("time") or 0), UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+             "error": _clip(str(e.get("error", "")))}
+            for pod, errors in reported.items() for e in errors]
+    return sorted(rows, key=lambda r: (r["time"], r["pod"]))[-KEEP_ERRORS:]
 
 
 @dataclass(frozen=True)
@@ -98,11 +162,14 @@ def failed(previous: dict[str, Any], message: str, *, generation: int | None, at
 
 
 def compute(spec: TopologySpec, *, workers: dict[str, Any] | None, ackers: dict[str, Any] | None,
-            previous: dict[str, Any], generation: int | None, at: str) -> dict[str, Any]:
+            previous: dict[str, Any], generation: int | None, at: str, problems: Sequence[PodProblem] = (),
+            reported: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """The status of a valid Topology whose worker and acker StatefulSets read as ``workers``/``ackers``.
 
     ``previous`` is the current status (for the phase history, transition times and errors);
-    ``generation`` is the spec generation the operator has acted on.
+    ``generation`` is the spec generation the operator has acted on; ``problems`` are its pods'
+    (:func:`pod_problems`), ``reported`` the components' own errors (:func:`component_errors`; None:
+    not read this time, the previous ones stay).
     """
     w, a = Rollout.of(workers, spec.workers), Rollout.of(ackers, spec.num_ackers)
     all_ready, done = w.all_ready and a.all_ready, w.done and a.done
@@ -122,6 +189,14 @@ def compute(spec: TopologySpec, *, workers: dict[str, Any] | None, ackers: dict[
     else:
         progressing = cond("Progressing", False, "RolloutComplete", "every pod runs the current spec")
     degraded = done and not all_ready and was_running
+    degraded_reason, degraded_message = ("PodsNotReady", counts) if degraded else ("AsExpected", counts)
+    errors = list(previous.get("errors") or [])
+    if problems and not all_ready:
+        # a pod that cannot run is reported at once, whether the topology ever ran or not
+        degraded, degraded_reason = True, problems[0].reason
+        degraded_message = "; ".join(str(p) for p in problems[:3]) + (
+            f" (and {len(problems) - 3} more pods)" if len(problems) > 3 else "")
+        errors = with_error(errors, degraded_message, at=at)
     if spec.suspended:
         phase = SUSPENDED
     elif all_ready or was_running:
@@ -140,18 +215,26 @@ def compute(spec: TopologySpec, *, workers: dict[str, Any] | None, ackers: dict[
         "conditions": [
             cond("Ready", all_ready, "AllPodsReady" if all_ready else "PodsNotReady", counts),
             progressing,
-            cond("Degraded", degraded, "PodsNotReady" if degraded else "AsExpected", counts),
+            cond("Degraded", degraded, degraded_reason, degraded_message),
         ],
-        "errors": list(previous.get("errors") or []),
+        "errors": errors,
     }
+    kept = previous.get("componentErrors") if reported is None else reported
+    if kept:
+        out["componentErrors"] = kept
     if generation is not None:
         out["observedGeneration"] = generation
     return out
 
 
 def transition(previous: dict[str, Any], current: dict[str, Any]) -> tuple[str, str, str] | None:
-    """The Event (type, reason, message) to post when the phase changes, or a Failed topology's
-    message does; None otherwise."""
+    """The Event (type, reason, message) to post when the phase changes, a Failed topology's message
+    does, or pods start failing (a Warning with the pods' reason); None otherwise."""
+    degraded = next((c for c in current.get("conditions", ()) if c["type"] == "Degraded"), {})
+    if degraded.get("reason") not in ("PodsNotReady", "AsExpected", "InvalidSpec", None):
+        before = next((c for c in previous.get("conditions") or () if c.get("type") == "Degraded"), {})
+        if (before.get("reason"), before.get("message")) != (degraded["reason"], degraded.get("message")):
+            return "Warning", degraded["reason"], degraded.get("message", "")
     phase = current.get("phase")
     ready = next((c for c in current.get("conditions", ()) if c["type"] == "Ready"), {})
     message = ready.get("message", "")

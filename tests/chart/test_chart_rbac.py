@@ -22,7 +22,7 @@ import yaml
 from chart_support import REPO, deployment_env, render
 from kubernetes import client
 
-from squall_operator import handlers, resource
+from squall_operator import cluster, crd, handlers, resource
 from squall_operator import render as operator_render
 from squall_operator.apply import Kube
 from squall_operator.settings import Settings
@@ -37,6 +37,10 @@ KOPF_EVENTS = {("", "events", "create")}
 KOPF_SCANNING = {("apiextensions.k8s.io", "customresourcedefinitions", "list"),
                  ("apiextensions.k8s.io", "customresourcedefinitions", "watch")}
 KOPF_NAMESPACES = {("", "namespaces", "list"), ("", "namespaces", "watch")}
+# kopf's admission.configuration_manager, with the webhook: it creates the configuration if absent and
+# patches its webhooks (URL, CA bundle, rules)
+KOPF_WEBHOOK = {("admissionregistration.k8s.io", "validatingwebhookconfigurations", "create"),
+                ("admissionregistration.k8s.io", "validatingwebhookconfigurations", "patch")}
 # Granted although no request of the operator needs them, for the reasons the chart's comments give.
 FINALIZERS = {("squall.dev", "topologies/finalizers", "update")}  # kopf.adopt's blockOwnerDeletion
 
@@ -112,7 +116,8 @@ class RecordingApi(client.ApiClient):
         out = set()
         for method, path in self.requests:
             match = re.fullmatch(r"/(?:api/v1|apis/([^/]+)/[^/]+)/namespaces/[^/]+/([^/]+)(?:/([^/]+)(?:/([^/]+))?)?",
-                                 path)
+                                 path) or re.fullmatch(r"/apis/([^/]+)/[^/]+/(customresourcedefinitions)/([^/]+)()",
+                                                       path)
             if match is None:
                 assert re.fullmatch(r"/apis/[^/]+/[^/]+", path), f"unexpected request {method} {path}"
                 continue
@@ -162,6 +167,14 @@ def operator_calls(monkeypatch) -> set[Permission]:
     return api.permissions() | KOPF_EVENTS
 
 
+def cluster_calls() -> set[Permission]:
+    """What the operator calls cluster-wide at start-up: adding the CEL rules to the Topology CRD."""
+    api = RecordingApi({})
+    api.objects[f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{cluster.CRD_NAME}"] = crd.crd()
+    assert cluster.install_cel(Kube(api), cluster.Features(version=(1, 30)), logging.getLogger("test"))
+    return api.permissions()
+
+
 def kopf_calls(settings: Settings) -> tuple[set[Permission], set[Permission]]:
     """What kopf calls for the operator with ``settings``: (in the namespaces it serves, cluster-wide).
 
@@ -177,10 +190,14 @@ def kopf_calls(settings: Settings) -> tuple[set[Permission], set[Permission]]:
             assert isinstance(name, str), handler.selector
             namespaced |= {(handler.selector.group or "", name, verb) for verb in verbs}
     assert ("squall.dev", "topologies", "watch") in namespaced and ("apps", "statefulsets", "watch") in namespaced
-    cluster: set[Permission] = set()
+    cluster_wide: set[Permission] = set()
     if not handlers.kopf_settings(settings).scanning.disabled:
-        cluster |= KOPF_SCANNING | (set() if settings.clusterwide else KOPF_NAMESPACES)
-    return namespaced, cluster
+        cluster_wide |= KOPF_SCANNING | (set() if settings.clusterwide else KOPF_NAMESPACES)
+    if settings.clusterwide:
+        cluster_wide |= cluster_calls()
+    if settings.webhook_host:
+        cluster_wide |= KOPF_WEBHOOK
+    return namespaced, cluster_wide
 
 
 def allowed(rules: list[dict[str, Any]]) -> set[Permission]:
@@ -236,9 +253,10 @@ def test_with_watch_namespaces_roles_in_those_namespaces_are_all_it_gets(needed)
 
 
 def test_without_spark_executors_the_spark_grant_goes(needed):
-    _, cluster = kopf_calls(Settings())
-    granted = allowed(render({"rbac": {"sparkExecutors": False}}).one("ClusterRole", "squall")["rules"])
-    assert granted == needed | cluster | FINALIZERS
+    chart = render({"rbac": {"sparkExecutors": False}})
+    _, cluster_wide = kopf_calls(Settings.from_env(deployment_env(chart)))
+    granted = allowed(chart.one("ClusterRole", "squall")["rules"])
+    assert granted == needed | cluster_wide | FINALIZERS
     assert not spark_grants() <= granted
     assert spark_grants() <= allowed(render().one("ClusterRole", "squall")["rules"])
 
@@ -252,3 +270,16 @@ def test_users_get_topologies_through_the_built_in_roles():
     assert {verb for _, _, verb in allowed(view["rules"])} == {"get", "list", "watch"}
     assert not render({"rbac": {"create": False}, "serviceAccount": {"create": False, "name": "x"}}).of_kind(
         "ClusterRole")
+
+
+def test_without_the_webhook_neither_its_service_nor_its_permissions():
+    with_webhook = render()
+    service = with_webhook.one("Service", "squall-webhook")
+    assert service["spec"]["ports"] == [{"name": "webhook", "port": 9443, "targetPort": "webhook", "protocol": "TCP"}]
+    assert deployment_env(with_webhook)["SQUALL_OPERATOR_WEBHOOK_HOST"] == "squall-webhook.squall-system.svc"
+    for values in ({"webhook": {"enabled": False}}, {"watchNamespaces": ["team-a"]}):
+        chart = render(values)
+        assert [s for s in chart.of_kind("Service") if s["metadata"]["name"] == "squall-webhook"] == []
+        assert deployment_env(chart)["SQUALL_OPERATOR_WEBHOOK_HOST"] == ""
+        granted = set().union(*(allowed(r["rules"]) for r in chart.of_kind("ClusterRole") + chart.of_kind("Role")))
+        assert not granted & KOPF_WEBHOOK

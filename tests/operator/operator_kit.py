@@ -5,8 +5,9 @@ What kmock does not emulate, and how these tests stand in for it:
 - **generateName, uid, generation, resourceVersion, creationTimestamp**: :class:`ApiServer` adds
   them on create, and bumps ``resourceVersion`` on every write and ``generation`` when a write
   changes ``spec``, as the API server does.
-- **The StatefulSet controller**: no pods exist and no StatefulSet status is written; tests write
-  the status the controller would (:func:`roll_out`) when a topology is to become ready.
+- **The StatefulSet controller and the kubelet's pod status**: no pods exist and no StatefulSet status
+  is written; tests write the status the controller would (:func:`roll_out`) when a topology is to
+  become ready, and the pods a kubelet would report (:func:`put_pod`) when a pod is to fail.
 - **Garbage collection**: deleting a Topology leaves its children in place; tests assert the
   ownerReferences that make Kubernetes delete them.
 - **The kubelet**: no ConfigMap reaches a pod; tests check the ConfigMap a worker would read.
@@ -17,6 +18,10 @@ What kmock does not emulate, and how these tests stand in for it:
   patching ``spec.workers``, which is what ``kubectl scale`` changes.
 - **Label selectors on lists, strategic merge patches**: the operator needs neither (it reads
   children by name and writes JSON merge patches).
+- **Server-side apply and the server's version**: ``/version`` says 1.20 unless a test sets
+  ``server_version``; an apply patch (1.25 and later) creates a missing object and otherwise merges
+  as a JSON merge patch would, without field ownership; ``fieldValidation`` is not enforced (the
+  tests check the operator asks for it).
 - **Namespaces as objects** (kmock cannot parse ``/api/v1/namespaces``): a namespaced operator
   watches its named namespaces without listing them, which is what the namespaced test runs.
 """
@@ -36,6 +41,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+import aiohttp.web
 import attrs
 import kmock
 import kopf
@@ -43,15 +49,18 @@ import yaml
 from kubernetes import client
 
 from squall_operator import resource
+from squall_operator.apply import APPLY_PATCH
 from squall_operator.handlers import operate
 from squall_operator.settings import Settings
 
 NAMESPACE = "default"
+EMULATED = "X-Emulated"  # marks the requests the emulator makes to itself (an apply's create)
 DEADLINE = 15.0  # generous: every wait ends on its condition long before this
 TOPOLOGIES = f"{resource.API_VERSION}/{resource.PLURAL}"
 STATEFULSETS = "apps/v1/statefulsets"
 CONFIGMAPS = "v1/configmaps"
 SERVICES = "v1/services"
+PODS = "v1/pods"
 PODMONITORS = "monitoring.coreos.com/v1/podmonitors"
 # what a Topology's children are made of, for counting the writes to them
 CHILD_PLURALS = {"configmaps", "services", "serviceaccounts", "statefulsets", "roles", "rolebindings", "podmonitors"}
@@ -90,8 +99,24 @@ class ApiServer(kmock.KubernetesEmulator):
     """kmock's emulator plus the metadata the API server adds to objects (see the module docstring)."""
 
     _versions: itertools.count = attrs.field(factory=lambda: itertools.count(1), init=False)
+    server_version: tuple[int, int] = (1, 20)  # what /version says: the cluster here is 1.20
+
+    def __attrs_post_init__(self) -> None:
+        super().__attrs_post_init__()
+        for path in ("/version", "/version/"):  # the kubernetes client asks with the slash
+            self[f"get {path}"] << (lambda _: {"major": str(self.server_version[0]),
+                                               "minor": str(self.server_version[1]),
+                                               "gitVersion": "v{}.{}.0".format(*self.server_version)})
 
     async def _handle(self, request: kmock.Request) -> Any:
+        if request.method == kmock.method.PATCH and request.resource is not None and \
+                request.headers.get("Content-Type", "").startswith(APPLY_PATCH):
+            # server-side apply creates what is missing (otherwise it is emulated as a merge patch)
+            key = (request.resource, request.namespace, request.name)
+            if key not in self.objects or self.objects[key].deleted:
+                created = await self.post(request.url.path.rsplit("/", 1)[0], json=request.data,
+                                          headers={EMULATED: "apply"})
+                return aiohttp.web.json_response(await created.json(), status=created.status)
         data = request.data
         if request.resource is not None and isinstance(data, dict) and request.action in (
                 kmock.action.CREATE, kmock.action.UPDATE):
@@ -125,6 +150,8 @@ def declare_resources(api: ApiServer) -> None:
     api.resources["v1/namespaces"] = kmock.ResourceInfo(kind="Namespace", singular="namespace", namespaced=False,
                                                         verbs={"get", "list", "watch"})
     api.resources["v1/events"] = kmock.ResourceInfo(kind="Event", singular="event", namespaced=True, verbs=verbs)
+    api.resources[PODS] = kmock.ResourceInfo(kind="Pod", singular="pod", namespaced=True, subresources={"status"},
+                                             verbs=verbs)
 
 
 def declare_podmonitors(api: ApiServer) -> None:
@@ -270,6 +297,23 @@ async def roll_out(api: ApiServer, name: str, *, ready: int | None = None) -> No
         "readyReplicas": replicas if ready is None else ready, "updatedReplicas": replicas,
         "currentReplicas": replicas, "availableReplicas": replicas if ready is None else ready,
         "currentRevision": revision, "updateRevision": revision}}, subresource="status")
+
+
+async def put_pod(api: ApiServer, name: str, topology: str, pod_status: dict[str, Any], *,
+                  metrics_port: int = 9090) -> None:
+    """Create or replace pod ``name`` of ``topology`` with the status a kubelet would report."""
+    labels = {"app.kubernetes.io/name": "squall", "app.kubernetes.io/instance": topology,
+              "app.kubernetes.io/managed-by": "squall-operator"}
+    body = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": NAMESPACE, "labels": labels},
+            "spec": {"containers": [{"name": "worker", "image": "squall:test",
+                                     "ports": [{"name": "metrics", "containerPort": metrics_port}]}]},
+            "status": pod_status}
+    if obj(api, PODS, name) is None:
+        response = await api.post(f"/api/v1/namespaces/{NAMESPACE}/pods", json=body)
+        assert response.status == 200, await response.text()
+    else:
+        await patch(api, PODS, name, {"status": None})
+        await patch(api, PODS, name, {"status": pod_status})
 
 
 def logged(records: list[logging.LogRecord], text: str, since: int = 0) -> bool:

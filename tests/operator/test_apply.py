@@ -17,6 +17,8 @@ class MemoryKube:
     """Stands in for :class:`squall_operator.apply.Kube`: objects in a dict, with the API server's habit
     of adding fields (here: a status and a default) to what it stores."""
 
+    strict_apply = False  # create and merge-patch (server-side apply: tests/operator/test_admission.py)
+
     def __init__(self) -> None:
         self.objects: dict[Ref, dict[str, Any]] = {}
         self.writes: list[str] = []

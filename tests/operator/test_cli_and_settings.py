@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import logging
 import pathlib
 import subprocess
@@ -89,3 +90,79 @@ def test_kopf_runs_standalone_and_keeps_its_state_in_annotations():
     assert isinstance(settings.persistence.progress_storage, kopf.AnnotationsProgressStorage)
     assert settings.persistence.progress_storage.prefix == "squall.dev"
     assert settings.persistence.diffbase_storage.prefix == "squall.dev"
+
+
+def test_webhook_and_resync_settings():
+    assert (Settings().webhook_host, Settings().webhook_port, Settings().webhook_failure_policy) == (None, 9443, "Fail")
+    assert Settings().resync_seconds == 60
+    s = Settings.from_env({"SQUALL_OPERATOR_WEBHOOK_HOST": "squall-webhook.ops.svc",
+                           "SQUALL_OPERATOR_WEBHOOK_PORT": "8443", "SQUALL_OPERATOR_WEBHOOK_FAILURE_POLICY": "ignore",
+                           "SQUALL_OPERATOR_RESYNC_SECONDS": "2.5"})
+    assert (s.webhook_host, s.webhook_port, s.webhook_failure_policy, s.resync_seconds) == (
+        "squall-webhook.ops.svc", 8443, "Ignore", 2.5)
+    settings = kopf_settings(s)
+    assert settings.admission.managed == "squall.dev"
+    assert (settings.admission.server.host, settings.admission.server.port) == ("squall-webhook.ops.svc", 8443)
+    assert kopf_settings(Settings()).admission.server is None  # no host: no webhook
+    with pytest.raises(ConfigError, match="SQUALL_OPERATOR_WEBHOOK_FAILURE_POLICY='Maybe': use Fail or Ignore"):
+        Settings.from_env({"SQUALL_OPERATOR_WEBHOOK_FAILURE_POLICY": "maybe"})
+    with pytest.raises(ConfigError, match="SQUALL_OPERATOR_RESYNC_SECONDS='0': use a positive number"):
+        Settings.from_env({"SQUALL_OPERATOR_RESYNC_SECONDS": "0"})
+    with pytest.raises(ConfigError, match="SQUALL_OPERATOR_WEBHOOK_PORT='x': use a positive integer"):
+        Settings.from_env({"SQUALL_OPERATOR_WEBHOOK_PORT": "x"})
+
+
+def test_validate_takes_topology_resources_as_submit_prints_them(tmp_path, capsys):
+    out = tmp_path / "wordcount-topology.yaml"
+    assert main(["submit", str(WORDCOUNT), "-n", "prod", "-o", str(out)]) == 0
+    capsys.readouterr()
+    assert main(["validate", str(out), "--no-imports"]) == 0
+    assert "topology 'wordcount' is valid: 1 spout(s), 2 bolt(s)" in capsys.readouterr().out
+
+    cr = yaml.safe_load(out.read_text())
+    other = {**cr, "metadata": {"name": "other"}}
+    both = tmp_path / "both.yaml"
+    both.write_text(yaml.safe_dump_all([cr, other]))
+    assert main(["validate", str(both), "--no-imports"]) == 0
+    assert capsys.readouterr().out.count("is valid") == 2
+
+    cr["spec"]["bolts"][1]["inputs"][0]["component"] = "splitt"
+    cr["spec"]["resources"] = {"request": {"cpu": "1"}}
+    out.write_text(yaml.safe_dump(cr))
+    assert main(["validate", str(out), "--no-imports"]) == 2
+    assert "Topology prod/wordcount spec is invalid:\n  resources.request: unknown key; did you mean 'requests'?" in \
+        capsys.readouterr().err
+
+    mixed = tmp_path / "mixed.yaml"
+    mixed.write_text(yaml.safe_dump_all([yaml.safe_load(both.read_text().split("---")[0]),
+                                         {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}}]))
+    assert main(["validate", str(mixed)]) == 2
+    assert "document 2 is a v1 ConfigMap, not a squall.dev/v1alpha1 Topology" in capsys.readouterr().err
+
+
+def test_submit_checks_the_classes_where_it_can_import_them_and_sets_the_image(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(REPO)  # examples.wordcount is importable from here
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(WORDCOUNT.read_text().replace("examples.wordcount:SplitSentence", "examples.wordcount:Split"))
+    assert main(["submit", str(bad)]) == 2
+    assert "module 'examples.wordcount' has no 'Split'" in capsys.readouterr().err
+
+    assert main(["submit", str(WORDCOUNT), "--image", "registry.example.com/wordcount:3"]) == 0
+    captured = capsys.readouterr()
+    assert yaml.safe_load(captured.out)["spec"]["image"] == "registry.example.com/wordcount:3"
+    assert "warning" not in captured.err
+
+    monkeypatch.chdir(tmp_path)  # elsewhere the user's modules cannot be imported: a warning, not an error
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", ".", str(REPO))])
+    for name in [m for m in sys.modules if m == "examples" or m.startswith("examples.")]:
+        monkeypatch.delitem(sys.modules, name)
+    assert main(["submit", str(bad)]) == 0
+    assert "warning: cannot import examples.wordcount here, so the classes are not checked" in \
+        capsys.readouterr().err
+
+
+def test_version(capsys):
+    with pytest.raises(SystemExit) as done:
+        main(["--version"])
+    assert done.value.code == 0
+    assert capsys.readouterr().out.strip() == f"squall {importlib.metadata.version('squall')}"

@@ -20,7 +20,7 @@ import yaml
 from squall.errors import TopologyError
 from squall.topology.spec import load_spec
 from squall_operator import crd
-from squall_operator.resource import parse_spec, to_resource
+from squall_operator.resource import check_spec, parse_spec, to_resource
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((REPO / "examples").glob("*.yaml"))
@@ -29,7 +29,18 @@ EXAMPLES = sorted((REPO / "examples").glob("*.yaml"))
 def test_the_checked_in_crd_is_generated_from_the_current_model():
     assert (REPO / "crds" / "topology.yaml").read_text() == crd.crd_yaml(), \
         "crds/topology.yaml is stale: run python -m squall_operator.crd"
+    assert (REPO / "crds" / "topology-cel.yaml").read_text() == crd.crd_yaml(cel=True)
+    assert (REPO / "charts" / "squall" / "crds" / "topology.yaml").read_text() == crd.crd_yaml()
+    assert not (REPO / "charts" / "squall" / "crds" / "topology-cel.yaml").exists()  # 1.20 would refuse it
     assert crd.main(["--check"]) == 0
+
+
+def test_the_crd_files_have_no_yaml_anchors_or_aliases():
+    """Anchors (&id001) and aliases (*id001) confuse kustomize patches and GitOps diffs."""
+    for cel in (False, True):
+        events = list(yaml.parse(crd.crd_yaml(cel=cel)))
+        assert not any(getattr(e, "anchor", None) for e in events)
+        assert not any(isinstance(e, yaml.AliasEvent) for e in events)
 
 
 def test_check_fails_on_a_stale_file(tmp_path, capsys):
@@ -41,8 +52,14 @@ def test_check_fails_on_a_stale_file(tmp_path, capsys):
     assert stale.read_text() == crd.crd_yaml()
 
 
-def test_the_crd_is_a_valid_kubernetes_object():
-    kubernetes_validate.validate(yaml.safe_load(crd.crd_yaml()), "1.30.0", strict=True)
+@pytest.mark.parametrize("cel", [False, True])
+def test_the_crd_is_a_valid_kubernetes_object(cel):
+    kubernetes_validate.validate(yaml.safe_load(crd.crd_yaml(cel=cel)), "1.30.0", strict=True)
+
+
+def test_only_the_cel_rendering_has_cel_rules():
+    assert "x-kubernetes-validations" not in crd.crd_yaml()
+    assert crd.crd_yaml(cel=True).count("x-kubernetes-validations") == 4  # spouts, bolts, groupings, the spec
 
 
 def version() -> dict[str, Any]:
@@ -59,10 +76,13 @@ def test_names_subresources_and_columns():
         "labelSelectorPath": ".status.selector"}}
     root = version()["schema"]["openAPIV3Schema"]["properties"]
     for column in version()["additionalPrinterColumns"]:
-        section, field = column["jsonPath"].lstrip(".").split(".")
-        assert section == "metadata" or field in root[section]["properties"], column
+        section, field = column["jsonPath"].lstrip(".").split(".", 1)
+        assert section == "metadata" or field.split("[")[0] in root[section]["properties"], column
     assert [c["name"] for c in version()["additionalPrinterColumns"]] == ["Workers", "Ackers", "Ready", "Phase",
-                                                                         "Age"]
+                                                                         "Reason", "Age"]
+    # the Reason column is the Degraded condition's: why pods do not run
+    assert version()["additionalPrinterColumns"][4]["jsonPath"] == '.status.conditions[?(@.type=="Degraded")].reason'
+
     spec_schema = root["spec"]["properties"]
     assert spec_schema["workers"] == {"type": "integer", "default": 1, "minimum": 1}
     assert spec_schema["messageTimeoutSeconds"] == {"type": "integer", "default": 30, "minimum": 1}
@@ -80,6 +100,9 @@ def test_the_schema_is_structural():
     """What the API server demands of a CRD schema: a type on every node (or preserved unknown
     fields), and no references, unions or additionalProperties next to properties."""
     def walk(node: dict[str, Any], path: str) -> None:
+        if node.get("x-kubernetes-int-or-string"):  # the one union a structural schema allows
+            assert node["anyOf"] == [{"type": "integer"}, {"type": "string"}] and "type" not in node, path
+            return
         assert "type" in node or node.get("x-kubernetes-preserve-unknown-fields"), path
         for banned in ("$ref", "$defs", "anyOf", "oneOf", "allOf", "title"):
             assert banned not in node, f"{path}: {banned}"
@@ -111,10 +134,10 @@ def as_api_server(node: dict[str, Any]) -> dict[str, Any]:
     for bound in ("minimum", "maximum"):
         if node.get(f"exclusive{bound.capitalize()}") is True:
             out.pop(bound, None)
-    if node.get("nullable"):  # a null passes every other check of a nullable field
-        return {"anyOf": [{"type": "null"}, out]}
     if "properties" in node and not node.get("x-kubernetes-preserve-unknown-fields"):
         out["additionalProperties"] = False  # strict field validation
+    if node.get("nullable"):  # a null passes every other check of a nullable field
+        return {"anyOf": [{"type": "null"}, out]}
     return out
 
 
@@ -171,6 +194,11 @@ GOOD = {
     "every field": FULL,
     "imagePullPolicy": with_(FULL, "imagePullPolicy", "Always"),
     "no ackers": with_(MINIMAL, "ackers", 0),
+    "pod templates and typed resources": {**MINIMAL, "resources": {"requests": {"cpu": "500m", "memory": 1024}},
+                                         "podTemplate": {"workers": {"metadata": {"labels": {"a": "b"}},
+                                                                     "resources": {"limits": {"memory": "1Gi"}},
+                                                                     "spec": {"nodeSelector": {"disk": "ssd"}}},
+                                                         "ackers": None}},
     "a default stream and grouping": {**MINIMAL, "bolts": [{"name": "b", "className": "m:B",
                                                            "inputs": [{"component": "s"}]}]},
     **{f"example {p.stem}": to_resource(load_spec(p))["spec"] for p in EXAMPLES},
@@ -208,6 +236,10 @@ BAD = {
     "spark conf not strings": with_(FULL, "spark.conf", {"spark.a": 1}),
     "zero executors": with_(FULL, "spark.executors", 0),
     "resources not a map": with_(FULL, "resources", "big"),
+    "a typo in resources": with_(FULL, "resources", {"request": {"cpu": "1"}}),
+    "not a quantity": with_(FULL, "resources", {"limits": {"cpu": "lots"}}),
+    "a typo in a pod template": with_(FULL, "podTemplate", {"workers": {"spc": {}}}),
+    "an unknown role": with_(FULL, "podTemplate", {"drivers": {}}),
     "bad topology name": with_(FULL, "name", "Word_Count"),
 }
 
@@ -258,3 +290,69 @@ def test_submitted_examples_are_valid_topologies_that_parse_back(path):
     root = as_api_server(version()["schema"]["openAPIV3Schema"])
     jsonschema.validate(cr, root)
     assert parse_spec(cr["metadata"]["name"], cr["spec"]) == topology
+
+
+# The CEL rules (Kubernetes >= 1.25), evaluated with cel-python as the API server would: on each node
+# that has rules, with the defaults filled in and null fields absent.
+CEL_SPEC = crd.crd(cel=True)["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+
+
+def _defaulted(node: dict[str, Any], value: Any) -> Any:
+    if isinstance(value, dict):
+        out = {k: v for k, v in value.items() if v is not None}
+        for name, sub in node.get("properties", {}).items():
+            if name not in out and "default" in sub and sub["default"] is not None:
+                out[name] = copy.deepcopy(sub["default"])
+        return {k: _defaulted(node.get("properties", {}).get(k, {}), v) for k, v in out.items()}
+    if isinstance(value, list):
+        return [_defaulted(node.get("items", {}), v) for v in value]
+    return value
+
+
+def cel_failures(doc: Any) -> list[str]:
+    """The messages of the CEL rules ``doc`` breaks."""
+    import celpy
+
+    env = celpy.Environment()
+    failures: list[str] = []
+
+    def walk(node: dict[str, Any], value: Any) -> None:
+        for rule in node.get("x-kubernetes-validations", ()):
+            if not env.program(env.compile(rule["rule"])).evaluate({"self": celpy.json_to_cel(value)}):
+                failures.append(rule["message"])
+        if isinstance(value, dict):
+            for name, sub in node.get("properties", {}).items():
+                if name in value:
+                    walk(sub, value[name])
+        elif isinstance(value, list):
+            for item in value:
+                walk(node.get("items", {}), item)
+
+    walk(CEL_SPEC, _defaulted(CEL_SPEC, doc))
+    return failures
+
+
+CEL_REJECTS = {
+    "fields grouping without fields": (ONLY_THE_CRD_ACCEPTS["fields grouping without fields"],
+                                       "a fields grouping needs 'fields'"),
+    "fields on a shuffle grouping": (ONLY_THE_CRD_ACCEPTS["fields on a shuffle grouping"],
+                                     "'fields' is only for the fields grouping"),
+    "custom grouping without customClass": (ONLY_THE_CRD_ACCEPTS["custom grouping without customClass"],
+                                            "a custom grouping needs 'customClass'"),
+    "tasks below parallelism": (with_(FULL, "spouts.0.tasks", 1), "tasks is less than parallelism"),
+    "a spout and a bolt of one name": (with_(FULL, "bolts.0.name", "s"), "component names must be unique"),
+    "an input from nowhere": (with_(FULL, "bolts.0.inputs.0.component", "t"), "inputs must name a spout or bolt"),
+}
+
+
+@pytest.mark.parametrize("name", GOOD)
+def test_the_cel_rules_accept_what_the_model_accepts(name):
+    assert cel_failures(GOOD[name]) == []
+
+
+@pytest.mark.parametrize("name", CEL_REJECTS)
+def test_the_cel_rules_refuse_what_the_model_refuses(name):
+    doc, message = CEL_REJECTS[name]
+    assert [f for f in cel_failures(doc) if message in f], cel_failures(doc)
+    with pytest.raises(TopologyError):  # and so do the operator and its webhook
+        check_spec("wc", doc)

@@ -140,3 +140,56 @@ def test_a_failed_topology_reports_each_new_problem():
 
 def test_merge_patch_removes_what_is_gone():
     assert merge_patch({"a": 1, "b": 2}, {"a": 3}) == {"a": 3, "b": None}
+
+
+def pod(name: str, **st: Any) -> dict:
+    return {"metadata": {"name": name}, "status": st}
+
+
+def test_pod_problems_read_container_states_and_scheduling():
+    config_error = pod("wc-worker-0", containerStatuses=[{"name": "worker", "state": {"waiting": {
+        "reason": "CreateContainerConfigError", "message": 'secret "kafka" not found'}}}])
+    unschedulable = pod("wc-worker-1", phase="Pending", conditions=[{
+        "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+        "message": "0/3 nodes are available: 3 node(s) didn't match Pod's node affinity/selector."}])
+    starting = pod("wc-acker-0", containerStatuses=[{"name": "acker", "state": {"waiting": {
+        "reason": "ContainerCreating"}}}])  # on its way: not a problem
+    long_log = pod("wc-acker-1", containerStatuses=[{"name": "acker", "state": {"waiting": {
+        "reason": "CrashLoopBackOff"}}, "lastState": {"terminated": {"exitCode": 2, "message": "x" * 1000}}}])
+    problems = status.pod_problems([config_error, unschedulable, starting, long_log])
+    assert [(p.pod, p.reason) for p in problems] == [
+        ("wc-worker-0", "CreateContainerConfigError"), ("wc-worker-1", "Unschedulable"),
+        ("wc-acker-1", "CrashLoopBackOff")]
+    assert str(problems[0]) == \
+        "pod wc-worker-0: CreateContainerConfigError: container worker: secret \"kafka\" not found"
+    assert "didn't match Pod's node affinity/selector" in problems[1].message
+    assert len(problems[2].message) == status.MESSAGE_CHARS and problems[2].message.endswith("...")
+
+
+def test_a_pod_problem_degrades_even_a_topology_that_never_ran():
+    problem = status.PodProblem("wc-worker-0", "ImagePullBackOff", "container worker: no such image")
+    st = compute(SPEC, workers=sts(replicas=2, ready=0), ackers=sts(replicas=1, ready=0), previous={},
+                 generation=1, at=T0, problems=[problem])
+    assert st["phase"] == "Pending" and cond(st, "Degraded") == ("True", "ImagePullBackOff")
+    assert st["errors"] == [{"time": T0, "message": str(problem)}]
+    assert transition({}, st) == ("Warning", "ImagePullBackOff", str(problem))
+    assert transition(st, st) is None  # the same problem: one event
+    # every pod ready: a stale problem (a pod restarting once) does not degrade
+    ok = compute(SPEC, workers=sts(replicas=2), ackers=sts(replicas=1), previous=st, generation=1, at=T1,
+                 problems=[problem])
+    assert cond(ok, "Degraded") == ("False", "AsExpected")
+
+
+def test_component_errors_are_the_newest_few_across_pods():
+    reported = {"wc-worker-0": [{"component": "split", "task": 3, "time": 1_700_000_000 + i, "error": f"E{i}"}
+                                for i in range(4)],
+                "wc-worker-1": [{"component": "count", "task": 5, "time": 1_700_000_010, "error": "boom\n  at"}]}
+    rows = status.component_errors(reported)
+    assert [r["error"] for r in rows] == ["E0", "E1", "E2", "E3", "boom at"][-status.KEEP_ERRORS:]
+    assert rows[-1] == {"pod": "wc-worker-1", "component": "count", "task": 5, "time": "2023-11-14T22:13:30Z",
+                        "error": "boom at"}
+    st = compute(SPEC, workers=sts(replicas=2), ackers=sts(replicas=1), previous={}, generation=1, at=T0,
+                 reported=rows)
+    assert st["componentErrors"] == rows
+    kept = compute(SPEC, workers=sts(replicas=2), ackers=sts(replicas=1), previous=st, generation=1, at=T1)
+    assert kept["componentErrors"] == rows  # not read this time: kept

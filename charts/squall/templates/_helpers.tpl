@@ -112,6 +112,11 @@ needs it (operator/squall_operator/); tests/chart/test_chart_rbac.py checks them
 - apiGroups: [monitoring.coreos.com]
   resources: [podmonitors]
   verbs: [get, create, patch, delete]
+# handlers.Operator._pods reads the worker and acker pods (container states into the status);
+# kopf watches them (on.event "pods")
+- apiGroups: [""]
+  resources: [pods]
+  verbs: [get, list, watch]
 # kopf.event and kopf.warn post core v1 Events
 - apiGroups: [""]
   resources: [events]
@@ -128,8 +133,31 @@ needs it (operator/squall_operator/); tests/chart/test_chart_rbac.py checks them
 {{/* Cluster-scoped reads kopf makes when it serves every namespace (with a list of namespaces,
 handlers.kopf_settings turns kopf's scanning off, and kopf reads nothing cluster-wide). */}}
 {{- define "squall.clusterRules" -}}
-# kopf watches CRDs to notice resources that appear or go (kopf: observation.resource_observer)
+# kopf watches CRDs to notice resources that appear or go (kopf: observation.resource_observer);
+# cluster.install_cel reads the Topology CRD and adds its CEL rules on Kubernetes >= 1.25
 - apiGroups: [apiextensions.k8s.io]
   resources: [customresourcedefinitions]
   verbs: [list, watch]
+- apiGroups: [apiextensions.k8s.io]
+  resources: [customresourcedefinitions]
+  resourceNames: [topologies.squall.dev]
+  verbs: [get, patch]
+{{- if include "squall.webhook" . }}
+# kopf (admission.configuration_manager) creates the ValidatingWebhookConfiguration squall.dev and
+# patches its webhooks: CA bundle, URL, rules
+- apiGroups: [admissionregistration.k8s.io]
+  resources: [validatingwebhookconfigurations]
+  verbs: [create, patch]
+{{- end }}
+{{- end -}}
+
+
+{{/* Whether the admission webhook is served: enabled, and the operator watches every namespace. */}}
+{{- define "squall.webhook" -}}
+{{- if and .Values.webhook.enabled (not .Values.watchNamespaces) -}}true{{- end -}}
+{{- end -}}
+
+{{/* The webhook Service's DNS name: the host of the URL kopf writes into the webhook configuration. */}}
+{{- define "squall.webhookHost" -}}
+{{- printf "%s-webhook.%s.svc" (include "squall.fullname" .) .Release.Namespace -}}
 {{- end -}}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.metadata
 import logging
 import sys
 
@@ -17,10 +18,19 @@ def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(prog="squall", description="Storm's guaranteed-processing stream engine, "
                                   "in Python, for Kubernetes.")
     top.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR (default INFO)")
+    top.add_argument("--version", action="version", version=f"squall {version()}")
     subparsers = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in MODULES:
         importlib.import_module(f"squall.cli.{name}").register(subparsers)
     return top
+
+
+def version() -> str:
+    """The installed distribution's version (the image's, the chart's appVersion)."""
+    try:
+        return importlib.metadata.version("squall")
+    except importlib.metadata.PackageNotFoundError:  # run from a source tree without installing
+        return "unknown (not installed)"
 
 
 def main(argv: list[str] | None = None) -> int:

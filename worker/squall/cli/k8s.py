@@ -2,7 +2,8 @@
 
 ``render`` prints the objects the operator creates for a topology; ``submit`` prints the Topology
 resource to hand to ``kubectl apply`` (``squall submit wordcount.yaml | kubectl apply -f -``). Both
-check the topology as the operator does first: structure and wiring, without importing user code.
+check the topology as the operator does first (structure, wiring, pod templates); ``submit`` checks
+the classes too, as ``squall validate`` does, where their modules can be imported here.
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ from typing import Any
 
 import yaml
 
-from squall.topology import load_spec, validate
+from squall.cli.validate import check, unimportable
+from squall.topology import load_spec
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -25,8 +27,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--podmonitor", action="store_true", help="include the prometheus-operator PodMonitor")
     p.set_defaults(func=run_render)
 
-    p = subparsers.add_parser("submit", help="write the Topology resource for kubectl apply")
+    p = subparsers.add_parser("submit", help="check a topology as squall validate does, and write its Topology "
+                              "resource for kubectl apply")
     p.add_argument("topology", help="path to the topology YAML")
+    p.add_argument("--image", help="set spec.image: the image with your spouts and bolts")
     p.add_argument("-n", "--namespace", help="set metadata.namespace (default: kubectl's namespace)")
     p.add_argument("-o", "--output", type=Path, help="write to this file instead of standard output")
     p.set_defaults(func=run_submit)
@@ -52,7 +56,7 @@ def run_render(args: argparse.Namespace) -> int:
     from squall_operator.render import render, resolve_image
 
     spec = load_spec(args.topology)
-    validate(spec, imports=False)
+    check(spec, imports=False)
     manifests = render(spec, namespace=args.namespace, image=resolve_image(spec, args.image),
                        podmonitor=args.podmonitor)
     print("# The operator also sets each object's ownerReferences to the Topology.")
@@ -64,7 +68,13 @@ def run_submit(args: argparse.Namespace) -> int:
     from squall_operator.resource import to_resource
 
     spec = load_spec(args.topology)
-    validate(spec, imports=False)
+    if args.image:
+        spec.image = args.image
+    missing = unimportable(spec)
+    if missing:
+        print(f"squall submit: warning: cannot import {', '.join(missing)} here, so the classes are not checked "
+              "(the pods import them from their image)", file=sys.stderr)
+    check(spec, imports=not missing)
     text = _dump([to_resource(spec, namespace=args.namespace)])
     if args.output is None:
         sys.stdout.write(text)

@@ -1,22 +1,83 @@
-"""``squall validate TOPOLOGY.yaml``: check a topology without running it."""
+"""``squall validate FILE``: check a topology without running it.
+
+``FILE`` is a topology YAML, or a Topology resource (what ``squall submit`` prints and GitOps
+repositories hold; several, as a multi-document YAML). Resources are checked as the operator and its
+admission webhook check them, with the same messages, plus the classes unless ``--no-imports``.
+"""
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
+from pathlib import Path
+from typing import Any
 
-from squall.topology import load_spec, validate
+import yaml
+
+from squall.errors import TopologyError
+from squall.topology import TopologySpec, load_spec
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser("validate", help="check a topology file (structure, streams, fields, classes)")
-    p.add_argument("topology", help="path to the topology YAML")
+    p = subparsers.add_parser("validate", help="check a topology file or Topology resource (structure, streams, "
+                              "fields, classes, pod templates)")
+    p.add_argument("topology", help="path to the topology YAML, or to a Topology resource")
     p.add_argument("--no-imports", action="store_true", help="skip checks that import user classes")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    spec = load_spec(args.topology)
-    validate(spec, imports=not args.no_imports)
-    print(f"topology {spec.name!r} is valid: {len(spec.spouts)} spout(s), {len(spec.bolts)} bolt(s), "
-          f"{spec.workers} worker(s), {spec.num_ackers} acker(s)")
+    for spec in load_topologies(args.topology):
+        check(spec, imports=not args.no_imports)
+        print(f"topology {spec.name!r} is valid: {len(spec.spouts)} spout(s), {len(spec.bolts)} bolt(s), "
+              f"{spec.workers} worker(s), {spec.num_ackers} acker(s)")
     return 0
+
+
+def load_topologies(path: str) -> list[TopologySpec]:
+    """The topologies of a topology YAML, or of the Topology resources in a (multi-document) YAML file."""
+    try:
+        docs = [d for d in yaml.safe_load_all(Path(path).read_text()) if d is not None]
+    except OSError as exc:
+        raise TopologyError(f"cannot read topology file {path}: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        raise TopologyError(f"{path} is not valid YAML: {exc}") from None
+    if not (docs and all(isinstance(d, dict) and "kind" in d for d in docs)):
+        return [load_spec(path)]
+    return [_from_resource(doc, path=path, index=i) for i, doc in enumerate(docs)]
+
+
+def _from_resource(doc: dict[str, Any], *, path: str, index: int) -> TopologySpec:
+    from squall_operator import resource
+
+    if doc.get("kind") != resource.KIND or str(doc.get("apiVersion", "")).split("/")[0] != resource.GROUP:
+        raise TopologyError(f"{path}: document {index + 1} is a {doc.get('apiVersion')} {doc.get('kind')}, "
+                            f"not a {resource.API_VERSION} {resource.KIND}")
+    meta = doc.get("metadata") or {}
+    if not meta.get("name"):
+        raise TopologyError(f"{path}: document {index + 1}: metadata.name is required")
+    return resource.parse_spec(meta["name"], doc.get("spec"), namespace=meta.get("namespace"))
+
+
+def unimportable(spec: TopologySpec) -> list[str]:
+    """The modules of the spec's classes (components, custom groupings) that cannot be imported here."""
+    modules = {c.class_name.partition(":")[0] for c in spec.components()}
+    modules |= {i.grouping.custom_class.partition(":")[0] for b in spec.bolts for i in b.inputs
+                if i.grouping.custom_class}
+    missing = []
+    for name in sorted(m for m in modules if m):
+        try:
+            found = importlib.util.find_spec(name)
+        except (ImportError, ValueError):
+            found = None
+        if found is None:
+            missing.append(name)
+    return missing
+
+
+def check(spec: TopologySpec, *, imports: bool) -> None:
+    """What ``squall validate`` checks: what the operator checks (wiring, pod templates), and the
+    classes with ``imports``."""
+    from squall_operator.resource import check as operator_check
+
+    operator_check(spec, imports=imports)

@@ -9,18 +9,43 @@ from __future__ import annotations
 import difflib
 import hashlib
 import json
+import re
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, ClassVar, Literal, Self
+from typing import Annotated, Any, ClassVar, Literal, Self
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    WithJsonSchema,
+    model_validator,
+)
 from pydantic.alias_generators import to_camel
 
 from squall.errors import TopologyError
 
 NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 COMPONENT_PATTERN = r"^[A-Za-z][A-Za-z0-9_.-]*$"
+# Kubernetes' resource.Quantity, as its OpenAPI schema spells it (an integer, or a string such as 500m)
+QUANTITY_PATTERN = (r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|"
+                    r"([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$")
+
+
+def _quantity(value: Any) -> Any:
+    if isinstance(value, float):
+        raise ValueError(f"a fractional quantity must be a string; write '{value}' (or in milli-units, 500m)")
+    if isinstance(value, str) and not re.match(QUANTITY_PATTERN, value):
+        raise ValueError("not a Kubernetes quantity; write it as 500m, 2, '1.5' or 1Gi")
+    return value
+
+
+Quantity = Annotated[int | str, BeforeValidator(_quantity), WithJsonSchema(
+    {"anyOf": [{"type": "integer"}, {"type": "string", "pattern": QUANTITY_PATTERN}]})]
 
 
 class _Model(BaseModel):
@@ -131,6 +156,39 @@ class Spark(_Model):
     conf: dict[str, str] = Field(default_factory=dict, description="extra spark.* settings")
 
 
+class Resources(_Model):
+    """Kubernetes' core/v1 ResourceRequirements: what a container requests and its limits."""
+
+    requests: dict[str, Quantity] | None = Field(default=None, description="e.g. {cpu: 500m, memory: 1Gi}")
+    limits: dict[str, Quantity] | None = Field(default=None, description="e.g. {memory: 1Gi}")
+
+
+class PodMetadata(_Model):
+    labels: dict[str, str] = Field(default_factory=dict, description="added to the pods' labels")
+    annotations: dict[str, str] = Field(default_factory=dict, description="added to the pods' annotations")
+
+
+class PodTemplate(_Model):
+    """What one role's pods add to, or change in, the pods the operator renders (a strategic merge)."""
+
+    metadata: PodMetadata | None = None
+    spec: dict[str, Any] | None = Field(default=None, description=(
+        "a core/v1 PodSpec fragment merged strategically over the rendered pod: lists of named items "
+        "(containers, env, volumes, volumeMounts, imagePullSecrets) merge by name, other lists replace. "
+        "The container named after the role (worker, acker, spark-kubernetes-executor) is the main one; "
+        "its command, ports, the spec mount and the non-root security context are the operator's"))
+    resources: Resources | None = Field(default=None, description="the main container's resources; "
+                                        "default: spec.resources")
+
+
+class PodTemplates(_Model):
+    """A pod template for each role: worker pods, acker pods and Spark executor pods."""
+
+    workers: PodTemplate | None = None
+    ackers: PodTemplate | None = None
+    spark_executors: PodTemplate | None = Field(default=None, description="Spark executor pods (with spark)")
+
+
 class TopologySpec(_Model):
     """A whole topology: its components, their wiring and the knobs of guaranteed processing."""
 
@@ -149,7 +207,8 @@ class TopologySpec(_Model):
     # Deployment fields: what a Topology resource adds; squall run ignores them.
     image: str | None = Field(default=None, description="container image; default: the operator's")
     image_pull_policy: Literal["Always", "IfNotPresent", "Never"] | None = None
-    resources: dict[str, Any] | None = Field(default=None, description="pod resources (requests, limits)")
+    resources: Resources | None = Field(default=None, description="every role's container resources")
+    pod_template: PodTemplates | None = Field(default=None, description="per-role pod customisation")
     suspended: bool = Field(default=False, description="true: spouts deactivated, pods kept")
     spark: Spark | None = Field(default=None, description="Spark on Kubernetes for SparkBolts")
 

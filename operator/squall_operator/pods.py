@@ -1,0 +1,194 @@
+"""Per-role pod templates (``spec.podTemplate``): checked, then merged strategically over rendered pods.
+
+A template is a core/v1 PodSpec fragment. :func:`check` refuses unknown fields (as the API server's
+strict field validation would, on every Kubernetes version) and what the operator must own: the
+main container's command, ports and environment contract, the spec mount and volumes, the non-root
+security context and the selector labels. :func:`merge` applies it as ``kubectl patch --type
+strategic`` would: maps merge, lists of named items merge by their key, other lists replace, and
+``null`` removes a key.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import logging
+from typing import Any
+
+from squall.errors import TopologyError
+from squall.topology.spec import PodTemplate, TopologySpec
+
+WORKERS, ACKERS, SPARK_EXECUTORS = "workers", "ackers", "sparkExecutors"
+# the main container of each role's pods, the one the template's same-named container merges into
+MAIN_CONTAINER = {WORKERS: "worker", ACKERS: "acker", SPARK_EXECUTORS: "spark-kubernetes-executor"}
+SPEC_MOUNT = "/etc/squall"
+OWNED_VOLUMES = ("spec", "tmp")
+ENV_PREFIX = "SQUALL_"
+# Kubernetes' patchMergeKey of the PodSpec lists that merge item by item (the others replace)
+MERGE_KEYS = {"containers": "name", "initContainers": "name", "ephemeralContainers": "name", "env": "name",
+              "volumes": "name", "volumeMounts": "mountPath", "volumeDevices": "devicePath",
+              "ports": "containerPort", "imagePullSecrets": "name", "topologySpreadConstraints": "topologyKey",
+              "hostAliases": "ip", "resourceClaims": "name"}
+# what the main container must not set, and why
+_OWNED_CONTAINER_FIELDS = {
+    "command": "the operator sets the command",
+    "args": "the operator sets the command",
+    "ports": "the ports are the pod contract's: 7070 gRPC and 9090 metrics",
+    "resources": "use podTemplate.<role>.resources (typed) or spec.resources instead",
+    "livenessProbe": "the operator sets the probes",
+    "readinessProbe": "the operator sets the probes",
+    "startupProbe": "the operator sets the probes",
+}
+_SELECTOR_LABELS = ("app.kubernetes.io/name", "app.kubernetes.io/instance", "app.kubernetes.io/component")
+
+
+def templates(spec: TopologySpec) -> dict[str, PodTemplate]:
+    """The pod templates the spec sets, by role (``workers``, ``ackers``, ``sparkExecutors``)."""
+    if spec.pod_template is None:
+        return {}
+    given = {WORKERS: spec.pod_template.workers, ACKERS: spec.pod_template.ackers,
+             SPARK_EXECUTORS: spec.pod_template.spark_executors}
+    return {role: template for role, template in given.items() if template is not None}
+
+
+def check(spec: TopologySpec) -> None:
+    """Raise :class:`TopologyError` naming every unknown or operator-owned field of the pod templates."""
+    problems: list[str] = []
+    if spec.pod_template is not None and spec.pod_template.spark_executors is not None and spec.spark is None:
+        problems.append("podTemplate.sparkExecutors: there are no Spark executors without spec.spark; "
+                        "remove it or add spark")
+    for role, template in templates(spec).items():
+        where = f"podTemplate.{role}"
+        labels = template.metadata.labels if template.metadata else {}
+        problems += [f"{where}.metadata.labels.{key}: the selector labels are the operator's; remove it"
+                     for key in _SELECTOR_LABELS if key in labels]
+        if template.spec is not None:
+            problems += _unknown_fields(template.spec, "V1PodSpec", f"{where}.spec") if _models() else []
+            problems += _owned(template.spec, role, f"{where}.spec")
+    if problems:
+        raise TopologyError(f"topology {spec.name!r} pod templates are invalid:\n" +
+                            "\n".join(f"  {p}" for p in problems))
+
+
+def _models() -> Any:
+    """The ``kubernetes`` client's models, or None (with a warning) where it is not installed: a worker
+    image may lack the operator's dependencies, and the operator itself always has them."""
+    try:
+        from kubernetes.client import models
+    except ImportError:
+        logging.getLogger(__name__).warning("the kubernetes package is not installed: pod template fields are "
+                                            "not checked for typos here (the operator checks them)")
+        return None
+    return models
+
+
+def _unknown_fields(value: Any, type_name: str, path: str) -> list[str]:
+    """Fields of ``value`` that the core/v1 type ``type_name`` has not (the ``kubernetes`` client's models)."""
+    generic = type_name.lower()  # the client spells them List[X] and Dict[str, X] (older ones list[X], dict(str, X))
+    if generic.startswith("list[") and isinstance(value, list):
+        return [p for i, item in enumerate(value) for p in _unknown_fields(item, type_name[5:-1], f"{path}[{i}]")]
+    if generic.startswith(("dict(", "dict[")) and isinstance(value, dict):
+        inner = type_name[5:-1].split(",", 1)[1].strip()
+        return [p for key, item in value.items() for p in _unknown_fields(item, inner, f"{path}.{key}")]
+    model = getattr(_models(), type_name, None)
+    if model is None or value is None:
+        return []  # a scalar: its type is the API server's to check
+    if not isinstance(value, dict):
+        return [f"{path}: expected a mapping ({type_name.removeprefix('V1')}), got {type(value).__name__}"]
+    fields = {json: py for py, json in model.attribute_map.items()}
+    problems = []
+    for key, item in value.items():
+        if key in fields:
+            problems += _unknown_fields(item, model.openapi_types[fields[key]], f"{path}.{key}")
+            continue
+        close = difflib.get_close_matches(str(key), fields, n=1)
+        problems.append(f"{path}.{key}: unknown field of {type_name.removeprefix('V1')}; " +
+                        (f"did you mean {close[0]!r}?" if close else f"allowed: {', '.join(sorted(fields))}"))
+    return problems
+
+
+def _owned(pod: dict[str, Any], role: str, path: str) -> list[str]:
+    problems = _non_root(pod.get("securityContext"), f"{path}.securityContext")
+    for i, volume in enumerate(pod.get("volumes") or ()):
+        if isinstance(volume, dict) and volume.get("name") in OWNED_VOLUMES:
+            problems.append(f"{path}.volumes[{i}]: the volume {volume['name']!r} is the operator's; "
+                            "name yours differently")
+    for kind in ("containers", "initContainers"):
+        for i, container in enumerate(pod.get(kind) or ()):
+            if not isinstance(container, dict):
+                continue
+            where = f"{path}.{kind}[{i}]"
+            problems += _non_root(container.get("securityContext"), f"{where}.securityContext")
+            if kind != "containers" or container.get("name") != MAIN_CONTAINER[role]:
+                continue
+            problems += [f"{where}.{key}: {why}; remove it"
+                         for key, why in _OWNED_CONTAINER_FIELDS.items() if key in container]
+            for j, mount in enumerate(container.get("volumeMounts") or ()):
+                if isinstance(mount, dict) and (mount.get("mountPath") == SPEC_MOUNT
+                                                or mount.get("name") in OWNED_VOLUMES):
+                    problems.append(f"{where}.volumeMounts[{j}]: the spec mount ({SPEC_MOUNT}) and /tmp are the "
+                                    "operator's; mount yours elsewhere")
+            for j, var in enumerate(container.get("env") or ()):
+                if isinstance(var, dict) and str(var.get("name", "")).startswith(ENV_PREFIX):
+                    problems.append(f"{where}.env[{j}]: {var['name']} is the process contract's (the mounted "
+                                    "spec carries the topology's settings); remove it")
+    return problems
+
+
+def _non_root(context: Any, path: str) -> list[str]:
+    if not isinstance(context, dict):
+        return []
+    problems = []
+    if context.get("runAsNonRoot") is False:
+        problems.append(f"{path}.runAsNonRoot: the pods run as non-root; remove it")
+    if context.get("runAsUser") == 0:
+        problems.append(f"{path}.runAsUser: 0 is root, and the pods run as non-root; use another user or remove it")
+    if context.get("privileged") is True or context.get("allowPrivilegeEscalation") is True:
+        key = "privileged" if context.get("privileged") is True else "allowPrivilegeEscalation"
+        problems.append(f"{path}.{key}: the pods run unprivileged; remove it")
+    return problems
+
+
+def merge(base: Any, patch: Any, *, key: str = "") -> Any:
+    """``base`` with the strategic merge patch ``patch`` applied (neither is modified)."""
+    if isinstance(base, dict) and isinstance(patch, dict):
+        out = copy.deepcopy(base)
+        for name, value in patch.items():
+            if value is None:
+                out.pop(name, None)
+            else:
+                out[name] = merge(base.get(name), value, key=name)
+        return out
+    if isinstance(base, list) and isinstance(patch, list) and key in MERGE_KEYS:
+        by, out = MERGE_KEYS[key], copy.deepcopy(base)
+        for item in patch:
+            at = next((i for i, mine in enumerate(out) if isinstance(item, dict) and isinstance(mine, dict)
+                       and mine.get(by) == item.get(by)), None)
+            if at is None:
+                out.append(copy.deepcopy(item))
+            else:
+                out[at] = merge(out[at], item)
+        return out
+    return copy.deepcopy(patch)
+
+
+def resources(spec: TopologySpec, role: str, default: dict[str, Any]) -> dict[str, Any]:
+    """The main container's resources: the role's own, else the topology's, else ``default``."""
+    chosen = getattr(templates(spec).get(role), "resources", None) or spec.resources
+    return chosen.model_dump(by_alias=True, exclude_none=True) if chosen is not None else default
+
+
+def customise(pod: dict[str, Any], template: PodTemplate | None) -> dict[str, Any]:
+    """The rendered pod template ``pod`` (metadata and spec) with a role's ``template`` merged over it."""
+    if template is None:
+        return pod
+    pod = copy.deepcopy(pod)
+    if template.metadata is not None:
+        meta = pod.setdefault("metadata", {})
+        for part in ("labels", "annotations"):
+            extra = getattr(template.metadata, part)
+            if extra:
+                meta[part] = {**extra, **meta.get(part, {})}  # the operator's own keys win
+    if template.spec:
+        pod["spec"] = merge(pod["spec"], template.spec)
+    return pod

@@ -1,0 +1,172 @@
+"""Admission checks and what the operator adapts to the cluster's version: kopf serves the validating
+webhook for real (HTTPS, its self-signed certificate) and manages its configuration in kmock; writes
+are server-side applies with strict field validation from 1.25, merge patches before; the CEL rules
+go into the installed CRD where the cluster supports them."""
+
+from __future__ import annotations
+
+import base64
+import copy
+import logging
+import ssl
+import uuid
+
+import aiohttp
+import kmock
+import pytest
+import yaml
+from operator_kit import (
+    EMULATED,
+    NAMESPACE,
+    SPEC,
+    STATEFULSETS,
+    create_topology,
+    eventually,
+    free_port,
+    logged,
+    obj,
+    status,
+)
+
+from squall.cli import main
+from squall_operator import crd, resource
+from squall_operator.admission import SelfSignedServer
+
+pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(60)]
+
+
+@pytest.fixture(autouse=True)
+def _operator_logs(caplog):
+    caplog.set_level(logging.INFO)
+
+WEBHOOKS = "admissionregistration.k8s.io/v1/validatingwebhookconfigurations"
+CRDS = "apiextensions.k8s.io/v1/customresourcedefinitions"
+BROKEN = copy.deepcopy(SPEC)
+BROKEN["bolts"][1]["inputs"][0]["component"] = "splitt"
+BROKEN["podTemplate"] = {"workers": {"spec": {"containers": [{"name": "worker", "command": ["sh"]}]}}}
+
+
+def declare_cluster_scoped(api: kmock.KubernetesEmulator, res: str, kind: str) -> None:
+    api.resources[res] = kmock.ResourceInfo(kind=kind, singular=kind.lower(), namespaced=False,
+                                            verbs={"get", "list", "watch", "create", "patch", "update"})
+
+
+async def review(config: dict, operation: str, spec: dict, *, old: dict | None = None) -> dict:
+    """POST an AdmissionReview to the webhook the configuration points at, trusting only its CA bundle."""
+    hook = config["webhooks"][0]
+    context = ssl.create_default_context(cadata=base64.b64decode(hook["clientConfig"]["caBundle"]).decode())
+    body = {"apiVersion": resource.API_VERSION, "kind": resource.KIND,
+            "metadata": {"name": "wc", "namespace": NAMESPACE}, "spec": spec}
+    request = {"uid": str(uuid.uuid4()), "operation": operation, "namespace": NAMESPACE, "name": "wc",
+               "kind": {"group": resource.GROUP, "version": resource.VERSION, "kind": resource.KIND},
+               "resource": {"group": resource.GROUP, "version": resource.VERSION, "resource": resource.PLURAL},
+               "userInfo": {"username": "alice"}, "object": body,
+               "oldObject": None if old is None else {**body, "spec": old}}
+    async with aiohttp.ClientSession() as session, session.post(
+            hook["clientConfig"]["url"], ssl=context,
+            json={"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}) as response:
+        assert response.status == 200, await response.text()
+        return (await response.json())["response"]
+
+
+async def test_the_webhook_refuses_what_squall_validate_refuses_with_the_same_message(api, start_operator, tmp_path,
+                                                                                      capsys):
+    declare_cluster_scoped(api, WEBHOOKS, "ValidatingWebhookConfiguration")
+    await start_operator(webhook_host="127.0.0.1", webhook_port=free_port())
+    config = await eventually("the managed webhook configuration",
+                              lambda: (obj(api, WEBHOOKS, "squall.dev", namespace=None) or {}).get("webhooks"))
+    config = obj(api, WEBHOOKS, "squall.dev", namespace=None)
+    (hook,) = config["webhooks"]
+    assert hook["failurePolicy"] == "Fail" and hook["sideEffects"] == "None"
+    assert hook["rules"] == [{"apiGroups": ["squall.dev"], "apiVersions": ["v1alpha1"], "resources": ["topologies"],
+                              "operations": ["CREATE", "UPDATE"], "scope": "*"}]
+
+    refused = await review(config, "CREATE", BROKEN)
+    assert refused["allowed"] is False and refused["status"]["code"] == 422
+    manifest = tmp_path / "wc.yaml"
+    manifest.write_text(yaml.safe_dump({"apiVersion": resource.API_VERSION, "kind": resource.KIND,
+                                        "metadata": {"name": "wc", "namespace": NAMESPACE}, "spec": BROKEN}))
+    assert main(["validate", str(manifest), "--no-imports"]) == 2
+    printed = capsys.readouterr().err.removeprefix("squall validate: ").rstrip("\n")
+    assert refused["status"]["message"] == printed
+    assert "unknown component 'splitt'" in printed
+
+    bad_pod_template = copy.deepcopy(SPEC)
+    bad_pod_template["podTemplate"] = BROKEN["podTemplate"]
+    refused = await review(config, "UPDATE", bad_pod_template, old=SPEC)
+    assert "podTemplate.workers.spec.containers[0].command: the operator sets the command" in \
+        refused["status"]["message"]
+
+    assert (await review(config, "CREATE", SPEC))["allowed"] is True
+    # a Topology stored before the webhook existed: metadata writes (kopf's own) still pass
+    assert (await review(config, "UPDATE", BROKEN, old=BROKEN))["allowed"] is True
+
+
+async def test_a_webhook_may_be_told_to_ignore_its_failures(api, start_operator):
+    declare_cluster_scoped(api, WEBHOOKS, "ValidatingWebhookConfiguration")
+    await start_operator(webhook_host="127.0.0.1", webhook_port=free_port(), webhook_failure_policy="Ignore")
+    hooks = await eventually("the managed webhook configuration",
+                             lambda: (obj(api, WEBHOOKS, "squall.dev", namespace=None) or {}).get("webhooks"))
+    assert hooks[0]["failurePolicy"] == "Ignore"
+
+
+def test_the_self_signed_certificate_names_the_host_and_its_addresses():
+    from cryptography import x509
+
+    cert_pem, key_pem = SelfSignedServer.build_certificate(["squall.squall-system.svc", "0.0.0.0", "10.0.0.7"])
+    cert = x509.load_pem_x509_certificate(cert_pem)
+    sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert sans.get_values_for_type(x509.DNSName) == ["squall.squall-system.svc"]
+    assert [str(ip) for ip in sans.get_values_for_type(x509.IPAddress)] == ["10.0.0.7"]
+    assert b"PRIVATE KEY" in key_pem
+
+
+@pytest.mark.parametrize("version, server_side", [((1, 20), False), ((1, 27), True)])
+async def test_writes_are_strict_server_side_applies_where_the_server_supports_them(api, start_operator, caplog,
+                                                                                     version, server_side):
+    api.server_version = version
+    await start_operator()
+    await create_topology(api, "wc", SPEC)
+    await eventually("the acker StatefulSet", lambda: obj(api, STATEFULSETS, "wc-acker"))
+    writes = [r for r in list(api) if r.resource is not None and r.resource.plural == "statefulsets"
+              and r.method in (kmock.method.POST, kmock.method.PATCH) and EMULATED not in r.headers]
+    assert writes
+    for request in writes:
+        if server_side:
+            assert request.method == kmock.method.PATCH
+            assert request.headers["Content-Type"] == "application/apply-patch+yaml"
+            assert dict(request.url.query) == {"fieldManager": "squall-operator", "force": "true",
+                                               "fieldValidation": "Strict"}
+        else:
+            assert request.method == kmock.method.POST and "fieldValidation" not in request.url.query
+    assert logged(caplog.records, f"Kubernetes {version[0]}.{version[1]}: " +
+                  ("server-side apply with strict field validation" if server_side else "merge patches"))
+
+
+async def test_a_field_the_server_refuses_is_reported_not_dropped(api, start_operator):
+    api.server_version = (1, 27)
+    strict = {"apiVersion": "v1", "kind": "Status", "status": "Failure", "reason": "BadRequest", "code": 400,
+              "message": 'StatefulSet in version "v1" cannot be handled as a StatefulSet: strict decoding error: '
+                         'unknown field "spec.template.spec.containers[0].resources.request"'}
+    # the emulator creates what an apply creates with a POST to itself: the refusal goes there
+    api[f"post /apis/apps/v1/namespaces/{NAMESPACE}/statefulsets"] << 400 << strict
+    await start_operator()
+    await create_topology(api, "wc", SPEC)
+    errors = await eventually("a recorded error", lambda: status(api, "wc").get("errors"))
+    assert errors[-1]["message"] == f"creating StatefulSet wc-worker failed: 400 {strict['message']}"
+
+
+@pytest.mark.parametrize("version", [(1, 20), (1, 27)])
+async def test_the_cel_rules_go_into_the_crd_where_the_server_supports_them(api, start_operator, caplog, version):
+    api.server_version = version
+    declare_cluster_scoped(api, CRDS, "CustomResourceDefinition")
+    response = await api.post(f"/apis/{CRDS}", json=crd.crd())
+    assert response.status == 200, await response.text()
+    await start_operator()
+    name = "topologies.squall.dev"
+    if version >= (1, 25):
+        await eventually("the CEL rules", lambda: obj(api, CRDS, name, namespace=None)["spec"]["versions"]
+                         == crd.crd(cel=True)["spec"]["versions"])
+    else:
+        await eventually("the log line", lambda: logged(caplog.records, "Kubernetes 1.20 has no CEL validation rules"))
+        assert obj(api, CRDS, name, namespace=None)["spec"] == crd.crd()["spec"]

@@ -1,0 +1,191 @@
+"""Per-role pod templates: merged strategically over the rendered pods, and refused (naming the field)
+where they set an unknown field or one the operator owns."""
+
+from __future__ import annotations
+
+import copy
+
+import kubernetes_validate
+import pytest
+import yaml
+from operator_kit import SPEC, STATEFULSETS, condition, create_topology, eventually, obj, patch_spec, status
+from test_render import BASE, K8S_VERSION, NS, SPARK, by_kind, container, env
+
+from squall.errors import TopologyError
+from squall_operator.pods import merge
+from squall_operator.render import render
+from squall_operator.resource import check_spec
+
+WORKERS = {
+    "metadata": {"labels": {"team": "search"}, "annotations": {"example.com/owner": "ops"}},
+    "resources": {"requests": {"cpu": "1", "memory": "2Gi"}, "limits": {"memory": "2Gi"}},
+    "spec": {
+        "imagePullSecrets": [{"name": "regcred"}],
+        "nodeSelector": {"disk": "ssd"},
+        "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "squall", "effect": "NoSchedule"}],
+        "priorityClassName": "streaming",
+        "serviceAccountName": "kafka-reader",
+        "containers": [
+            {"name": "worker",
+             "env": [{"name": "KAFKA_PASSWORD", "valueFrom": {"secretKeyRef": {"name": "kafka", "key": "password"}}}],
+             "envFrom": [{"secretRef": {"name": "kafka-client"}}],
+             "volumeMounts": [{"name": "shared", "mountPath": "/data"}]},
+            {"name": "log-shipper", "image": "fluent-bit:3",
+             "volumeMounts": [{"name": "shared", "mountPath": "/data"}]},
+        ],
+        "volumes": [{"name": "shared", "persistentVolumeClaim": {"claimName": "logcount"}}],
+    },
+}
+TEMPLATED = {**BASE, "resources": {"requests": {"cpu": "250m"}}, "podTemplate": {"workers": WORKERS}}
+
+
+def pod_of(manifests: list[dict], role: str) -> dict:
+    """A StatefulSet's pod template, less the spec hash (which any spec change changes)."""
+    pod = copy.deepcopy(by_kind(manifests)["StatefulSet", f"wc-{role}"]["spec"]["template"])
+    del pod["metadata"]["annotations"]["squall.dev/spec-hash"]
+    return pod
+
+
+def test_a_workers_template_merges_over_the_rendered_pod_and_leaves_the_ackers_alone():
+    manifests = render(check_spec("wc", TEMPLATED), namespace=NS, image="squall:1")
+    plain = render(check_spec("wc", {**BASE, "resources": TEMPLATED["resources"]}), namespace=NS, image="squall:1")
+    pod, before = pod_of(manifests, "worker"), pod_of(plain, "worker")
+
+    assert pod["metadata"]["labels"] == {**before["metadata"]["labels"], "team": "search"}
+    assert pod["metadata"]["annotations"] == {**before["metadata"]["annotations"], "example.com/owner": "ops"}
+    for key in ("imagePullSecrets", "nodeSelector", "tolerations", "priorityClassName", "serviceAccountName"):
+        assert pod["spec"][key] == WORKERS["spec"][key], key
+    main, sidecar = pod["spec"]["containers"]
+    assert (main["name"], sidecar["name"]) == ("worker", "log-shipper")
+    assert main["command"] == ["squall", "worker"] and main["image"] == "squall:1"  # the operator's, kept
+    assert main["env"] == before["spec"]["containers"][0]["env"] + WORKERS["spec"]["containers"][0]["env"]
+    assert main["envFrom"] == [{"secretRef": {"name": "kafka-client"}}]
+    assert [m["mountPath"] for m in main["volumeMounts"]] == ["/etc/squall", "/tmp", "/data"]
+    assert [v["name"] for v in pod["spec"]["volumes"]] == ["spec", "tmp", "shared"]
+    assert main["resources"] == WORKERS["resources"]  # the role's own, typed
+    assert pod["spec"]["securityContext"] == before["spec"]["securityContext"]
+
+    # the ackers have no template: as rendered, with the topology's resources
+    assert pod_of(manifests, "acker") == pod_of(plain, "acker")
+    assert container(by_kind(manifests)["StatefulSet", "wc-acker"])["resources"] == {"requests": {"cpu": "250m"}}
+    for manifest in manifests:
+        kubernetes_validate.validate(manifest, K8S_VERSION, strict=True)
+
+
+def test_a_template_change_rolls_that_role():
+    changed = copy.deepcopy(TEMPLATED)
+    changed["podTemplate"]["workers"]["spec"]["nodeSelector"] = {"disk": "nvme"}
+    before = by_kind(render(check_spec("wc", TEMPLATED), namespace=NS, image="x"))["StatefulSet", "wc-worker"]
+    after = by_kind(render(check_spec("wc", changed), namespace=NS, image="x"))["StatefulSet", "wc-worker"]
+    assert after["spec"]["template"]["spec"]["nodeSelector"] == {"disk": "nvme"}
+    assert after["spec"]["template"]["metadata"]["annotations"]["squall.dev/spec-hash"] != \
+        before["spec"]["template"]["metadata"]["annotations"]["squall.dev/spec-hash"]
+
+
+def test_strategic_merge():
+    base = {"containers": [{"name": "worker", "env": [{"name": "A", "value": "1"}], "image": "x"}],
+            "tolerations": [{"key": "a"}], "affinity": {"nodeAffinity": {"x": 1}}, "dnsPolicy": "ClusterFirst"}
+    patch = {"containers": [{"name": "worker", "env": [{"name": "A", "value": "2"}, {"name": "B", "value": "3"}]}],
+             "tolerations": [{"key": "b"}], "affinity": {"podAffinity": {"y": 2}}, "dnsPolicy": None}
+    assert merge(base, patch) == {
+        "containers": [{"name": "worker", "env": [{"name": "A", "value": "2"}, {"name": "B", "value": "3"}],
+                        "image": "x"}],
+        "tolerations": [{"key": "b"}],  # no merge key: replaced, as Kubernetes does
+        "affinity": {"nodeAffinity": {"x": 1}, "podAffinity": {"y": 2}}}
+    assert base["containers"][0]["env"] == [{"name": "A", "value": "1"}]  # not modified
+
+
+def test_spark_executors_template_goes_to_the_pod_template_file():
+    executors = {"metadata": {"labels": {"team": "ml"}}, "resources": {"limits": {"nvidia.com/gpu": 1}},
+                 "spec": {"nodeSelector": {"gpu": "true"}}}
+    topology = check_spec("wc", {**SPARK, "podTemplate": {"sparkExecutors": executors}})
+    objs = by_kind(render(topology, namespace=NS, image="squall:1"))
+    template = yaml.safe_load(objs["ConfigMap", "wc-spec"]["data"]["executor-pod-template.yaml"])
+    assert template == {"apiVersion": "v1", "kind": "Pod", "metadata": {"labels": {"team": "ml"}},
+                        "spec": {"containers": [{"name": "spark-kubernetes-executor",
+                                                 "resources": {"limits": {"nvidia.com/gpu": 1}}}],
+                                 "nodeSelector": {"gpu": "true"}}}
+    worker = objs["StatefulSet", "wc-worker"]
+    conf = yaml.safe_load(env(worker)["SQUALL_SPARK_CONF"])
+    assert conf["spark.kubernetes.executor.podTemplateFile"] == "/etc/squall/executor-pod-template.yaml"
+    assert conf["spark.kubernetes.executor.podTemplateContainerName"] == "spark-kubernetes-executor"
+    items = next(v for v in worker["spec"]["template"]["spec"]["volumes"] if v["name"] == "spec")["configMap"]["items"]
+    assert {i["path"] for i in items} == {"topology.yaml", "executor-pod-template.yaml"}
+
+
+def refused(template: dict, role: str = "workers", base: dict = BASE) -> str:
+    with pytest.raises(TopologyError) as info:
+        check_spec("wc", {**base, "podTemplate": {role: template}})
+    return str(info.value)
+
+
+@pytest.mark.parametrize("template, message", [
+    ({"spec": {"containers": [{"name": "worker", "command": ["sh"]}]}},
+     "podTemplate.workers.spec.containers[0].command: the operator sets the command; remove it"),
+    ({"spec": {"containers": [{"name": "worker", "ports": [{"containerPort": 80}]}]}},
+     "podTemplate.workers.spec.containers[0].ports: the ports are the pod contract's"),
+    ({"spec": {"containers": [{"name": "worker", "volumeMounts": [{"name": "cfg", "mountPath": "/etc/squall"}]}]}},
+     "podTemplate.workers.spec.containers[0].volumeMounts[0]: the spec mount (/etc/squall)"),
+    ({"spec": {"volumes": [{"name": "spec", "emptyDir": {}}]}},
+     "podTemplate.workers.spec.volumes[0]: the volume 'spec' is the operator's"),
+    ({"spec": {"securityContext": {"runAsNonRoot": False}}},
+     "podTemplate.workers.spec.securityContext.runAsNonRoot: the pods run as non-root"),
+    ({"spec": {"containers": [{"name": "sidecar", "image": "x", "securityContext": {"runAsUser": 0}}]}},
+     "podTemplate.workers.spec.containers[0].securityContext.runAsUser: 0 is root"),
+    ({"spec": {"containers": [{"name": "worker", "resources": {"limits": {"cpu": 1}}}]}},
+     "containers[0].resources: use podTemplate.<role>.resources (typed)"),
+    ({"spec": {"containers": [{"name": "worker", "env": [{"name": "SQUALL_WORKERS", "value": "9"}]}]}},
+     "containers[0].env[0]: SQUALL_WORKERS is the process contract's"),
+    ({"metadata": {"labels": {"app.kubernetes.io/component": "x"}}},
+     "podTemplate.workers.metadata.labels.app.kubernetes.io/component: the selector labels are the operator's"),
+    ({"spec": {"nodeSelectr": {"disk": "ssd"}}},
+     "podTemplate.workers.spec.nodeSelectr: unknown field of PodSpec; did you mean 'nodeSelector'?"),
+    ({"spec": {"containers": [{"name": "worker", "envFrom": [{"secretRf": {"name": "s"}}]}]}},
+     "podTemplate.workers.spec.containers[0].envFrom[0].secretRf: unknown field of EnvFromSource; "
+     "did you mean 'secretRef'?"),
+], ids=lambda v: v if isinstance(v, str) else None)
+def test_what_the_operator_owns_and_unknown_fields_are_refused(template, message):
+    assert message in refused(template)
+
+
+def test_the_acker_main_container_is_the_acker():
+    assert "containers[0].command" in refused({"spec": {"containers": [{"name": "acker", "command": ["x"]}]}},
+                                              "ackers")
+    check_spec("wc", {**BASE, "podTemplate": {"ackers": {"spec": {"containers": [
+        {"name": "worker-sidecar", "image": "x", "command": ["sleep", "1"]}]}}}})  # a sidecar's own command
+
+
+def test_spark_executors_need_spark():
+    assert "podTemplate.sparkExecutors: there are no Spark executors without spec.spark" in \
+        refused({"spec": {}}, "sparkExecutors")
+
+
+@pytest.mark.parametrize("resources, message", [
+    ({"request": {"cpu": "1"}}, "resources.request: unknown key; did you mean 'requests'?"),
+    ({"requests": {"cpu": "lots"}}, "resources.requests.cpu: not a Kubernetes quantity"),
+    ({"requests": {"cpu": 0.5}}, "resources.requests.cpu: a fractional quantity must be a string"),
+])
+def test_resources_are_typed(resources, message):
+    with pytest.raises(TopologyError, match="(?s)" + message.replace("(", r"\(").replace("?", r"\?")):
+        check_spec("wc", {**BASE, "resources": resources})
+    assert message.replace("resources.", "podTemplate.ackers.resources.", 1) in refused({"resources": resources},
+                                                                                       "ackers")
+
+
+@pytest.mark.asyncio
+@pytest.mark.timeout(60)
+async def test_the_operator_renders_the_template_and_reports_a_refused_one(api, start_operator):
+    await start_operator()
+    await create_topology(api, "wc", {**SPEC, "podTemplate": {"workers": {"spec": {"nodeSelector": {"disk": "ssd"}}}}})
+    sts = await eventually("the worker StatefulSet", lambda: obj(api, STATEFULSETS, "wc-worker"))
+    assert sts["spec"]["template"]["spec"]["nodeSelector"] == {"disk": "ssd"}
+    ackers = await eventually("the acker StatefulSet", lambda: obj(api, STATEFULSETS, "wc-acker"))
+    assert "nodeSelector" not in ackers["spec"]["template"]["spec"]
+
+    await patch_spec(api, "wc", {"podTemplate": {"workers": {"spec": {"containers": [
+        {"name": "worker", "command": ["sh"]}]}}}})
+    await eventually("phase Failed", lambda: status(api, "wc").get("phase") == "Failed")
+    assert "podTemplate.workers.spec.containers[0].command: the operator sets the command" in \
+        condition(api, "wc", "Ready")["message"]
+    assert obj(api, STATEFULSETS, "wc-worker")["spec"]["template"]["spec"]["containers"][0]["command"] == \
+        ["squall", "worker"]  # the running pods are left as they were
