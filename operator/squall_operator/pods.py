@@ -16,12 +16,12 @@ import logging
 from typing import Any
 
 from squall.errors import TopologyError
+from squall.process.contract import ACKER, SPEC_DIR, WORKER
 from squall.topology.spec import PodTemplate, TopologySpec
 
 WORKERS, ACKERS, SPARK_EXECUTORS = "workers", "ackers", "sparkExecutors"
 # the main container of each role's pods, the one the template's same-named container merges into
-MAIN_CONTAINER = {WORKERS: "worker", ACKERS: "acker", SPARK_EXECUTORS: "spark-kubernetes-executor"}
-SPEC_MOUNT = "/etc/squall"
+MAIN_CONTAINER = {WORKERS: WORKER, ACKERS: ACKER, SPARK_EXECUTORS: "spark-kubernetes-executor"}
 OWNED_VOLUMES = ("spec", "tmp")
 ENV_PREFIX = "SQUALL_"
 # Kubernetes' patchMergeKey of the PodSpec lists that merge item by item (the others replace)
@@ -124,9 +124,9 @@ def _owned(pod: dict[str, Any], role: str, path: str) -> list[str]:
             problems += [f"{where}.{key}: {why}; remove it"
                          for key, why in _OWNED_CONTAINER_FIELDS.items() if key in container]
             for j, mount in enumerate(container.get("volumeMounts") or ()):
-                if isinstance(mount, dict) and (mount.get("mountPath") == SPEC_MOUNT
+                if isinstance(mount, dict) and (mount.get("mountPath") == SPEC_DIR
                                                 or mount.get("name") in OWNED_VOLUMES):
-                    problems.append(f"{where}.volumeMounts[{j}]: the spec mount ({SPEC_MOUNT}) and /tmp are the "
+                    problems.append(f"{where}.volumeMounts[{j}]: the spec mount ({SPEC_DIR}) and /tmp are the "
                                     "operator's; mount yours elsewhere")
             for j, var in enumerate(container.get("env") or ()):
                 if isinstance(var, dict) and str(var.get("name", "")).startswith(ENV_PREFIX):
