@@ -96,14 +96,19 @@ needs it (operator/squall_operator/); tests/chart/test_chart_rbac.py checks them
 - apiGroups: [apps]
   resources: [statefulsets]
   verbs: [get, list, watch, create, patch, delete]
-# apply.apply of render.config_map and service_account, which every Topology has (never pruned)
+# apply.apply of render.config_map and service_account, which every Topology has (never pruned);
+# kopf watches ConfigMaps to put back one deleted or edited by hand (on.event "configmaps")
 - apiGroups: [""]
-  resources: [configmaps, serviceaccounts]
+  resources: [configmaps]
+  verbs: [get, list, watch, create, patch]
+- apiGroups: [""]
+  resources: [serviceaccounts]
   verbs: [get, create, patch]
-# apply.apply of render.service; the ackers' Service is pruned when ackers becomes 0
+# apply.apply of render.service; the ackers' Service is pruned when ackers becomes 0; kopf watches
+# Services as it does ConfigMaps
 - apiGroups: [""]
   resources: [services]
-  verbs: [get, create, patch, delete]
+  verbs: [get, list, watch, create, patch, delete]
 # apply.apply of render.spark_role and spark_role_binding
 - apiGroups: [rbac.authorization.k8s.io]
   resources: [roles, rolebindings]
