@@ -256,9 +256,22 @@ def environment(spec: TopologySpec, role: str, *, namespace: str, image: str) ->
     return env
 
 
-def _probe(period: int, failures: int) -> dict[str, Any]:
-    return {"httpGet": {"path": "/healthz", "port": "metrics"}, "periodSeconds": period, "timeoutSeconds": 2,
+STARTUP_PERIOD = 5  # seconds between two startupProbe checks
+
+
+def _probe(path: str, *, period: int, failures: int) -> dict[str, Any]:
+    return {"httpGet": {"path": path, "port": "metrics"}, "periodSeconds": period, "timeoutSeconds": 2,
             "failureThreshold": failures}
+
+
+def probes(spec: TopologySpec) -> dict[str, Any]:
+    """Startup: ``/healthz`` answers within ``startupTimeoutSeconds`` (liveness waits for it, so a slow
+    ``prepare()`` is not killed in a loop). Liveness: ``/healthz``, the process's loop is alive.
+    Readiness: ``/readyz``, connected to every peer and active."""
+    return {"startupProbe": _probe("/healthz", period=STARTUP_PERIOD,
+                                   failures=-(-spec.startup_timeout_seconds // STARTUP_PERIOD)),
+            "livenessProbe": _probe("/healthz", period=10, failures=3),
+            "readinessProbe": _probe("/readyz", period=5, failures=2)}
 
 
 def stateful_set(spec: TopologySpec, role: str, *, namespace: str, image: str) -> Manifest:
@@ -272,8 +285,7 @@ def stateful_set(spec: TopologySpec, role: str, *, namespace: str, image: str) -
         "command": ["squall", role],
         "env": environment(spec, role, namespace=namespace, image=image),
         "ports": [{"name": n, "containerPort": p, "protocol": "TCP"} for n, p in _ports(spec, role)],
-        "livenessProbe": _probe(10, 3),
-        "readinessProbe": _probe(5, 2),
+        **probes(spec),
         "resources": pods.resources(spec, ROLES[role], DEFAULT_RESOURCES),
         # a process that dies before it logs its error (an import failure) still says why: the log tail
         "terminationMessagePolicy": "FallbackToLogsOnError",

@@ -122,8 +122,10 @@ def test_statefulsets():
         assert c["command"] == ["squall", role] and c["image"] == "squall:test"
         ports = {p["name"]: p["containerPort"] for p in c["ports"]}
         assert ports == {"grpc": 7070, "metrics": 9090}
-        for probe in ("livenessProbe", "readinessProbe"):
-            assert c[probe]["httpGet"]["path"] == "/healthz" and ports[c[probe]["httpGet"]["port"]] == 9090
+        for probe, path in (("startupProbe", "/healthz"), ("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")):
+            assert c[probe]["httpGet"]["path"] == path and ports[c[probe]["httpGet"]["port"]] == 9090
+        # the default budget: 300 s of startup before liveness counts
+        assert c["startupProbe"]["periodSeconds"] * c["startupProbe"]["failureThreshold"] == 300
         assert c["resources"] == {"requests": {"cpu": "100m", "memory": "256Mi"}}
         assert c["securityContext"]["allowPrivilegeEscalation"] is False
         assert c["securityContext"]["capabilities"] == {"drop": ["ALL"]}
@@ -276,3 +278,13 @@ def test_image_comes_from_the_spec_or_the_operator():
     assert resolve_image(spec(BASE), "default:1") == "default:1"
     with pytest.raises(TopologyError, match="has no image: set spec.image"):
         resolve_image(spec(BASE), None)
+
+
+@pytest.mark.parametrize("budget, failures", [(120, 24), (121, 25), (10, 2)])
+def test_the_startup_budget_is_the_startup_probes(budget, failures):
+    sts = by_kind(render(spec({**BASE, "startupTimeoutSeconds": budget}), namespace=NS, image="x"))[
+        "StatefulSet", "wc-worker"]
+    probe = container(sts)["startupProbe"]
+    assert (probe["periodSeconds"], probe["failureThreshold"]) == (5, failures)  # never less than the budget
+    with pytest.raises(TopologyError, match="startupTimeoutSeconds: Input should be greater than or equal to 10"):
+        spec({**BASE, "startupTimeoutSeconds": 5})

@@ -208,6 +208,9 @@ class TopologySpec(_Model):
     resources: Resources | None = Field(default=None, description="every role's container resources")
     pod_template: PodTemplates | None = Field(default=None, description="per-role pod customisation")
     suspended: bool = Field(default=False, description="true: spouts deactivated, pods kept")
+    startup_timeout_seconds: int = Field(default=300, ge=10, le=86400, description=(
+        "how long a pod may take to start (imports, prepare() loading a model) before Kubernetes restarts it: "
+        "the startupProbe's budget; liveness is checked only after it"))
     spark: Spark | None = Field(default=None, description="Spark on Kubernetes for SparkBolts")
 
     # Classes handed to TopologyBuilder directly, so a topology built in Python (even from
