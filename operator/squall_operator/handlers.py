@@ -159,10 +159,12 @@ class Operator:
                 self._write(topology, previous, status.failed(previous, str(exc), generation=generation,
                                                               at=status.now()))
                 return
-            manifests = render(spec, namespace=namespace, image=image, podmonitor=self._podmonitor())
+            manifests = render(spec, namespace=namespace, image=image, podmonitor=self._podmonitor(),
+                               pdb_api=self.features.pdb_api)
             kopf.adopt(manifests, owner=topology)
             try:
-                applied = apply(self.kube, manifests, prune=[Ref(v, k, namespace, n) for v, k, n in child_refs(name)],
+                prune = [Ref(v, k, namespace, n) for v, k, n in child_refs(name, pdb_api=self.features.pdb_api)]
+                applied = apply(self.kube, manifests, prune=prune,
                                 owned=lambda live: _owned(live, topology))
             except ApplyError as exc:
                 self._write(topology, previous, {**previous, "errors": status.with_error(

@@ -34,7 +34,9 @@ DEFAULT_RESOURCES = {"requests": {"cpu": "100m", "memory": "256Mi"}}
 # Kubernetes' own client and service address, as seen from any pod
 K8S_MASTER = "k8s://https://kubernetes.default.svc:443"
 MANAGED_BY = "squall-operator"
+PDB_API = "policy/v1"  # Kubernetes 1.21+; the operator uses policy/v1beta1 where that is all it finds
 WORKER, ACKER = "worker", "acker"
+NODE = "kubernetes.io/hostname"
 ROLES = {WORKER: pods.WORKERS, ACKER: pods.ACKERS}  # a StatefulSet's role -> its spec.podTemplate key
 
 
@@ -98,11 +100,13 @@ def resolve_image(spec: TopologySpec, default: str | None) -> str:
     return image
 
 
-def render(spec: TopologySpec, *, namespace: str, image: str, podmonitor: bool = False) -> list[Manifest]:
+def render(spec: TopologySpec, *, namespace: str, image: str, podmonitor: bool = False,
+           pdb_api: str | None = PDB_API) -> list[Manifest]:
     """Every object of the topology, in the order they are applied.
 
     ``spec`` must be valid (:func:`squall_operator.resource.check_spec`); ``image`` comes from
-    :func:`resolve_image`; ``podmonitor`` adds a prometheus-operator PodMonitor.
+    :func:`resolve_image`; ``podmonitor`` adds a prometheus-operator PodMonitor; ``pdb_api`` is the
+    PodDisruptionBudget apiVersion the cluster serves (None: no budgets).
     """
     out = [config_map(spec, namespace=namespace), service_account(spec, namespace=namespace)]
     if spec.spark is not None:
@@ -112,20 +116,24 @@ def render(spec: TopologySpec, *, namespace: str, image: str, podmonitor: bool =
     if spec.num_ackers:
         out += [service(spec, ACKER, namespace=namespace),
                 stateful_set(spec, ACKER, namespace=namespace, image=image)]
+    if spec.disruption_budget is not None and pdb_api is not None:
+        out += [disruption_budget(spec, role, namespace=namespace, api_version=pdb_api)
+                for role in (WORKER, ACKER) if role == WORKER or spec.num_ackers]
     if podmonitor:
         out.append(pod_monitor(spec, namespace=namespace))
     return out
 
 
-def child_refs(topology: str) -> list[tuple[str, str, str]]:
+def child_refs(topology: str, *, pdb_api: str | None = PDB_API) -> list[tuple[str, str, str]]:
     """(apiVersion, kind, name) of everything :func:`render` can produce for a topology, rendered now or
     not: what is not rendered any more (ackers: 0, spark removed, PodMonitor off) gets deleted."""
     names = Names(topology)
+    budgets = [(pdb_api, "PodDisruptionBudget", name) for name in (names.worker, names.acker)] if pdb_api else []
     return [("v1", "ConfigMap", names.config_map), ("v1", "ServiceAccount", names.service_account),
             ("rbac.authorization.k8s.io/v1", "Role", names.spark_role),
             ("rbac.authorization.k8s.io/v1", "RoleBinding", names.spark_role),
             ("v1", "Service", names.worker), ("apps/v1", "StatefulSet", names.worker),
-            ("v1", "Service", names.acker), ("apps/v1", "StatefulSet", names.acker),
+            ("v1", "Service", names.acker), ("apps/v1", "StatefulSet", names.acker), *budgets,
             ("monitoring.coreos.com/v1", "PodMonitor", names.pod_monitor)]
 
 
@@ -317,6 +325,7 @@ def stateful_set(spec: TopologySpec, role: str, *, namespace: str, image: str) -
                     "securityContext": {"runAsNonRoot": True, "runAsUser": RUN_AS, "runAsGroup": RUN_AS,
                                         "fsGroup": RUN_AS, "seccompProfile": {"type": "RuntimeDefault"}},
                     "containers": [container],
+                    **spreading(spec.name, role),
                     # mounted as a directory (never subPath), so ConfigMap updates reach running pods
                     "volumes": [{"name": "spec", "configMap": {"name": names.config_map, "items": [
                         {"key": key, "path": key} for key in sorted(config_map(spec, namespace=namespace)["data"])]}},
@@ -324,6 +333,27 @@ def stateful_set(spec: TopologySpec, role: str, *, namespace: str, image: str) -
                 },
             }, pods.templates(spec).get(ROLES[role])),
         },
+    }
+
+
+def disruption_budget(spec: TopologySpec, role: str, *, namespace: str, api_version: str) -> Manifest:
+    """How many of a role's pods a voluntary disruption (a node drain) may take at once."""
+    assert spec.disruption_budget is not None
+    return {"apiVersion": api_version, "kind": "PodDisruptionBudget",
+            "metadata": _meta(getattr(Names(spec.name), role), namespace, spec.name, role),
+            "spec": {"maxUnavailable": spec.disruption_budget.max_unavailable,
+                     "selector": {"matchLabels": selector(spec.name, role)}}}
+
+
+def spreading(topology: str, role: str) -> dict[str, Any]:
+    """Soft anti-affinity and a soft spread across nodes: one node's loss takes as few of a role's pods
+    as the cluster allows, and a small cluster still schedules them all."""
+    match = {"matchLabels": selector(topology, role)}
+    return {
+        "affinity": {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+            {"weight": 100, "podAffinityTerm": {"labelSelector": match, "topologyKey": NODE}}]}},
+        "topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": NODE, "whenUnsatisfiable": "ScheduleAnyway",
+                                       "labelSelector": match}],
     }
 
 

@@ -4,9 +4,11 @@ status. kopf runs Squall's handlers against kmock (no garbage collector or kubel
 
 from __future__ import annotations
 
+import logging
 import time
 
 import aiohttp.web
+import kmock
 import pytest
 from operator_kit import (
     CONFIGMAPS,
@@ -18,6 +20,7 @@ from operator_kit import (
     condition,
     create_topology,
     eventually,
+    logged,
     obj,
     patch,
     put_pod,
@@ -97,3 +100,28 @@ async def test_the_resync_repairs_unwatched_drift_and_reads_component_errors(api
         assert "finalizers" not in obj(api, TOPOLOGIES, "wc")["metadata"]
     finally:
         await runner.cleanup()
+
+
+@pytest.mark.parametrize("served, expected", [(("v1", "v1beta1"), "policy/v1"), (("v1beta1",), "policy/v1beta1"),
+                                              ((), None)])
+async def test_disruption_budgets_use_the_policy_version_the_cluster_serves(api, start_operator, caplog, served,
+                                                                            expected):
+    caplog.set_level(logging.INFO)
+    for version in served:
+        api.resources[f"policy/{version}/poddisruptionbudgets"] = kmock.ResourceInfo(
+            kind="PodDisruptionBudget", singular="poddisruptionbudget", namespaced=True,
+            verbs={"get", "list", "watch", "create", "patch", "delete"})
+    await start_operator()
+    await create_topology(api, "wc", SPEC)
+    await eventually("the acker StatefulSet", lambda: obj(api, STATEFULSETS, "wc-acker"))
+    assert logged(caplog.records, f"PodDisruptionBudgets {expected or 'not served'}")
+    if expected:
+        budget = await eventually("the ackers' budget", lambda: obj(api, f"{expected}/poddisruptionbudgets",
+                                                                    "wc-acker"))
+        assert budget["spec"]["maxUnavailable"] == 1
+        assert obj(api, f"{expected}/poddisruptionbudgets", "wc-worker") is not None
+    else:
+        await eventually("the status", lambda: status(api, "wc").get("phase") == "Pending")
+    for version in ("v1", "v1beta1"):
+        if f"policy/{version}" != expected:
+            assert obj(api, f"policy/{version}/poddisruptionbudgets", "wc-worker") is None

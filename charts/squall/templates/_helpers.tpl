@@ -113,6 +113,10 @@ needs it (operator/squall_operator/); tests/chart/test_chart_rbac.py checks them
 - apiGroups: [rbac.authorization.k8s.io]
   resources: [roles, rolebindings]
   verbs: [get, create, patch, delete]
+# apply.apply of render.disruption_budget (policy/v1, or v1beta1 before Kubernetes 1.21)
+- apiGroups: [policy]
+  resources: [poddisruptionbudgets]
+  verbs: [get, create, patch, delete]
 # apply.apply of render.pod_monitor
 - apiGroups: [monitoring.coreos.com]
   resources: [podmonitors]
