@@ -1,14 +1,20 @@
-{{/* The chart's name (app.kubernetes.io/name of the operator's own objects). */}}
+{{/* The chart's name (app.kubernetes.io/name of the operator's own objects); nameOverride replaces it. */}}
 {{- define "squall.name" -}}
-{{- .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
 
-{{/* The release's full name: the release name, with the chart's name appended unless it holds it. */}}
+{{/* The objects' full name: fullnameOverride, or the release name with the chart's name appended
+unless it holds it. */}}
 {{- define "squall.fullname" -}}
-{{- if contains .Chart.Name .Release.Name -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := include "squall.name" . -}}
+{{- if contains $name .Release.Name -}}
 {{- .Release.Name | trunc 63 | trimSuffix "-" -}}
 {{- else -}}
-{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
 {{- end -}}
 {{- end -}}
 
@@ -34,8 +40,14 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- end -}}
 {{- end -}}
 
+{{/* The worker image: Topologies without spec.image run it (unless topologyImage). */}}
 {{- define "squall.image" -}}
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- end -}}
+
+{{/* The slim operator image (the Dockerfile's operator target). */}}
+{{- define "squall.operatorImage" -}}
+{{- printf "%s:%s" .Values.operatorImage.repository (default (default .Chart.AppVersion .Values.image.tag) .Values.operatorImage.tag) -}}
 {{- end -}}
 
 {{/* SQUALL_OPERATOR_PODMONITOR: the chart's own monitor replaces the operator's per-Topology ones. */}}
