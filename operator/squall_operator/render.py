@@ -340,15 +340,16 @@ def disruption_budget(spec: TopologySpec, role: str, *, namespace: str, api_vers
     """How many of a role's pods a voluntary disruption (a node drain) may take at once."""
     assert spec.disruption_budget is not None
     return {"apiVersion": api_version, "kind": "PodDisruptionBudget",
-            "metadata": _meta(getattr(Names(spec.name), role), namespace, spec.name, role),
+            "metadata": _meta(getattr(Names(spec.name), role), namespace=namespace, topology=spec.name,
+                              component=role),
             "spec": {"maxUnavailable": spec.disruption_budget.max_unavailable,
-                     "selector": {"matchLabels": selector(spec.name, role)}}}
+                     "selector": {"matchLabels": selector(spec.name, component=role)}}}
 
 
 def spreading(topology: str, role: str) -> dict[str, Any]:
     """Soft anti-affinity and a soft spread across nodes: one node's loss takes as few of a role's pods
     as the cluster allows, and a small cluster still schedules them all."""
-    match = {"matchLabels": selector(topology, role)}
+    match = {"matchLabels": selector(topology, component=role)}
     return {
         "affinity": {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
             {"weight": 100, "podAffinityTerm": {"labelSelector": match, "topologyKey": NODE}}]}},
