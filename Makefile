@@ -27,15 +27,19 @@ bench: install
 e2e: install
 	bash e2e/run.sh
 
-# The image of the operator, workers and ackers, tagged as the chart expects (squall:<version>)
-IMAGE ?= squall:$(shell sed -n 's/^version = "\(.*\)"$$/\1/p' pyproject.toml)
+# The images, tagged as the chart expects: workers and ackers (squall:<version>), and the slim
+# operator (squall-operator:<version>), from the same Dockerfile
+VERSION := $(shell sed -n 's/^version = "\(.*\)"$$/\1/p' pyproject.toml)
+IMAGE ?= squall:$(VERSION)
+OPERATOR_IMAGE ?= squall-operator:$(VERSION)
 image:
 	docker build --tag $(IMAGE) .
+	docker build --target operator --tag $(OPERATOR_IMAGE) .
 
 # Regenerate checked-in generated files after changing the spec model or the .proto
 crd: install
 	$(BIN)/python -m squall_operator.crd
-	cp crds/topology.yaml charts/squall/crds/topology.yaml
+	cp crds/topology.yaml charts/squall/crds/topology.yaml  # not topology-cel.yaml: Kubernetes < 1.25 refuses it
 
 proto: install
 	$(BIN)/python -m squall.proto.generate

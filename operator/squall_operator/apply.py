@@ -42,7 +42,7 @@ _TYPED: dict[tuple[str, str], tuple[type, str]] = {
 }
 # keys whose values are quantities, which the API server writes back in canonical form
 _QUANTITY_KEYS = {"cpu", "memory", "ephemeral-storage", "storage", "sizeLimit"}
-_PLURALS = {"PodMonitor": "podmonitors", resource.KIND: resource.PLURAL}
+_PLURALS = {"PodMonitor": "podmonitors", "PodDisruptionBudget": "poddisruptionbudgets", resource.KIND: resource.PLURAL}
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ class Features:
     """The Kubernetes version and what it offers the operator."""
 
     version: tuple[int, int]
-    pdb_api: str | None = "policy/v1"  # the PodDisruptionBudget apiVersion served; None: none
+    pdb_api: str | None = "policy/v1beta1"  # the PodDisruptionBudget apiVersion served; None: none
 
     @property
     def strict_apply(self) -> bool:

@@ -59,6 +59,12 @@ def _add_cel_rules(spec: dict[str, Any]) -> None:
     """The rules of :func:`squall.topology.validate` that tie fields together and need no user code,
     as CEL, with the messages ``squall validate`` prints (less the names, which CEL cannot format)."""
     props = spec["properties"]
+    grouping = props["bolts"]["items"]["properties"]["inputs"]["items"]["properties"]["grouping"]
+    # An explicit null stays a null value in CEL, where has() is true; the model reads null as absent.
+    # The API server drops nulls of fields that are not nullable before it validates, so these are not.
+    for field in (*(props[kind]["items"]["properties"]["tasks"] for kind in ("spouts", "bolts")),
+                  grouping["properties"]["fields"], grouping["properties"]["customClass"]):
+        field.pop("nullable", None)
     for kind in ("spouts", "bolts"):
         props[kind]["maxItems"] = CEL_MAX_COMPONENTS
         props[kind]["items"]["x-kubernetes-validations"] = [{
@@ -66,7 +72,7 @@ def _add_cel_rules(spec: dict[str, Any]) -> None:
             "message": "tasks is less than parallelism; set tasks >= parallelism or leave it out"}]
     inputs = props["bolts"]["items"]["properties"]["inputs"]
     inputs["maxItems"] = CEL_MAX_INPUTS
-    inputs["items"]["properties"]["grouping"]["x-kubernetes-validations"] = [
+    grouping["x-kubernetes-validations"] = [
         {"rule": "self.type != 'fields' || (has(self.fields) && size(self.fields) > 0)",
          "message": "a fields grouping needs 'fields': the non-empty list of key fields"},
         {"rule": "self.type == 'fields' || !has(self.fields)",

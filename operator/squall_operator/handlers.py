@@ -1,4 +1,6 @@
-"""The kopf handlers: reconcile a Topology on create, update and resume; follow its StatefulSets for status.
+"""The kopf handlers: reconcile a Topology on create, update and resume, every ``resync_seconds``
+(drift repair), and when one of its StatefulSets, Services or ConfigMaps is deleted or changed by
+someone; follow its StatefulSets and pods for the status.
 
 There is no delete handler, hence no finalizer: a deleted Topology goes at once (even while the
 operator is down), and Kubernetes' garbage collector deletes its children through their
@@ -11,6 +13,7 @@ read-compute-write atomic, so the last write always reflects the latest Stateful
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import threading
@@ -31,6 +34,7 @@ from squall_operator.cluster import Features, install_cel
 from squall_operator.render import MANAGED_BY, Names, child_refs, render, resolve_image
 from squall_operator.settings import Settings
 
+log = logging.getLogger(__name__)
 RETRY_DELAY = 10.0  # seconds before kopf retries a reconcile the API server refused
 ERRORS_TIMEOUT = 2.0  # seconds to wait for a pod's GET /errors
 
@@ -61,6 +65,23 @@ class Operator:
         self.features = features or Features(version=(1, 20))  # until discover() has run
         self._locks: defaultdict[tuple[str, str], threading.Lock] = defaultdict(threading.Lock)
         self._locks_guard = threading.Lock()
+        self.known: set[tuple[str, str]] = set()  # (namespace, name) of the Topologies seen, for resync()
+
+    async def resync(self) -> None:
+        """Reconcile every known Topology each ``settings.resync_seconds``, for ever: drift repair whatever
+        happened meanwhile, and the components' own errors for the status.
+
+        Not a kopf timer: kopf puts a finalizer on every resource with a timer, and a Topology must
+        go at once when deleted, even while the operator is down."""
+        while True:
+            await asyncio.sleep(self.settings.resync_seconds)
+            for namespace, name in sorted(self.known):
+                try:
+                    await asyncio.to_thread(self.reconcile, namespace, name, log, read_errors=True)
+                except kopf.TemporaryError:
+                    pass  # refused by the API server: reported in the status and an Event, retried next time
+                except Exception:  # one Topology's trouble must not stop the others' repair
+                    log.exception("resync of Topology %s/%s failed", namespace, name)
 
     def discover(self, logger: logging.Logger | logging.LoggerAdapter) -> None:
         """Find what the cluster supports, write accordingly, and add the CEL rules to the CRD where
@@ -125,7 +146,9 @@ class Operator:
         with self._lock(namespace, name):
             topology = self.kube.get(Ref(resource.API_VERSION, resource.KIND, namespace, name))
             if topology is None:
+                self.known.discard((namespace, name))
                 return  # deleted meanwhile
+            self.known.add((namespace, name))
             previous = topology.get("status") or {}
             generation = topology["metadata"].get("generation")
             try:
@@ -136,10 +159,12 @@ class Operator:
                 self._write(topology, previous, status.failed(previous, str(exc), generation=generation,
                                                               at=status.now()))
                 return
-            manifests = render(spec, namespace=namespace, image=image, podmonitor=self._podmonitor())
+            manifests = render(spec, namespace=namespace, image=image, podmonitor=self._podmonitor(),
+                               pdb_api=self.features.pdb_api)
             kopf.adopt(manifests, owner=topology)
             try:
-                applied = apply(self.kube, manifests, prune=[Ref(v, k, namespace, n) for v, k, n in child_refs(name)],
+                prune = [Ref(v, k, namespace, n) for v, k, n in child_refs(name, pdb_api=self.features.pdb_api)]
+                applied = apply(self.kube, manifests, prune=prune,
                                 owned=lambda live: _owned(live, topology))
             except ApplyError as exc:
                 self._write(topology, previous, {**previous, "errors": status.with_error(
@@ -202,6 +227,12 @@ def _owned(live: Manifest, topology: Mapping[str, Any]) -> bool:
             and labels.get("app.kubernetes.io/instance") == topology["metadata"]["name"])
 
 
+def _spec_written(body: Mapping[str, Any]) -> bool:
+    """Whether a StatefulSet's spec changed since its controller last looked (its generation moved)."""
+    observed = (body.get("status") or {}).get("observedGeneration")
+    return observed is not None and observed != body.get("metadata", {}).get("generation")
+
+
 def _topology_of(body: Mapping[str, Any]) -> str | None:
     for ref in body.get("metadata", {}).get("ownerReferences") or ():
         if ref.get("kind") == resource.KIND and ref.get("apiVersion") == resource.API_VERSION:
@@ -226,15 +257,31 @@ def register(registry: kopf.OperatorRegistry, *, settings: Settings, api: client
     def reconcile(namespace: str, name: str, logger: logging.Logger, **_: Any) -> None:
         operator.reconcile(namespace, name, logger)
 
-    @kopf.on.event("apps", "v1", "statefulsets", labels={"app.kubernetes.io/managed-by": MANAGED_BY},
-                   registry=registry, id="status")
-    def statefulset_changed(body: kopf.Body, namespace: str, **_: Any) -> None:
+    managed = {"app.kubernetes.io/managed-by": MANAGED_BY}
+
+    @kopf.on.event("apps", "v1", "statefulsets", labels=managed, registry=registry, id="status")
+    def statefulset_changed(event: kopf.RawEvent, body: kopf.Body, namespace: str, logger: logging.Logger,
+                            **_: Any) -> None:
         name = _topology_of(body)
-        if name is not None:
+        if name is None:
+            return
+        # deleted, or its spec written by someone (the controller has not caught up): put it back;
+        # otherwise only its status moved
+        if event.get("type") == "DELETED" or _spec_written(body):
+            operator.reconcile(namespace, name, logger)
+        else:
             operator.refresh(namespace, name)
 
-    @kopf.on.event("", "v1", "pods", labels={"app.kubernetes.io/managed-by": MANAGED_BY},
-                   registry=registry, id="pods")
+    @kopf.on.event("", "v1", "configmaps", labels=managed, registry=registry, id="configmaps")
+    @kopf.on.event("", "v1", "services", labels=managed, registry=registry, id="services")
+    def child_changed(event: kopf.RawEvent, body: kopf.Body, namespace: str, logger: logging.Logger,
+                      **_: Any) -> None:
+        name = _topology_of(body)
+        # the initial listing (type None) is the resume handler's, creations are the operator's own
+        if name is not None and event.get("type") in ("MODIFIED", "DELETED"):
+            operator.reconcile(namespace, name, logger)
+
+    @kopf.on.event("", "v1", "pods", labels=managed, registry=registry, id="pods")
     def pod_changed(body: kopf.Body, namespace: str, **_: Any) -> None:
         # worker and acker pods belong to their StatefulSet; the instance label names the Topology
         name = body.get("metadata", {}).get("labels", {}).get("app.kubernetes.io/instance")
@@ -248,7 +295,11 @@ async def operate(*, settings: Settings, api: client.ApiClient, registry: kopf.O
                   stop_flag: Any = None, ready_flag: Any = None) -> None:
     """Run the operator until ``stop_flag`` (or a signal): one replica, no peering, the namespaces of
     ``settings`` (all when none), kopf's liveness endpoint at ``settings.liveness``."""
-    register(registry, settings=settings, api=api)
-    await kopf.operator(registry=registry, settings=kopf_settings(settings), standalone=True,
-                        clusterwide=settings.clusterwide, namespaces=list(settings.namespaces),
-                        liveness_endpoint=settings.liveness, stop_flag=stop_flag, ready_flag=ready_flag)
+    operator = register(registry, settings=settings, api=api)
+    resync = asyncio.create_task(operator.resync(), name="resync")
+    try:
+        await kopf.operator(registry=registry, settings=kopf_settings(settings), standalone=True,
+                            clusterwide=settings.clusterwide, namespaces=list(settings.namespaces),
+                            liveness_endpoint=settings.liveness, stop_flag=stop_flag, ready_flag=ready_flag)
+    finally:
+        resync.cancel()

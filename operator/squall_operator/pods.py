@@ -190,5 +190,16 @@ def customise(pod: dict[str, Any], template: PodTemplate | None) -> dict[str, An
             if extra:
                 meta[part] = {**extra, **meta.get(part, {})}  # the operator's own keys win
     if template.spec:
-        pod["spec"] = merge(pod["spec"], template.spec)
+        pod["spec"] = _without_empty_maps(merge(pod["spec"], template.spec))
     return pod
+
+
+def _without_empty_maps(value: Any, key: str = "") -> Any:
+    """``value`` less the maps a ``null`` in a template emptied (the API server drops them; the operator
+    compares what it renders with what it reads back); ``emptyDir: {}`` means something and stays."""
+    if isinstance(value, dict):
+        return {k: v for k, v in ((k, _without_empty_maps(v, k)) for k, v in value.items())
+                if v != {} or k == "emptyDir"}
+    if isinstance(value, list):
+        return [_without_empty_maps(v, key) for v in value]
+    return value

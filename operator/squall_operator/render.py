@@ -31,6 +31,8 @@ DEFAULT_RESOURCES = {"requests": {"cpu": "100m", "memory": "256Mi"}}
 # Kubernetes' own client and service address, as seen from any pod
 K8S_MASTER = "k8s://https://kubernetes.default.svc:443"
 MANAGED_BY = "squall-operator"
+PDB_API = "policy/v1"  # Kubernetes 1.21+; the operator uses policy/v1beta1 where that is all it finds
+NODE = "kubernetes.io/hostname"
 ROLES = {WORKER: pods.WORKERS, ACKER: pods.ACKERS}  # a StatefulSet's role -> its spec.podTemplate key
 
 
@@ -86,11 +88,13 @@ def resolve_image(spec: TopologySpec, default: str | None) -> str:
     return image
 
 
-def render(spec: TopologySpec, *, namespace: str, image: str, podmonitor: bool = False) -> list[Manifest]:
+def render(spec: TopologySpec, *, namespace: str, image: str, podmonitor: bool = False,
+           pdb_api: str | None = PDB_API) -> list[Manifest]:
     """Every object of the topology, in the order they are applied.
 
     ``spec`` must be valid (:func:`squall_operator.resource.check_spec`); ``image`` comes from
-    :func:`resolve_image`; ``podmonitor`` adds a prometheus-operator PodMonitor.
+    :func:`resolve_image`; ``podmonitor`` adds a prometheus-operator PodMonitor; ``pdb_api`` is the
+    PodDisruptionBudget apiVersion the cluster serves (None: no budgets).
     """
     out = [config_map(spec, namespace=namespace), service_account(spec, namespace=namespace)]
     if spec.spark is not None:
@@ -100,20 +104,24 @@ def render(spec: TopologySpec, *, namespace: str, image: str, podmonitor: bool =
     if spec.num_ackers:
         out += [service(spec, ACKER, namespace=namespace),
                 stateful_set(spec, ACKER, namespace=namespace, image=image)]
+    if spec.disruption_budget is not None and pdb_api is not None:
+        out += [disruption_budget(spec, role, namespace=namespace, api_version=pdb_api)
+                for role in (WORKER, ACKER) if role == WORKER or spec.num_ackers]
     if podmonitor:
         out.append(pod_monitor(spec, namespace=namespace))
     return out
 
 
-def child_refs(topology: str) -> list[tuple[str, str, str]]:
+def child_refs(topology: str, *, pdb_api: str | None = PDB_API) -> list[tuple[str, str, str]]:
     """(apiVersion, kind, name) of everything :func:`render` can produce for a topology, rendered now or
     not: what is not rendered any more (ackers: 0, spark removed, PodMonitor off) gets deleted."""
     names = Names(topology)
+    budgets = [(pdb_api, "PodDisruptionBudget", name) for name in (names.worker, names.acker)] if pdb_api else []
     return [("v1", "ConfigMap", names.config_map), ("v1", "ServiceAccount", names.service_account),
             ("rbac.authorization.k8s.io/v1", "Role", names.spark_role),
             ("rbac.authorization.k8s.io/v1", "RoleBinding", names.spark_role),
             ("v1", "Service", names.worker), ("apps/v1", "StatefulSet", names.worker),
-            ("v1", "Service", names.acker), ("apps/v1", "StatefulSet", names.acker),
+            ("v1", "Service", names.acker), ("apps/v1", "StatefulSet", names.acker), *budgets,
             ("monitoring.coreos.com/v1", "PodMonitor", names.pod_monitor)]
 
 
@@ -242,9 +250,22 @@ def environment(spec: TopologySpec, role: str, *, namespace: str, image: str) ->
     return env
 
 
-def _probe(period: int, failures: int) -> dict[str, Any]:
-    return {"httpGet": {"path": "/healthz", "port": "metrics"}, "periodSeconds": period, "timeoutSeconds": 2,
+STARTUP_PERIOD = 5  # seconds between two startupProbe checks
+
+
+def _probe(path: str, *, period: int, failures: int) -> dict[str, Any]:
+    return {"httpGet": {"path": path, "port": "metrics"}, "periodSeconds": period, "timeoutSeconds": 2,
             "failureThreshold": failures}
+
+
+def probes(spec: TopologySpec) -> dict[str, Any]:
+    """Startup: ``/healthz`` answers within ``startupTimeoutSeconds`` (liveness waits for it, so a slow
+    ``prepare()`` is not killed in a loop). Liveness: ``/healthz``, the process's loop is alive.
+    Readiness: ``/readyz``, connected to every peer and active."""
+    return {"startupProbe": _probe("/healthz", period=STARTUP_PERIOD,
+                                   failures=-(-spec.startup_timeout_seconds // STARTUP_PERIOD)),
+            "livenessProbe": _probe("/healthz", period=10, failures=3),
+            "readinessProbe": _probe("/readyz", period=5, failures=2)}
 
 
 def stateful_set(spec: TopologySpec, role: str, *, namespace: str, image: str) -> Manifest:
@@ -258,8 +279,7 @@ def stateful_set(spec: TopologySpec, role: str, *, namespace: str, image: str) -
         "command": ["squall", role],
         "env": environment(spec, role, namespace=namespace, image=image),
         "ports": [{"name": n, "containerPort": p, "protocol": "TCP"} for n, p in _ports(spec, role)],
-        "livenessProbe": _probe(10, 3),
-        "readinessProbe": _probe(5, 2),
+        **probes(spec),
         "resources": pods.resources(spec, ROLES[role], DEFAULT_RESOURCES),
         # a process that dies before it logs its error (an import failure) still says why: the log tail
         "terminationMessagePolicy": "FallbackToLogsOnError",
@@ -292,6 +312,7 @@ def stateful_set(spec: TopologySpec, role: str, *, namespace: str, image: str) -
                     "securityContext": {"runAsNonRoot": True, "runAsUser": RUN_AS, "runAsGroup": RUN_AS,
                                         "fsGroup": RUN_AS, "seccompProfile": {"type": "RuntimeDefault"}},
                     "containers": [container],
+                    **spreading(spec.name, role),
                     # mounted as a directory (never subPath), so ConfigMap updates reach running pods
                     "volumes": [{"name": "spec", "configMap": {"name": names.config_map, "items": [
                         {"key": key, "path": key} for key in sorted(config_map(spec, namespace=namespace)["data"])]}},
@@ -299,6 +320,28 @@ def stateful_set(spec: TopologySpec, role: str, *, namespace: str, image: str) -
                 },
             }, pods.templates(spec).get(ROLES[role])),
         },
+    }
+
+
+def disruption_budget(spec: TopologySpec, role: str, *, namespace: str, api_version: str) -> Manifest:
+    """How many of a role's pods a voluntary disruption (a node drain) may take at once."""
+    assert spec.disruption_budget is not None
+    return {"apiVersion": api_version, "kind": "PodDisruptionBudget",
+            "metadata": _meta(getattr(Names(spec.name), role), namespace=namespace, topology=spec.name,
+                              component=role),
+            "spec": {"maxUnavailable": spec.disruption_budget.max_unavailable,
+                     "selector": {"matchLabels": selector(spec.name, component=role)}}}
+
+
+def spreading(topology: str, role: str) -> dict[str, Any]:
+    """Soft anti-affinity and a soft spread across nodes: one node's loss takes as few of a role's pods
+    as the cluster allows, and a small cluster still schedules them all."""
+    match = {"matchLabels": selector(topology, component=role)}
+    return {
+        "affinity": {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+            {"weight": 100, "podAffinityTerm": {"labelSelector": match, "topologyKey": NODE}}]}},
+        "topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": NODE, "whenUnsatisfiable": "ScheduleAnyway",
+                                       "labelSelector": match}],
     }
 
 

@@ -182,7 +182,10 @@ def test_monitors_select_exactly_the_pods_and_services_the_operator_renders():
     objects = operator_render.render(spec, namespace="streams", image="squall:test", podmonitor=False)
     pods = [o["spec"]["template"]["metadata"]["labels"] for o in objects if o["kind"] == "StatefulSet"]
     services = [o["metadata"]["labels"] for o in objects if o["kind"] == "Service"]
-    others = [o["metadata"]["labels"] for o in objects if o["kind"] not in ("StatefulSet", "Service")]
+    # a role's StatefulSet and PodDisruptionBudget carry its pods' labels, but monitors select only pods
+    # and Services
+    others = [o["metadata"]["labels"] for o in objects
+              if o["kind"] not in ("StatefulSet", "Service", "PodDisruptionBudget")]
     assert len(pods) == 2 and len(services) == 2, "a worker and an acker StatefulSet and Service"
     pod_monitor = render(VALUE_SETS["pod-monitor"]).one("PodMonitor")
     service_monitor = render(VALUE_SETS["service-monitor"]).one("ServiceMonitor")
@@ -229,3 +232,33 @@ def test_notes_give_the_next_steps():
         assert step in notes, step
     assert "every namespace" in notes
     assert "namespaces streams" in render(VALUE_SETS["service-monitor"]).notes
+
+
+def test_the_operator_runs_the_slim_image_and_topologies_the_worker_image():
+    deployment = render().one("Deployment")
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert container["image"] == "squall-operator:0.1.0"
+    assert deployment_env(render())["SQUALL_OPERATOR_IMAGE"] == "squall:0.1.0"
+    tagged = render({"image": {"repository": "registry.example.com/squall", "tag": "7"},
+                     "operatorImage": {"repository": "registry.example.com/squall-operator", "tag": ""}})
+    (container,) = tagged.one("Deployment")["spec"]["template"]["spec"]["containers"]
+    assert container["image"] == "registry.example.com/squall-operator:7"  # the worker image's tag by default
+    assert deployment_env(tagged)["SQUALL_OPERATOR_IMAGE"] == "registry.example.com/squall:7"
+
+
+@pytest.mark.parametrize("values, fullname, name", [
+    ({}, "squall", "squall"),
+    ({"nameOverride": "streams"}, "squall-streams", "streams"),
+    ({"fullnameOverride": "ops-squall"}, "ops-squall", "squall"),
+])
+def test_name_overrides_name_every_object(values, fullname, name):
+    chart = render(values)
+    deployment = chart.one("Deployment")
+    assert deployment["metadata"]["name"] == fullname
+    assert deployment["spec"]["selector"]["matchLabels"]["app.kubernetes.io/name"] == name
+    assert chart.one("ClusterRole", fullname) and chart.one("ServiceAccount", fullname)
+    assert chart.one("Service", f"{fullname}-webhook")["spec"]["selector"] == deployment["spec"]["selector"][
+        "matchLabels"]
+    assert deployment_env(chart)["SQUALL_OPERATOR_WEBHOOK_HOST"] == f"{fullname}-webhook.{NAMESPACE}.svc"
+    binding = chart.one("ClusterRoleBinding", fullname)
+    assert binding["subjects"][0]["name"] == fullname and binding["roleRef"]["name"] == fullname

@@ -93,3 +93,18 @@ def test_every_value_has_a_default_a_comment_and_a_schema():
     with helm.Chart.load(CHART) as chart:
         chart.validate_schema(yaml.safe_load(VALUES_TEXT))
     assert SCHEMA["additionalProperties"] is False
+
+
+def test_the_readme_lists_every_value_with_its_default():
+    readme = (CHART / "README.md").read_text()
+    rows = {m.group(1): m.group(2) for m in re.finditer(r"^\| `([\w.]+)` \| `(.*?)` \|", readme, re.M)}
+    values = yaml.safe_load(VALUES_TEXT)
+    leaves = [leaf for leaf in _schema_leaves(SCHEMA) if leaf != ("global",)]
+    for leaf in leaves:
+        path = ".".join(leaf)
+        assert path in rows, f"charts/squall/README.md does not list {path}"
+        default = values
+        for key in leaf:
+            default = default[key]
+        assert json.loads(rows[path]) == default, f"README.md gives {path} the default {rows[path]}"
+    assert set(rows) == {".".join(leaf) for leaf in leaves}, "README.md lists values the chart does not have"

@@ -172,5 +172,24 @@ def test_make_image_tags_the_image_the_chart_runs_by_default():
     chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
     assert chart["appVersion"] == PYPROJECT["version"], "the chart's default image is squall:<appVersion>"
     makefile = (REPO / "Makefile").read_text()
-    assert re.search(r"^IMAGE \?= squall:\$\(shell sed -n 's/\^version = .*pyproject\.toml\)$", makefile, re.M)
+    assert re.search(r"^VERSION := \$\(shell sed -n 's/\^version = .*pyproject\.toml\)$", makefile, re.M)
+    assert "IMAGE ?= squall:$(VERSION)" in makefile and "OPERATOR_IMAGE ?= squall-operator:$(VERSION)" in makefile
     assert "docker build --tag $(IMAGE) ." in makefile
+    assert "docker build --target operator --tag $(OPERATOR_IMAGE) ." in makefile
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    assert (values["image"]["repository"], values["operatorImage"]["repository"]) == ("squall", "squall-operator")
+
+
+def test_the_operator_target_is_slim():
+    """`--target operator`: the operator's own virtualenv, without Java, PySpark or the Kafka client."""
+    (operator,) = [stage for stage in stages() if args(stage, "FROM")[0].endswith(" AS operator")]
+    assert args(operator, "FROM") == ["python:${PYTHON_VERSION}-slim-bookworm AS operator"]
+    assert not any("apt-get" in run or "pip install" in run for run in args(operator, "RUN"))
+    assert [c for c in args(operator, "COPY") if c.startswith("--from=")] == [
+        "--from=build /opt/squall-operator /opt/squall"]
+    assert args(operator, "USER") == [f"{RUN_AS}:{RUN_AS}"]
+    assert args(operator, "ENTRYPOINT") == ['["python", "-m", "squall_operator"]']
+    (install,) = [r for w, r in stages()[0] if w == "RUN" and "pip install" in r]
+    slim = install.split("/opt/squall-operator/bin/pip install")[1].split("&&")[0]
+    assert '"squall[operator]"' in slim and "pyspark" not in slim and "kafka" not in slim
+    assert stages()[-1] != operator, "the worker image stays the default target"

@@ -139,7 +139,7 @@ class ApiServer(kmock.KubernetesEmulator):
 
 
 def declare_resources(api: ApiServer) -> None:
-    """What kopf discovers: the Topology CRD, StatefulSets, namespaces and events."""
+    """What kopf discovers: the Topology CRD, StatefulSets, ConfigMaps, Services, pods, namespaces and events."""
     verbs = {"get", "list", "watch", "create", "patch", "update", "delete"}
     api.resources[TOPOLOGIES] = kmock.ResourceInfo(
         kind=resource.KIND, singular=resource.SINGULAR, shortnames=set(resource.SHORT_NAMES), namespaced=True,
@@ -150,6 +150,8 @@ def declare_resources(api: ApiServer) -> None:
     api.resources["v1/namespaces"] = kmock.ResourceInfo(kind="Namespace", singular="namespace", namespaced=False,
                                                         verbs={"get", "list", "watch"})
     api.resources["v1/events"] = kmock.ResourceInfo(kind="Event", singular="event", namespaced=True, verbs=verbs)
+    for res, kind in ((CONFIGMAPS, "ConfigMap"), (SERVICES, "Service")):  # watched for drift repair
+        api.resources[res] = kmock.ResourceInfo(kind=kind, singular=kind.lower(), namespaced=True, verbs=verbs)
     api.resources[PODS] = kmock.ResourceInfo(kind="Pod", singular="pod", namespaced=True, subresources={"status"},
                                              verbs=verbs)
 

@@ -32,7 +32,7 @@ from squall.cli import main
 from squall_operator import crd, resource
 from squall_operator.admission import SelfSignedServer
 
-pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(60)]
+pytestmark = [pytest.mark.timeout(60)]
 
 
 @pytest.fixture(autouse=True)
@@ -69,6 +69,7 @@ async def review(config: dict, operation: str, spec: dict, *, old: dict | None =
         return (await response.json())["response"]
 
 
+@pytest.mark.asyncio
 async def test_the_webhook_refuses_what_squall_validate_refuses_with_the_same_message(api, start_operator, tmp_path,
                                                                                       capsys):
     declare_cluster_scoped(api, WEBHOOKS, "ValidatingWebhookConfiguration")
@@ -102,6 +103,7 @@ async def test_the_webhook_refuses_what_squall_validate_refuses_with_the_same_me
     assert (await review(config, "UPDATE", BROKEN, old=BROKEN))["allowed"] is True
 
 
+@pytest.mark.asyncio
 async def test_a_webhook_may_be_told_to_ignore_its_failures(api, start_operator):
     declare_cluster_scoped(api, WEBHOOKS, "ValidatingWebhookConfiguration")
     await start_operator(webhook_host="127.0.0.1", webhook_port=free_port(), webhook_failure_policy="Ignore")
@@ -121,6 +123,7 @@ def test_the_self_signed_certificate_names_the_host_and_its_addresses():
     assert b"PRIVATE KEY" in key_pem
 
 
+@pytest.mark.asyncio
 @pytest.mark.parametrize("version, server_side", [((1, 20), False), ((1, 27), True)])
 async def test_writes_are_strict_server_side_applies_where_the_server_supports_them(api, start_operator, caplog,
                                                                                      version, server_side):
@@ -143,6 +146,7 @@ async def test_writes_are_strict_server_side_applies_where_the_server_supports_t
                   ("server-side apply with strict field validation" if server_side else "merge patches"))
 
 
+@pytest.mark.asyncio
 async def test_a_field_the_server_refuses_is_reported_not_dropped(api, start_operator):
     api.server_version = (1, 27)
     strict = {"apiVersion": "v1", "kind": "Status", "status": "Failure", "reason": "BadRequest", "code": 400,
@@ -156,6 +160,7 @@ async def test_a_field_the_server_refuses_is_reported_not_dropped(api, start_ope
     assert errors[-1]["message"] == f"creating StatefulSet wc-worker failed: 400 {strict['message']}"
 
 
+@pytest.mark.asyncio
 @pytest.mark.parametrize("version", [(1, 20), (1, 27)])
 async def test_the_cel_rules_go_into_the_crd_where_the_server_supports_them(api, start_operator, caplog, version):
     api.server_version = version

@@ -72,7 +72,8 @@ def test_apply_creates_then_writes_nothing_then_patches_only_what_changed():
     kube = MemoryKube()
     first = apply(kube, manifests(), prune=prune())
     assert first.created == ["ConfigMap wc-spec", "ServiceAccount wc", "Service wc-worker", "StatefulSet wc-worker",
-                             "Service wc-acker", "StatefulSet wc-acker"]
+                             "Service wc-acker", "StatefulSet wc-acker", "PodDisruptionBudget wc-worker",
+                             "PodDisruptionBudget wc-acker"]
     assert first.live[("StatefulSet", "wc-worker")]["status"] == {}
 
     kube.writes.clear()
@@ -89,7 +90,8 @@ def test_apply_deletes_only_its_own_children_that_are_no_longer_rendered():
     foreign = Ref("v1", "Service", "ns", "wc-acker")
 
     done = apply(kube, manifests(ackers=0), prune=prune(), owned=lambda live: live["kind"] != "Service")
-    assert done.deleted == ["StatefulSet wc-acker"] and foreign in kube.objects  # not ours: left alone
+    assert done.deleted == ["StatefulSet wc-acker", "PodDisruptionBudget wc-acker"]
+    assert foreign in kube.objects  # not ours: left alone
     assert done.patched == ["ConfigMap wc-spec", "StatefulSet wc-worker"]  # ackers: 0 in the spec, a new spec hash
     kube.writes.clear()
     done = apply(kube, manifests(ackers=0), prune=prune(), owned=lambda live: True)

@@ -29,6 +29,7 @@ def test_render_prints_what_the_operator_creates(capsys):
     assert [(d["kind"], d["metadata"]["name"]) for d in docs] == [
         ("ConfigMap", "wordcount-spec"), ("ServiceAccount", "wordcount"), ("Service", "wordcount-worker"),
         ("StatefulSet", "wordcount-worker"), ("Service", "wordcount-acker"), ("StatefulSet", "wordcount-acker"),
+        ("PodDisruptionBudget", "wordcount-worker"), ("PodDisruptionBudget", "wordcount-acker"),
         ("PodMonitor", "wordcount")]
     assert {d["metadata"]["namespace"] for d in docs} == {"prod"}
     assert docs[3]["spec"]["template"]["spec"]["containers"][0]["image"] == "squall:1"

@@ -293,13 +293,14 @@ def test_submitted_examples_are_valid_topologies_that_parse_back(path):
 
 
 # The CEL rules (Kubernetes >= 1.25), evaluated with cel-python as the API server would: on each node
-# that has rules, with the defaults filled in and null fields absent.
+# that has rules, after it has dropped the nulls of fields that are not nullable and filled in defaults.
 CEL_SPEC = crd.crd(cel=True)["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
 
 
 def _defaulted(node: dict[str, Any], value: Any) -> Any:
     if isinstance(value, dict):
-        out = {k: v for k, v in value.items() if v is not None}
+        props = node.get("properties", {})
+        out = {k: v for k, v in value.items() if v is not None or props.get(k, {}).get("nullable")}
         for name, sub in node.get("properties", {}).items():
             if name not in out and "default" in sub and sub["default"] is not None:
                 out[name] = copy.deepcopy(sub["default"])

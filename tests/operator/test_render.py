@@ -91,7 +91,8 @@ def test_objects_names_and_labels():
     manifests = render(spec(BASE), namespace=NS, image="squall:test")
     assert [(m["kind"], m["metadata"]["name"]) for m in manifests] == [
         ("ConfigMap", "wc-spec"), ("ServiceAccount", "wc"), ("Service", "wc-worker"), ("StatefulSet", "wc-worker"),
-        ("Service", "wc-acker"), ("StatefulSet", "wc-acker")]
+        ("Service", "wc-acker"), ("StatefulSet", "wc-acker"), ("PodDisruptionBudget", "wc-worker"),
+        ("PodDisruptionBudget", "wc-acker")]
     for m in manifests:
         assert m["metadata"]["namespace"] == NS
         assert {k: v for k, v in m["metadata"]["labels"].items() if k != "app.kubernetes.io/component"} == {
@@ -122,8 +123,10 @@ def test_statefulsets():
         assert c["command"] == ["squall", role] and c["image"] == "squall:test"
         ports = {p["name"]: p["containerPort"] for p in c["ports"]}
         assert ports == {"grpc": 7070, "metrics": 9090}
-        for probe in ("livenessProbe", "readinessProbe"):
-            assert c[probe]["httpGet"]["path"] == "/healthz" and ports[c[probe]["httpGet"]["port"]] == 9090
+        for probe, path in (("startupProbe", "/healthz"), ("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")):
+            assert c[probe]["httpGet"]["path"] == path and ports[c[probe]["httpGet"]["port"]] == 9090
+        # the default budget: 300 s of startup before liveness counts
+        assert c["startupProbe"]["periodSeconds"] * c["startupProbe"]["failureThreshold"] == 300
         assert c["resources"] == {"requests": {"cpu": "100m", "memory": "256Mi"}}
         assert c["securityContext"]["allowPrivilegeEscalation"] is False
         assert c["securityContext"]["capabilities"] == {"drop": ["ALL"]}
@@ -270,3 +273,55 @@ def test_image_comes_from_the_spec_or_the_operator():
     assert resolve_image(spec(BASE), "default:1") == "default:1"
     with pytest.raises(TopologyError, match="has no image: set spec.image"):
         resolve_image(spec(BASE), None)
+
+
+@pytest.mark.parametrize("budget, failures", [(120, 24), (121, 25), (10, 2)])
+def test_the_startup_budget_is_the_startup_probes(budget, failures):
+    sts = by_kind(render(spec({**BASE, "startupTimeoutSeconds": budget}), namespace=NS, image="x"))[
+        "StatefulSet", "wc-worker"]
+    probe = container(sts)["startupProbe"]
+    assert (probe["periodSeconds"], probe["failureThreshold"]) == (5, failures)  # never less than the budget
+    with pytest.raises(TopologyError, match="startupTimeoutSeconds: Input should be greater than or equal to 10"):
+        spec({**BASE, "startupTimeoutSeconds": 5})
+
+
+def test_a_disruption_budget_per_role_and_soft_spreading_across_nodes():
+    objs = by_kind(render(spec(BASE), namespace=NS, image="x"))
+    for role in ("worker", "acker"):
+        budget = objs["PodDisruptionBudget", f"wc-{role}"]
+        pod = objs["StatefulSet", f"wc-{role}"]["spec"]["template"]
+        assert budget["apiVersion"] == "policy/v1" and budget["spec"]["maxUnavailable"] == 1
+        assert budget["spec"]["selector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
+        (term,) = pod["spec"]["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+        assert term["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
+        assert term["podAffinityTerm"]["labelSelector"] == budget["spec"]["selector"]  # its own role's pods
+        (spread,) = pod["spec"]["topologySpreadConstraints"]
+        assert spread["whenUnsatisfiable"] == "ScheduleAnyway" and spread["topologyKey"] == "kubernetes.io/hostname"
+
+    older = by_kind(render(spec({**BASE, "disruptionBudget": {"maxUnavailable": "25%"}}), namespace=NS, image="x",
+                           pdb_api="policy/v1beta1"))
+    assert older["PodDisruptionBudget", "wc-worker"]["apiVersion"] == "policy/v1beta1"
+    assert older["PodDisruptionBudget", "wc-worker"]["spec"]["maxUnavailable"] == "25%"
+    for off in (render(spec({**BASE, "disruptionBudget": None}), namespace=NS, image="x"),
+                render(spec(BASE), namespace=NS, image="x", pdb_api=None)):
+        assert "PodDisruptionBudget" not in {m["kind"] for m in off}
+    assert ("PodDisruptionBudget", "wc-acker") not in by_kind(render(spec(NO_ACKERS), namespace=NS, image="x"))
+
+
+@pytest.mark.parametrize("value, message", [(0, "at least 1 pod must be allowed to go"),
+                                            ("25", "a percentage is written as '25%'"), (True, "use a number of pods")])
+def test_a_budget_that_would_block_drains_is_refused(value, message):
+    with pytest.raises(TopologyError, match=f"disruptionBudget.maxUnavailable: {message}"):
+        spec({**BASE, "disruptionBudget": {"maxUnavailable": value}})
+
+
+def test_a_pod_template_replaces_the_default_spreading():
+    zones = {"topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone",
+                                            "whenUnsatisfiable": "DoNotSchedule",
+                                            "labelSelector": {"matchLabels": {"app.kubernetes.io/instance": "wc"}}}],
+             "affinity": {"podAntiAffinity": None}}
+    pod = by_kind(render(spec({**BASE, "podTemplate": {"workers": {"spec": zones}}}), namespace=NS, image="x"))[
+        "StatefulSet", "wc-worker"]["spec"]["template"]["spec"]
+    assert [c["topologyKey"] for c in pod["topologySpreadConstraints"]] == ["kubernetes.io/hostname",
+                                                                            "topology.kubernetes.io/zone"]
+    assert "affinity" not in pod  # emptied: left out, as the API server would

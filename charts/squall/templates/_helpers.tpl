@@ -1,14 +1,20 @@
-{{/* The chart's name (app.kubernetes.io/name of the operator's own objects). */}}
+{{/* The chart's name (app.kubernetes.io/name of the operator's own objects); nameOverride replaces it. */}}
 {{- define "squall.name" -}}
-{{- .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
 
-{{/* The release's full name: the release name, with the chart's name appended unless it holds it. */}}
+{{/* The objects' full name: fullnameOverride, or the release name with the chart's name appended
+unless it holds it. */}}
 {{- define "squall.fullname" -}}
-{{- if contains .Chart.Name .Release.Name -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := include "squall.name" . -}}
+{{- if contains $name .Release.Name -}}
 {{- .Release.Name | trunc 63 | trimSuffix "-" -}}
 {{- else -}}
-{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
 {{- end -}}
 {{- end -}}
 
@@ -34,8 +40,14 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- end -}}
 {{- end -}}
 
+{{/* The worker image: Topologies without spec.image run it (unless topologyImage). */}}
 {{- define "squall.image" -}}
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- end -}}
+
+{{/* The slim operator image (the Dockerfile's operator target). */}}
+{{- define "squall.operatorImage" -}}
+{{- printf "%s:%s" .Values.operatorImage.repository (default (default .Chart.AppVersion .Values.image.tag) .Values.operatorImage.tag) -}}
 {{- end -}}
 
 {{/* SQUALL_OPERATOR_PODMONITOR: the chart's own monitor replaces the operator's per-Topology ones. */}}
@@ -96,17 +108,26 @@ needs it (operator/squall_operator/); tests/chart/test_chart_rbac.py checks them
 - apiGroups: [apps]
   resources: [statefulsets]
   verbs: [get, list, watch, create, patch, delete]
-# apply.apply of render.config_map and service_account, which every Topology has (never pruned)
+# apply.apply of render.config_map and service_account, which every Topology has (never pruned);
+# kopf watches ConfigMaps to put back one deleted or edited by hand (on.event "configmaps")
 - apiGroups: [""]
-  resources: [configmaps, serviceaccounts]
+  resources: [configmaps]
+  verbs: [get, list, watch, create, patch]
+- apiGroups: [""]
+  resources: [serviceaccounts]
   verbs: [get, create, patch]
-# apply.apply of render.service; the ackers' Service is pruned when ackers becomes 0
+# apply.apply of render.service; the ackers' Service is pruned when ackers becomes 0; kopf watches
+# Services as it does ConfigMaps
 - apiGroups: [""]
   resources: [services]
-  verbs: [get, create, patch, delete]
+  verbs: [get, list, watch, create, patch, delete]
 # apply.apply of render.spark_role and spark_role_binding
 - apiGroups: [rbac.authorization.k8s.io]
   resources: [roles, rolebindings]
+  verbs: [get, create, patch, delete]
+# apply.apply of render.disruption_budget (policy/v1, or v1beta1 before Kubernetes 1.21)
+- apiGroups: [policy]
+  resources: [poddisruptionbudgets]
   verbs: [get, create, patch, delete]
 # apply.apply of render.pod_monitor
 - apiGroups: [monitoring.coreos.com]

@@ -163,6 +163,27 @@ class Resources(_Model):
     limits: dict[str, Quantity] | None = Field(default=None, description="e.g. {memory: 1Gi}")
 
 
+def _int_or_percent(value: Any) -> Any:
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise ValueError("use a number of pods (1) or a percentage ('25%')")
+    if isinstance(value, int) and value < 1:
+        raise ValueError("at least 1 pod must be allowed to go, or a node could never be drained")
+    if isinstance(value, str) and not re.fullmatch(r"[1-9][0-9]*%", value):
+        raise ValueError("a percentage is written as '25%'")
+    return value
+
+
+IntOrPercent = Annotated[int | str, BeforeValidator(_int_or_percent), WithJsonSchema(
+    {"anyOf": [{"type": "integer"}, {"type": "string", "pattern": r"^[1-9][0-9]*%$"}]})]
+
+
+class DisruptionBudget(_Model):
+    """A PodDisruptionBudget for each role: how many of its pods voluntary disruptions (drains) may take."""
+
+    max_unavailable: IntOrPercent = Field(default=1, description="pods of one role that may be down at once: "
+                                          "a number, or a percentage such as '25%'")
+
+
 class PodMetadata(_Model):
     labels: dict[str, str] = Field(default_factory=dict, description="added to the pods' labels")
     annotations: dict[str, str] = Field(default_factory=dict, description="added to the pods' annotations")
@@ -209,7 +230,12 @@ class TopologySpec(_Model):
     image_pull_policy: Literal["Always", "IfNotPresent", "Never"] | None = None
     resources: Resources | None = Field(default=None, description="every role's container resources")
     pod_template: PodTemplates | None = Field(default=None, description="per-role pod customisation")
+    disruption_budget: DisruptionBudget | None = Field(default_factory=DisruptionBudget, description=(
+        "a PodDisruptionBudget per role; null: none"))
     suspended: bool = Field(default=False, description="true: spouts deactivated, pods kept")
+    startup_timeout_seconds: int = Field(default=300, ge=10, le=86400, description=(
+        "how long a pod may take to start (imports, prepare() loading a model) before Kubernetes restarts it: "
+        "the startupProbe's budget; liveness is checked only after it"))
     spark: Spark | None = Field(default=None, description="Spark on Kubernetes for SparkBolts")
 
     # Classes handed to TopologyBuilder directly, so a topology built in Python (even from

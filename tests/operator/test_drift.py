@@ -1,0 +1,127 @@
+"""Drift repair: what someone deletes or edits comes back, at once for a watched child and on the
+periodic resync for everything; the resync also reads the components' own errors (``GET /errors``) into the
+status. kopf runs Squall's handlers against kmock (no garbage collector or kubelet: see operator_kit)."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import aiohttp.web
+import kmock
+import pytest
+from operator_kit import (
+    CONFIGMAPS,
+    NAMESPACE,
+    SERVICES,
+    SPEC,
+    STATEFULSETS,
+    TOPOLOGIES,
+    condition,
+    create_topology,
+    eventually,
+    logged,
+    obj,
+    patch,
+    put_pod,
+    roll_out,
+    status,
+)
+
+pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(60)]
+
+
+async def delete(api, res: str, name: str) -> None:
+    group_version, plural = res.rsplit("/", 1)
+    prefix = "/api" if group_version == "v1" else "/apis"
+    response = await api.delete(f"{prefix}/{group_version}/namespaces/{NAMESPACE}/{plural}/{name}")
+    assert response.status == 200, await response.text()
+
+
+async def test_deleted_and_edited_children_come_back(api, start_operator):
+    await start_operator()
+    await create_topology(api, "wc", SPEC)
+    await eventually("the acker StatefulSet", lambda: obj(api, STATEFULSETS, "wc-acker"))
+    for sts in ("wc-worker", "wc-acker"):
+        await roll_out(api, sts)
+    await eventually("Running", lambda: status(api, "wc").get("phase") == "Running")
+    rendered = {res: obj(api, res, name) for res, name in ((STATEFULSETS, "wc-worker"), (SERVICES, "wc-acker"),
+                                                          (CONFIGMAPS, "wc-spec"))}
+
+    for res, name in ((STATEFULSETS, "wc-worker"), (SERVICES, "wc-acker"), (CONFIGMAPS, "wc-spec")):
+        uid = obj(api, res, name)["metadata"]["uid"]
+        await delete(api, res, name)
+        back = await eventually(f"{name} back", lambda res=res, name=name, uid=uid:
+                                (o := obj(api, res, name)) is not None and o["metadata"]["uid"] != uid and o)
+        assert back["spec" if "spec" in back else "data"] == rendered[res]["spec" if "spec" in back else "data"]
+    # the recreated StatefulSet is rolling out again, as it is: not a rollout of something gone
+    assert condition(api, "wc", "Progressing")["reason"] == "RollingOut"
+    await roll_out(api, "wc-worker")
+    await eventually("Running and ready", lambda: condition(api, "wc", "Ready").get("status") == "True")
+
+    # someone edits the pod template by hand: put back
+    await patch(api, STATEFULSETS, "wc-worker", {"spec": {"template": {"spec": {"containers": [
+        {"name": "worker", "image": "evil:1"}]}}}})
+    await eventually("the image put back", lambda: obj(api, STATEFULSETS, "wc-worker")["spec"]["template"]["spec"]
+                     ["containers"][0]["image"] == "squall:test")
+    await patch(api, SERVICES, "wc-worker", {"spec": {"publishNotReadyAddresses": False}})
+    await eventually("the Service put back", lambda: obj(api, SERVICES, "wc-worker")["spec"]
+                     ["publishNotReadyAddresses"] is True)
+
+
+async def test_the_resync_repairs_unwatched_drift_and_reads_component_errors(api, start_operator, caplog):
+    reported = [{"component": "split", "task": 2, "time": time.time(), "error": "ValueError: bad line\n  at x"}]
+
+    async def errors(_: aiohttp.web.Request) -> aiohttp.web.Response:
+        return aiohttp.web.json_response(reported)
+
+    app = aiohttp.web.Application()
+    app.router.add_get("/errors", errors)
+    runner = aiohttp.web.AppRunner(app)
+    await runner.setup()
+    site = aiohttp.web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]
+    try:
+        await start_operator(resync_seconds=0.3)
+        await create_topology(api, "wc", SPEC)
+        await eventually("the ServiceAccount", lambda: obj(api, "v1/serviceaccounts", "wc"))
+        # a pod that serves /errors (the real pods serve it on their metrics port)
+        await put_pod(api, "wc-worker-0", "wc", {"phase": "Running", "podIP": "127.0.0.1"}, metrics_port=port)
+        rows = await eventually("the component errors", lambda: status(api, "wc").get("componentErrors"))
+        assert [(r["pod"], r["component"], r["task"], r["error"]) for r in rows] == [
+            ("wc-worker-0", "split", 2, "ValueError: bad line at x")]
+
+        # ServiceAccounts are not watched: the resync brings one back
+        response = await api.delete(f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts/wc")
+        assert response.status == 200
+        await eventually("the ServiceAccount back", lambda: obj(api, "v1/serviceaccounts", "wc"))
+        # no finalizer: a deleted Topology goes at once, even while the operator is down
+        assert "finalizers" not in obj(api, TOPOLOGIES, "wc")["metadata"]
+    finally:
+        await runner.cleanup()
+
+
+@pytest.mark.parametrize("served, expected", [(("v1", "v1beta1"), "policy/v1"), (("v1beta1",), "policy/v1beta1"),
+                                              ((), None)])
+async def test_disruption_budgets_use_the_policy_version_the_cluster_serves(api, start_operator, caplog, served,
+                                                                            expected):
+    caplog.set_level(logging.INFO)
+    for version in served:
+        api.resources[f"policy/{version}/poddisruptionbudgets"] = kmock.ResourceInfo(
+            kind="PodDisruptionBudget", singular="poddisruptionbudget", namespaced=True,
+            verbs={"get", "list", "watch", "create", "patch", "delete"})
+    await start_operator()
+    await create_topology(api, "wc", SPEC)
+    await eventually("the acker StatefulSet", lambda: obj(api, STATEFULSETS, "wc-acker"))
+    assert logged(caplog.records, f"PodDisruptionBudgets {expected or 'not served'}")
+    if expected:
+        budget = await eventually("the ackers' budget", lambda: obj(api, f"{expected}/poddisruptionbudgets",
+                                                                    "wc-acker"))
+        assert budget["spec"]["maxUnavailable"] == 1
+        assert obj(api, f"{expected}/poddisruptionbudgets", "wc-worker") is not None
+    else:
+        await eventually("the status", lambda: status(api, "wc").get("phase") == "Pending")
+    for version in ("v1", "v1beta1"):
+        if f"policy/{version}" != expected:
+            assert obj(api, f"policy/{version}/poddisruptionbudgets", "wc-worker") is None
