@@ -78,3 +78,6 @@ def test_run_in_process_acks_the_requested_trees():
     acked = re.search(r"([\d,]+) trees acked", proc.stdout)
     assert acked and int(acked.group(1).replace(",", "")) >= 200, proc.stdout
     assert any(line.startswith("sentences") for line in proc.stdout.splitlines())
+    # Percentiles from every recorded complete latency (a HDR histogram), not 0 for want of samples.
+    p50 = re.search(r"p50 ([\d.]+) ms, p99 [\d.]+ ms, p99\.9 [\d.]+ ms", proc.stdout)
+    assert p50 and float(p50.group(1)) > 0, proc.stdout

@@ -5,6 +5,7 @@ in 19 bytes per slot (root, ack val, spout task, generation), and applies a whol
 messages with a few vectorised passes. Its capacity is not a power of two: a resize
 leaves it GROW_TO full, so with live trees it stays between GROW_TO and MAX_LOAD full (32 to 25
 bytes per pending tree), where doubling would leave it anywhere between a quarter and a half full.
+Tables of up to 16,384 trees are kept sparser (a quarter full after a resize): a few hundred KB.
 
 Root ids 0 and 1 are reserved (empty slot, deleted slot); spouts never generate them.
 """
@@ -21,6 +22,8 @@ ACKER_BUCKETS = 3  # a tree is dropped on the third rotation after it was last t
 MAX_LOAD = 0.75  # live + deleted slots; linear probing's chains grow fast beyond this
 GROW_TO = 0.6  # a resize sizes the table so that live trees fill this share of it
 MIN_CAPACITY = 16
+SMALL_TABLE = 1 << 16  # slots (1.5 MB): below this a rebuild leaves the table 1/SPARSE full
+SPARSE = 4
 MAX_TASK = 0xFFFE  # spout task ids are kept in 16 bits; 0xFFFF marks "init not seen yet"
 NO_TASK = 0xFFFF
 SCALAR_TAIL = 8  # probe the last few keys one by one
@@ -129,7 +132,9 @@ class PendingTrees:
             return
         live = self.keys >= 2
         keys, vals, tasks, gen = self.keys[live], self.vals[live], self.tasks[live], self.gen[live]
-        self._alloc(max(MIN_CAPACITY, int((len(keys) + extra) / GROW_TO) + 1))
+        need = len(keys) + extra
+        # Small tables stay sparse: their memory does not matter, and they probe and rebuild less.
+        self._alloc(max(MIN_CAPACITY, need * SPARSE if need * SPARSE <= SMALL_TABLE else int(need / GROW_TO) + 1))
         self.live = self._used = 0
         slots = self._insert(keys)
         self.vals[slots], self.tasks[slots], self.gen[slots] = vals, tasks, gen
