@@ -237,3 +237,32 @@ def test_reported_errors_are_queryable_on_each_process(cluster):
     errors = json.loads(fetch(f"http://127.0.0.1:{sup.child('worker-0').metrics_port}/errors"))
     assert [(e["component"], e["error"]) for e in errors] == [("c-sink", "ValueError: five is not allowed here")]
     assert json.loads(fetch(f"http://127.0.0.1:{sup.child('acker-0').metrics_port}/errors")) == []
+
+
+def test_ready_means_processing_healthy_means_alive(cluster):
+    """/readyz answers 200 only while a process streams to and from every peer with its spouts active;
+    /healthz only says its loop runs. A worker whose acker died is alive but not ready."""
+    import urllib.error
+    import urllib.request
+
+    def status(child, path: str) -> int:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{child.metrics_port}{path}", timeout=2) as resp:
+                return resp.status
+        except urllib.error.HTTPError as exc:
+            return exc.code
+
+    sup = cluster(count=-1, workers=1, ackers=1, config={"test.rate": 500})
+    wait_for(lambda t: t.acked["a-numbers"] >= 100, timeout=60, sup=sup, what="the topology to run")
+    worker, acker = sup.child("worker-0"), sup.child("acker-0")
+    assert status(worker, "/readyz") == 200 and status(acker, "/readyz") == 200
+    acker.proc.kill()
+    acker.proc.wait()
+    deadline = time.monotonic() + 30
+    while status(worker, "/readyz") != 503 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert status(worker, "/readyz") == 503, "a worker without its acker must not be ready"
+    assert status(worker, "/healthz") == 200  # alive all the same: no reason to restart it
+    sup.check()  # restarts the acker
+    wait_for(lambda t: status(worker, "/readyz") == 200 and status(sup.child("acker-0"), "/readyz") == 200,
+             timeout=60, sup=sup, what="both processes ready again")

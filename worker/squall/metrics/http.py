@@ -1,6 +1,6 @@
-"""``/metrics`` (Prometheus text format), ``/healthz``, ``/errors`` (the recent reported errors,
-JSON) and ``/latency`` (every recorded complete latency, an HDR histogram as JSON) on one small
-HTTP server thread."""
+"""``/metrics`` (Prometheus text format), ``/healthz`` (liveness), ``/readyz`` (readiness), ``/errors``
+(the recent reported errors, JSON) and ``/latency`` (every recorded complete latency, an HDR histogram
+as JSON) on one small HTTP server thread."""
 
 from __future__ import annotations
 
@@ -13,11 +13,12 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 
 
 class MetricsServer:
-    """Serves ``registry`` on ``/metrics``, ``healthy()`` on ``/healthz`` (200 or 503) and
-    ``errors()`` on ``/errors`` and ``latency()`` on ``/latency``."""
+    """Serves ``registry`` on ``/metrics``, ``healthy()`` on ``/healthz`` and ``ready()`` on ``/readyz``
+    (200 or 503), ``errors()`` on ``/errors`` and ``latency()`` on ``/latency``."""
 
     def __init__(self, *, registry: CollectorRegistry, host: str, port: int, healthy: Callable[[], bool],
-                 errors: Callable[[], list[dict]] = list, latency: Callable[[], dict] = dict) -> None:
+                 ready: Callable[[], bool] | None = None, errors: Callable[[], list[dict]] = list,
+                 latency: Callable[[], dict] = dict) -> None:
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -27,12 +28,15 @@ class MetricsServer:
                 elif self.path == "/healthz":
                     ok = outer.healthy()
                     self._reply(200 if ok else 503, b"ok\n" if ok else b"unhealthy\n", "text/plain")
+                elif self.path == "/readyz":
+                    ok = outer.ready()
+                    self._reply(200 if ok else 503, b"ready\n" if ok else b"not ready\n", "text/plain")
                 elif self.path == "/errors":
                     self._reply(200, json.dumps(outer.errors(), indent=1).encode() + b"\n", "application/json")
                 elif self.path == "/latency":
                     self._reply(200, json.dumps(outer.latency()).encode() + b"\n", "application/json")
                 else:
-                    self._reply(404, b"try /metrics, /healthz, /errors or /latency\n", "text/plain")
+                    self._reply(404, b"try /metrics, /healthz, /readyz, /errors or /latency\n", "text/plain")
 
             def _reply(self, code: int, body: bytes, ctype: str) -> None:
                 self.send_response(code)
@@ -46,6 +50,7 @@ class MetricsServer:
 
         self.registry = registry
         self.healthy = healthy
+        self.ready = ready or healthy
         self.errors = errors
         self.latency = latency
         self._http = ThreadingHTTPServer((host, port), Handler)

@@ -145,7 +145,8 @@ class Process:
         registry = self.registry = CollectorRegistry(auto_describe=False)
         registry.register(RuntimeCollector(self.runtime, role=cfg.role, index=cfg.index, transport=self.transport))
         self.metrics = MetricsServer(registry=registry, host=cfg.bind_host, port=cfg.metrics_port,
-                                     healthy=self.healthy, errors=self.recent_errors, latency=self.latency)
+                                     healthy=self.healthy, ready=self.ready, errors=self.recent_errors,
+                                     latency=self.latency)
         self.activated = False
         self.suspended = cfg.spec.suspended
         self._waiting_logged = float("-inf")
@@ -163,6 +164,12 @@ class Process:
 
     def healthy(self) -> bool:
         return self.runtime.clock() - self.runtime.heartbeat < HEALTHY_WITHIN
+
+    def ready(self) -> bool:
+        """Processing: streams to and from every peer are up and the spouts are active (or the topology
+        is suspended); not while waiting for peers, and not while draining (``GET /readyz``)."""
+        return (self.healthy() and self.activated and self.draining_since is None
+                and self.transport.all_connected())
 
     def _pending(self) -> int:
         return self.runtime.pending_trees() + sum(a.acker.pending for a in self.runtime.ackers)

@@ -69,7 +69,8 @@ class Transport:
         """Every link to a peer is up, and every peer that sends to us has its streams open."""
         if not all(link.connected.is_set() for link in self.links.values()):
             return False
-        return self.receiver is not None and self._inbound <= self.receiver.open_streams
+        # a copy: the metrics thread asks too (readiness) while server threads open and close streams
+        return self.receiver is not None and self._inbound <= set(self.receiver.open_streams)
 
     def missing(self) -> list[str]:
         """Peers not connected yet, either way (for the log)."""
