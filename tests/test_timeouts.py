@@ -109,3 +109,79 @@ def test_reset_timeout_keeps_a_slow_tree_alive_past_twice_the_timeout():
         assert sorted(spout.acked) == [0, 1, 2]
         assert spout.failed == []
         assert cluster.counts("spout").timed_out == 0
+
+
+class DrivenClock:
+    """A clock the test drives: each read moves it on by ``tick``; ``stall`` jumps it, as a blocking call would."""
+
+    def __init__(self, tick: float = 1e-4) -> None:
+        self.now, self.tick = 0.0, tick
+
+    def __call__(self) -> float:
+        self.now += self.tick
+        return self.now
+
+    def stall(self, seconds: float) -> None:
+        self.now += seconds
+
+
+CLOCK = DrivenClock()
+
+
+class TimedSpout(RecordingSpout):
+    """Records, on the driven clock, when each tree was emitted and when it failed."""
+
+    def open(self, conf, context, collector):
+        super().open(conf, context, collector)
+        self.emitted_at: dict = {}
+        self.failed_at: dict = {}
+        self.clock = CLOCK if conf.get("driven") else time.monotonic
+
+    def next_tuple(self):
+        if self.to_emit:
+            self.emitted_at[self.to_emit[0]] = self.clock()
+        super().next_tuple()
+
+    def fail(self, msg_id):
+        self.failed_at[msg_id] = self.clock()
+        super().fail(msg_id)
+
+
+class StallingBolt(HoldBolt):
+    """A HoldBolt whose ``execute`` blocks for ``stall`` seconds on the input ``stall_at``."""
+
+    def execute(self, tup):
+        if tup.values == [self.conf["stall_at"]]:
+            if self.conf.get("driven"):
+                CLOCK.stall(self.conf["stall"])
+            else:
+                time.sleep(self.conf["stall"])
+        super().execute(tup)
+
+
+def _stalled_run(*, driven: bool) -> TimedSpout:
+    timeout = 1
+    held = [[i] for i in range(0, 300, 10)]  # never acked: these time out
+    builder = TopologyBuilder("stall")
+    builder.set_spout("spout", TimedSpout, config={"count": 300, "driven": driven})
+    builder.set_bolt("bolt", StallingBolt, config={"hold": held, "stall_at": 150, "stall": 2.5 * timeout,
+                                                   "driven": driven}).shuffle_grouping("spout")
+    with LocalCluster(builder.build(message_timeout_seconds=timeout, max_spout_pending=50),
+                      **({"clock": CLOCK} if driven else {})) as cluster:
+        spout = one(cluster, "spout")
+        run_until(cluster, spout.settled)
+    assert sorted(spout.failed) == [i for (i,) in held]  # only the held trees failed: nothing acked timed out
+    ages = [spout.failed_at[m] - spout.emitted_at[m] for m in spout.failed]
+    assert min(ages) >= timeout, f"a tree timed out {min(ages):.3f} s after its emit (timeout {timeout} s)"
+    return spout
+
+
+def test_a_stall_never_shortens_a_message_timeout_on_a_driven_clock():
+    """A bolt that blocks for 2.5 T delayed the rotations, which then fired back to back on a stale clock:
+    trees emitted between them timed out at age ~0. Now timers fire first, on the clock just read, and a
+    late rotation is not caught up."""
+    _stalled_run(driven=True)
+
+
+def test_a_real_stall_never_shortens_a_message_timeout():
+    _stalled_run(driven=False)

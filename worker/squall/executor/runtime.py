@@ -197,8 +197,9 @@ class Runtime:
             self.set_active(True)
 
     def step(self) -> bool:
-        """One round: every executor does a slice of work, due timers fire. Returns progress."""
+        """One round: due timers fire, then every executor does a slice of work. Returns progress."""
         now = self.heartbeat = self.clock()
+        self._fire_timers(now)
         progress = False
         if self._posted:
             with self._posted_lock:
@@ -214,13 +215,20 @@ class Runtime:
                 progress = True
         if remote is not None:
             remote.flush(busy=progress)  # an idle round sends everything: nothing more is coming now
+        return progress
+
+    def _fire_timers(self, now: float) -> None:
+        """Run the due timers, each at most once, with the clock just read: before the executors, so a
+        round that stalled (a blocking bolt, a GC pause) delays the next rotation but never makes it fire
+        on a stale clock. A late timer runs once and next runs a whole period later: missed runs are
+        skipped, never caught up, so two rotations are at least a period apart and no tree times out
+        less than a message timeout after its emit or its last reset."""
         timers = self._timers
         while timers and timers[0].due <= now:
             timer = heapq.heappop(timers)
             timer.action()
-            timer.due = max(timer.due + timer.period, now)
+            timer.due = max(timer.due, now) + timer.period
             heapq.heappush(timers, timer)
-        return progress
 
     def idle_wait(self) -> None:
         """Sleep until the next timer, a spout's wait strategy expires, or another thread wakes us."""
