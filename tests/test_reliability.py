@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from engine_kit import HoldBolt, PassBolt, RecordingSpout, one, run_until_quiet
-from squall import Bolt, TopologyBuilder
+from squall import Bolt, EmitError, TopologyBuilder
 from squall.testing import LocalCluster
 
 
@@ -63,13 +63,24 @@ class DiamondJoinBolt(Bolt):
 
 
 class DoubleAckBolt(Bolt):
-    """Acks every input twice, and fails it afterwards: only the first verdict may count."""
+    """Emits a child, acks every input twice, and fails it afterwards when ``conf["fail"]``."""
 
     outputs = ["id"]
 
     def execute(self, tup):
         self.collector.emit(tup.values, anchors=tup)
         self.collector.ack(tup)
+        self.collector.ack(tup)
+        if self.conf.get("fail"):
+            self.collector.fail(tup)
+
+
+class AckThenFailSink(Bolt):
+    """Acks every input (the last edge of its tree), then fails it."""
+
+    outputs = []
+
+    def execute(self, tup):
         self.collector.ack(tup)
         self.collector.fail(tup)
 
@@ -250,7 +261,7 @@ def test_many_failing_children_of_one_tree_fail_it_once_while_siblings_ack():
         assert [e for e in spout.events if e[0] != "next" and e[1] == 1] == [("fail", 1)]
 
 
-def test_a_second_ack_or_a_fail_after_an_ack_is_ignored():
+def test_a_second_ack_is_ignored():
     builder = TopologyBuilder("double-ack")
     builder.set_spout("spout", RecordingSpout, config={"count": 20})
     builder.set_bolt("twice", DoubleAckBolt).shuffle_grouping("spout")
@@ -260,6 +271,57 @@ def test_a_second_ack_or_a_fail_after_an_ack_is_ignored():
         run_until_quiet(cluster, spout.settled)
         assert sorted(spout.acked) == list(range(20))
         assert spout.failed == []
+
+
+def test_a_fail_after_an_ack_fails_a_tree_that_is_still_pending():
+    """Storm's way: while the tree is pending (here: the child is still at the sink), a fail wins."""
+    builder = TopologyBuilder("ack-then-fail")
+    builder.set_spout("spout", RecordingSpout, config={"count": 20})
+    builder.set_bolt("twice", DoubleAckBolt, config={"fail": True}).shuffle_grouping("spout")
+    builder.set_bolt("sink", HoldBolt).shuffle_grouping("twice")
+    with LocalCluster(builder.build()) as cluster:
+        spout = one(cluster, "spout")
+        run_until_quiet(cluster, spout.settled)
+        assert sorted(spout.failed) == list(range(20)) and spout.acked == []
+        assert cluster.counts("spout").timed_out == 0
+
+
+def test_a_fail_after_the_last_ack_cannot_undo_a_completed_tree():
+    builder = TopologyBuilder("completed")
+    builder.set_spout("spout", RecordingSpout, config={"count": 20})
+    builder.set_bolt("sink", AckThenFailSink).shuffle_grouping("spout")
+    with LocalCluster(builder.build()) as cluster:
+        spout = one(cluster, "spout")
+        run_until_quiet(cluster, spout.settled)
+        assert sorted(spout.acked) == list(range(20)) and spout.failed == []
+
+
+class LateEmitBolt(Bolt):
+    """Acks (or fails) its input, then emits anchored to it: refused."""
+
+    outputs = ["id"]
+
+    def execute(self, tup):
+        (self.collector.fail if self.conf.get("fail") else self.collector.ack)(tup)
+        try:
+            self.collector.emit(tup.values, anchors=tup)
+        except EmitError as exc:
+            self.refused = str(exc)
+
+
+@pytest.mark.parametrize("verdict", ["acked", "failed"])
+def test_emitting_anchored_to_a_decided_tuple_is_refused(verdict):
+    builder = TopologyBuilder("late-emit")
+    builder.set_spout("spout", RecordingSpout, config={"count": 1})
+    builder.set_bolt("late", LateEmitBolt, config={"fail": verdict == "failed"}).shuffle_grouping("spout")
+    builder.set_bolt("sink", HoldBolt).shuffle_grouping("late")
+    with LocalCluster(builder.build()) as cluster:
+        spout = one(cluster, "spout")
+        run_until_quiet(cluster, spout.settled)
+        late = one(cluster, "late")
+        assert f"component 'late' emitted on stream 'default' anchored to a tuple it has already {verdict}" \
+            in late.refused
+        assert one(cluster, "sink").received == []  # nothing joined the decided tree
 
 
 @pytest.mark.parametrize("parallelism", [1, 2])

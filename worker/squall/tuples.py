@@ -7,6 +7,8 @@ from typing import Any
 
 from squall.system import SYSTEM_COMPONENT, TICK_STREAM
 
+PENDING, ACKED, FAILED = 0, 1, 2  # Tuple.done: what the bolt has said of the tuple so far
+
 
 class Fields:
     """An ordered list of field names with O(1) lookup of a field's index."""
@@ -67,7 +69,7 @@ class Tuple:
         self.anchors = anchors
         self.task = task  # the receiving task
         self.ack_val = 0
-        self.done = False  # acked or failed; a second ack/fail is ignored
+        self.done = PENDING  # ACKED or FAILED once the bolt said so (a fail after an ack still fails)
         self.received = 0.0  # when execute started, for the process latency
 
     def __getitem__(self, key: str | int) -> Any:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from squall.api import BasicBolt, Bolt
 from squall.errors import FailedException, ReportedFailedException
 from squall.executor.base import Executor, Transfer
-from squall.executor.collectors import BasicCollector, BoltCollector
+from squall.executor.collectors import BasicCollector, BoltCollector, HeldCount
 from squall.executor.stats import SAMPLE_EVERY, TaskStats
 from squall.tuples import Tuple
 
@@ -27,9 +27,10 @@ class BoltTask:
 class BoltExecutor(Executor):
     kind = "bolt"
 
-    def __init__(self, *, component: str, tasks: tuple[int, ...], transfer: Transfer,
+    def __init__(self, *, component: str, tasks: tuple[int, ...], transfer: Transfer, held: HeldCount,
                  clock: Callable[[], float], report: Callable[[BaseException, int], None]) -> None:
         super().__init__(component=component, tasks=tasks, transfer=transfer)
+        self.held = held
         self.tasks: dict[int, BoltTask] = {}
         self.clock = clock
         self.report = report
@@ -54,7 +55,7 @@ class BoltExecutor(Executor):
     def run_once(self, now: float) -> bool:
         if self.overflow and not self.flush():
             return False
-        inbox, tasks, clock, execute = self.inbox, self.tasks, self.clock, self._execute
+        inbox, tasks, clock, execute, held = self.inbox, self.tasks, self.clock, self._execute, self.held
         if not inbox or any(task.collector.paused for task in tasks.values()):
             return False
         n = 0
@@ -64,7 +65,7 @@ class BoltExecutor(Executor):
             n += 1
             task = tasks[tup.task]
             if tup.anchors:
-                task.collector.held += 1  # a tracked input, until the bolt acks or fails it
+                held.n += 1  # a tracked input, until the bolt acks or fails it
             key = (tup.source_component, tup.source_stream)
             task.stats.executed[key] += 1
             self.countdown -= 1

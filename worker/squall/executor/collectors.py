@@ -14,7 +14,7 @@ from squall.errors import EmitError
 from squall.executor.routing import Router
 from squall.executor.stats import SAMPLE_EVERY, TaskStats
 from squall.system import DEFAULT_STREAM
-from squall.tuples import Fields, Tuple
+from squall.tuples import ACKED, FAILED, Fields, Tuple
 
 if TYPE_CHECKING:
     from squall.executor.base import Executor
@@ -35,6 +35,16 @@ class AckerRoute:
     def __init__(self, acker_tasks: Sequence[int]) -> None:
         self.tasks = tuple(acker_tasks)
         self.n = len(self.tasks)
+
+
+class HeldCount:
+    """Tracked input tuples this process's bolts have received and not yet acked or failed, counted per
+    tuple (a tuple may be acked through another task's collector): a draining worker waits for 0."""
+
+    __slots__ = ("n",)
+
+    def __init__(self) -> None:
+        self.n = 0
 
 
 class SpoutCollector:
@@ -96,12 +106,11 @@ class BoltCollector:
 
     def __init__(self, *, executor: Executor, router: Router, stats: TaskStats, rng: random.Random,
                  acker: AckerRoute | None, report: Callable[[BaseException], None],
-                 clock: Callable[[], float], post: Callable[[Callable[[], None]], None]) -> None:
+                 clock: Callable[[], float], post: Callable[[Callable[[], None]], None], held: HeldCount) -> None:
         self._send = executor.send
         self._post = post
         self.paused = False  # see squall.api.OutputCollector.paused
-        #: Tracked inputs executed and not yet acked or failed (held for a batch, a join, a job).
-        self.held = 0
+        self._held = held
         self._router = router
         self._stats = stats
         self._acked = stats.acked
@@ -123,10 +132,17 @@ class BoltCollector:
 
     def _emit(self, targets: list[int], values: list[Any], fields: Fields, stream: str, anchors: Anchors) -> list[int]:
         src, task_id, send = self._router.component, self._router.task_id, self._send
-        if anchors is None or self._acker is None:
+        if anchors is None:
             anchors = ()
         elif type(anchors) is Tuple:
             anchors = (anchors,)
+        for anchor in anchors:
+            if anchor.done:  # its edges went to the acker already: a child would join a decided tree
+                raise EmitError(f"component {src!r} emitted on stream {stream!r} anchored to a tuple it has "
+                                f"already {'acked' if anchor.done == ACKED else 'failed'} ({anchor!r}); emit "
+                                "anchored before acking or failing the input, or emit unanchored")
+        if self._acker is None:
+            anchors = ()
         if len(anchors) == 1 and len(anchors[0].anchors) == 1:
             # The common case, one anchor in one tree: one edge id per receiving task, no dict merging.
             anchor = anchors[0]
@@ -156,12 +172,12 @@ class BoltCollector:
         return ids
 
     def ack(self, tup: Tuple) -> None:
-        if tup.done:
+        if tup.done:  # a second ack changes nothing; after a fail, the fail stands
             return
-        tup.done = True
+        tup.done = ACKED
         acker = self._acker
         if tup.anchors:
-            self.held -= 1
+            self._held.n -= 1
         if tup.anchors and acker is not None:
             send, tasks, n, ack_val = self._send, acker.tasks, acker.n, tup.ack_val
             for root, edge in tup.anchors.items():
@@ -172,12 +188,14 @@ class BoltCollector:
                 self._clock() - tup.received, SAMPLE_EVERY)
 
     def fail(self, tup: Tuple) -> None:
-        if tup.done:
+        # A fail after an ack still fails the tuple's trees (Storm's way): while a tree is pending at
+        # its acker, a fail always wins, so a bolt can force a replay of what it already acked.
+        if tup.done == FAILED:
             return
-        tup.done = True
+        if tup.anchors and not tup.done:
+            self._held.n -= 1
+        tup.done = FAILED
         acker = self._acker
-        if tup.anchors:
-            self.held -= 1
         if acker is not None:
             for root in tup.anchors:
                 self._send(acker.tasks[root % acker.n], (FAIL, root, 0, -1))

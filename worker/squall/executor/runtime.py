@@ -22,7 +22,7 @@ from squall.api import BasicBolt
 from squall.executor.acker import AckerExecutor
 from squall.executor.base import Executor, Remote, Transfer
 from squall.executor.bolt import BoltExecutor, BoltTask
-from squall.executor.collectors import AckerRoute, BasicCollector, BoltCollector, SpoutCollector
+from squall.executor.collectors import AckerRoute, BasicCollector, BoltCollector, HeldCount, SpoutCollector
 from squall.executor.reporting import ErrorLog, ErrorReporter
 from squall.executor.routing import Router
 from squall.executor.spout import SpoutExecutor, SpoutTask, WaitStrategy
@@ -66,6 +66,7 @@ class Runtime:
         spec = plan.spec
         self.clock = clock
         self.transfer = Transfer(capacity=spec.executor_queue_size, remote=remote)
+        self._held = HeldCount()
         self.errors = ErrorLog(spec.error_reporting.keep_last)
         self.stats: dict[int, TaskStats] = {}
         self.executors: list[Executor] = []
@@ -141,14 +142,14 @@ class Runtime:
     def _bolt(self, plan_ex: ExecutorPlan) -> BoltExecutor:
         report = self._reporter(plan_ex.component)
         ex = BoltExecutor(component=plan_ex.component, tasks=plan_ex.tasks, transfer=self.transfer,
-                          clock=self.clock, report=report)
+                          held=self._held, clock=self.clock, report=report)
         cls = self.plan.classes[plan_ex.component]
         conf = self.plan.component_config(plan_ex.component)
         for task_id in plan_ex.tasks:
             stats, context, router = self._task(task_id)
             collector = BoltCollector(executor=ex, router=router, stats=stats, rng=self._rng,
                                         acker=self._acker_route, report=lambda exc, t=task_id: report(exc, t),
-                                        clock=self.clock, post=self.post)
+                                        clock=self.clock, post=self.post, held=self._held)
             bolt = cls()
             basic = BasicCollector(collector) if isinstance(bolt, BasicBolt) else None
             task = BoltTask(task_id, bolt, stats, collector, basic)
@@ -272,7 +273,7 @@ class Runtime:
 
     def held(self) -> int:
         """Tracked input tuples bolts have executed but not yet acked or failed."""
-        return sum(task.collector.held for ex in self.executors if ex.kind == "bolt" for task in ex.tasks.values())
+        return self._held.n
 
     def pending_trees(self) -> int:
         return sum(len(s.pending) for s in self.spouts)
