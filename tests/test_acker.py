@@ -6,6 +6,8 @@ import random
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from squall.acker import Acker, AckerMessage, PendingTrees
 from squall.acker.acker import ACK, FAIL, INIT, RESET
@@ -222,38 +224,31 @@ def test_slot_reuse_after_many_completed_trees():
 
 
 class ModelAcker:
-    """The acker's semantics written plainly with a dict, to check the numpy table against."""
+    """The acker's semantics written plainly, message by message with a dict, as Storm's acker runs:
+    a tree is decided by the first message after which its spout task is known and it has seen a
+    fail (sticky) or holds 0; a message for a decided root starts a new entry, which has no INIT."""
 
     def __init__(self) -> None:
         self.trees: dict[int, dict] = {}
         self.gen = 0
 
     def apply(self, batch: list[AckerMessage]) -> set[tuple[int, int, int]]:
-        by_root: dict[int, list[AckerMessage]] = {}
-        for msg in batch:
-            if msg.root >= 2:
-                by_root.setdefault(msg.root, []).append(msg)
+        """The ACK and FAIL verdicts of the batch (resets aside: they are not verdicts)."""
         notes = set()
-        for root, msgs in by_root.items():
-            tree = self.trees.setdefault(root, {"val": 0, "task": -1, "failed": False, "gen": self.gen})
-            for msg in msgs:
-                tree["val"] ^= msg.val
-                if msg.kind == INIT:
-                    tree["task"] = msg.task
-                if msg.kind == FAIL:
-                    tree["failed"] = True
-                if msg.kind in (FAIL, RESET):
-                    tree["gen"] = self.gen
-            if tree["task"] < 0:
+        for msg in batch:
+            if msg.root < 2:
                 continue
-            if tree["val"] == 0:
-                notes.add((ACK, root, tree["task"]))
-                del self.trees[root]
-            elif tree["failed"]:
-                notes.add((FAIL, root, tree["task"]))
-                del self.trees[root]
-            elif any(m.kind == RESET for m in msgs):
-                notes.add((RESET, root, tree["task"]))
+            tree = self.trees.setdefault(msg.root, {"val": 0, "task": -1, "failed": False, "gen": self.gen})
+            tree["val"] ^= msg.val
+            if msg.kind == INIT:
+                tree["task"] = msg.task
+            if msg.kind == FAIL:
+                tree["failed"] = True
+            if msg.kind in (FAIL, RESET):
+                tree["gen"] = self.gen
+            if tree["task"] >= 0 and (tree["failed"] or tree["val"] == 0):
+                notes.add((FAIL if tree["failed"] else ACK, msg.root, tree["task"]))
+                del self.trees[msg.root]
         return notes
 
     def rotate(self) -> None:
@@ -261,11 +256,10 @@ class ModelAcker:
         self.trees = {r: t for r, t in self.trees.items() if self.gen - t["gen"] < 3}
 
 
-@pytest.mark.parametrize("seed", range(5))
-def test_the_table_agrees_with_a_plain_model_under_random_traffic(seed):
-    rng = random.Random(2000 + seed)
+def random_traffic(rng: random.Random, trees: int) -> list[AckerMessage]:
+    """Trees of random shapes, some failed, some reset, some never completed, overlapping in time."""
     messages: list[AckerMessage] = []
-    for _ in range(3000):
+    for _ in range(trees):
         root = rng.getrandbits(64) | 2
         tree = tree_messages(rng, root=root, spout_task=rng.randrange(1, 9), size=rng.randint(1, 8))
         if rng.random() < 0.1:
@@ -279,19 +273,52 @@ def test_the_table_agrees_with_a_plain_model_under_random_traffic(seed):
     for i in range(len(messages) - 1):
         j = min(len(messages) - 1, i + rng.randrange(40))
         messages[i], messages[j] = messages[j], messages[i]
+    return messages
 
+
+def verdicts(acker: Acker, batch: list[AckerMessage]) -> set[tuple[int, int, int]]:
+    return {(n.kind, n.root, n.task) for n in apply(acker, batch) if n.kind != RESET}
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_the_table_agrees_with_a_message_by_message_model_under_random_traffic(seed):
+    rng = random.Random(2000 + seed)
+    messages = random_traffic(rng, 3000)
     acker, model = Acker(), ModelAcker()
     i = 0
     while i < len(messages):
         batch = messages[i:i + rng.randint(1, 300)]
         i += len(batch)
-        got = {(n.kind, n.root, n.task) for n in apply(acker, batch)}
-        assert got == model.apply(batch)
-        assert acker.pending == len(model.trees)
+        assert verdicts(acker, batch) == model.apply(batch)
         if rng.random() < 0.05:
             acker.rotate()
             model.rotate()
-            assert acker.pending == len(model.trees)
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 2**32), cuts=st.lists(st.integers(1, 400), min_size=1, max_size=30))
+def test_verdicts_do_not_depend_on_how_messages_fall_into_batches(seed, cuts):
+    """The same messages in the same order, cut into batches two ways: the same verdicts. (Before, a
+    fail and the completing acks in one batch gave an ACK, and in two batches a FAIL.)"""
+    messages = random_traffic(random.Random(seed), 150)
+    one_by_one, batched = Acker(), Acker()
+    expected = set().union(*(verdicts(one_by_one, [m]) for m in messages))
+    got: set = set()
+    i, k = 0, 0
+    while i < len(messages):
+        size = cuts[k % len(cuts)]
+        got |= verdicts(batched, messages[i:i + size])
+        i, k = i + size, k + 1
+    assert got == expected
+
+
+def test_a_fail_is_sticky_even_when_the_completing_acks_share_its_batch():
+    rng = random.Random(5)
+    root = 77
+    tree = tree_messages(rng, root=root, spout_task=3, size=4)
+    fail_first = [tree[0], AckerMessage(FAIL, root, 0), *tree[1:]]
+    assert verdicts(Acker(), fail_first) == {(FAIL, root, 3)}
+    assert verdicts(Acker(), [*tree, AckerMessage(FAIL, root, 0)]) == {(ACK, root, 3)}  # complete first: ACK
 
 
 def test_a_million_pending_trees_take_at_most_40_bytes_each_in_the_table():

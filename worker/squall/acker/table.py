@@ -140,48 +140,70 @@ class PendingTrees:
         self.vals[slots], self.tasks[slots], self.gen[slots] = vals, tasks, gen
 
     def apply(self, kinds: np.ndarray, roots: np.ndarray, vals: np.ndarray, tasks: np.ndarray) -> Outcome:
-        """Apply a batch of acker messages (the order within a batch does not matter: XOR commutes)."""
+        """Apply a batch of acker messages as if one by one, in arrival order, so the verdicts never
+        depend on how messages fall into batches.
+
+        A tree is decided by the first message after which its spout task is known (its ``INIT`` was
+        seen) and it has either seen a ``FAIL`` or holds 0. A fail is sticky: once seen, later acks
+        cannot complete the tree, and it fails. Messages for a root after its decision are dropped:
+        one by one they would start an entry without an ``INIT``, which never gives a verdict and is
+        forgotten on rotation. A duplicated message would XOR its value in twice (cancelling it):
+        nothing in Squall ever sends a message twice (docs/architecture.md).
+        """
         if len(tasks) and tasks.max() > MAX_TASK:
             raise ValueError(f"spout task id {int(tasks.max())} is above {MAX_TASK}, the largest the acker keeps")
         ok = roots >= 2
         if not ok.all():
             kinds, roots, vals, tasks = kinds[ok], roots[ok], vals[ok], tasks[ok]
-        order = np.argsort(roots, kind="stable")
-        roots, kinds, vals, tasks = roots[order], kinds[order], vals[order], tasks[order]
-        starts = np.flatnonzero(np.concatenate(([True], roots[1:] != roots[:-1]))) if len(roots) else order[:0]
-        if not len(starts):
-            empty = np.zeros(0, _U64)
-            none = np.zeros(0, np.int32)
+        n = len(roots)
+        if not n:
+            empty, none = np.zeros(0, _U64), np.zeros(0, np.int32)
             return Outcome(empty, none, empty, none, empty, none)
+        order = np.argsort(roots, kind="stable")  # stable: each root's messages stay in arrival order
+        roots, kinds, vals, tasks = roots[order], kinds[order], vals[order], tasks[order]
+        first = np.concatenate(([True], roots[1:] != roots[:-1]))
+        starts = np.flatnonzero(first)
+        group = np.cumsum(first) - 1  # each message's root, as an index into uroots
         uroots = roots[starts]
-        xor = np.bitwise_xor.reduceat(vals, starts)
-        is_init = kinds == INIT
-        init_task = np.maximum.reduceat(np.where(is_init, tasks, -1), starts).astype(np.int32)
-        failed = np.logical_or.reduceat(kinds == FAIL, starts)
-        reset = np.logical_or.reduceat(kinds == RESET, starts)
 
         self._grow_for(len(uroots))
         slots, _ = self._probe(uroots)
         new = slots < 0
         if new.any():
             slots[new] = self._insert(uroots[new])
-        self.vals[slots] ^= xor
-        has_init = init_task >= 0
-        self.tasks[slots[has_init]] = init_task[has_init]
-        touch = failed | reset  # as in Storm, a fail or reset moves the tree to the newest bucket
-        self.gen[slots[touch]] = (self.gen[slots[touch]] & 0x80) | (self._gen & 0x7F)
-        self.gen[slots[failed]] |= 0x80
+        base_task = self.tasks[slots].astype(np.int32)
 
-        task = self.tasks[slots].astype(np.int32)
-        known = task != NO_TASK
-        done = known & (self.vals[slots] == 0)
-        fail = known & ~done & (self.gen[slots] >= 0x80)
-        resets = known & ~done & ~fail & reset
-        outcome = Outcome(uroots[done], task[done], uroots[fail], task[fail], uroots[resets], task[resets])
-        finished = done | fail
-        if finished.any():
-            self._delete(slots[finished])
-        return outcome
+        # The tree's value after each message: the table's value XOR the root's messages so far.
+        prefix = np.bitwise_xor.accumulate(vals)
+        before = prefix[starts] ^ vals[starts]
+        value = self.vals[slots][group] ^ prefix ^ before[group]
+        at, never = np.arange(n), n
+        first_init = np.minimum.reduceat(np.where(kinds == INIT, at, never), starts)
+        first_fail = np.minimum.reduceat(np.where(kinds == FAIL, at, never), starts)
+        known = (base_task[group] != NO_TASK) | (at >= first_init[group])
+        failed = (self.gen[slots][group] >= 0x80) | (at >= first_fail[group])
+        decided_at = np.minimum.reduceat(np.where(known & (failed | (value == 0)), at, never), starts)
+        decided = decided_at < never
+        task = np.where(base_task != NO_TASK, base_task,
+                        np.where(first_init < never, tasks[np.minimum(first_init, n - 1)], NO_TASK)).astype(np.int32)
+        fail = decided & failed[np.minimum(decided_at, n - 1)]
+        done = decided & ~fail
+
+        # Undecided trees keep what the batch did to them.
+        live = ~decided
+        keep = slots[live]
+        last = np.append(starts[1:], n) - 1
+        self.vals[keep] = value[last][live]
+        self.tasks[keep] = task[live]
+        any_fail = first_fail < never
+        reset = np.logical_or.reduceat(kinds == RESET, starts)
+        touch = slots[live & (any_fail | reset)]  # as in Storm, a fail or reset moves the tree to the newest bucket
+        self.gen[touch] = (self.gen[touch] & 0x80) | (self._gen & 0x7F)
+        self.gen[slots[live & any_fail]] |= 0x80
+        resets = live & reset & (task != NO_TASK)
+        if decided.any():
+            self._delete(slots[decided])
+        return Outcome(uroots[done], task[done], uroots[fail], task[fail], uroots[resets], task[resets])
 
     def rotate(self) -> int:
         """Advance one bucket; drop trees untouched for ``ACKER_BUCKETS`` rotations. Returns how many."""
