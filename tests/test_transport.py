@@ -9,6 +9,8 @@ from typing import Any
 
 import msgpack
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from squall import BasicBolt, Spout, TopologyBuilder
 from squall.acker import AckBatch
@@ -60,14 +62,16 @@ def test_tuples_round_trip_with_values_and_anchors(plan):
 
 
 def test_acker_columns_round_trip(plan):
-    msgs = [AckerMessage(INIT, 2**64 - 3, 123, 4), AckerMessage(ACK, 99, 2**63, -1), AckerMessage(FAIL, 7, 0, -1)]
+    spout_task = plan.component_tasks["words"][0]
+    msgs = [AckerMessage(INIT, 2**64 - 3, 123, spout_task), AckerMessage(ACK, 99, 2**63, -1),
+            AckerMessage(FAIL, 7, 0, -1)]
     [(task, batch)] = decoder(plan).decode(encode_acker(msgs))
     assert task == plan.acker_tasks[0]
     assert isinstance(batch, AckBatch)
     assert batch.kinds.tolist() == [INIT, ACK, FAIL]
     assert batch.roots.tolist() == [2**64 - 3, 99, 7]
     assert batch.vals.tolist() == [123, 2**63, 0]
-    assert batch.tasks.tolist() == [4, -1, -1]
+    assert batch.tasks.tolist() == [spout_task, -1, -1]
 
 
 def test_verdicts_round_trip(plan):
@@ -101,6 +105,12 @@ MALFORMED = {
     "torn column": (lambda b, s: _acker(b"\x00", b"\x01" * 7, b"", b""), "whole number"),
     "ragged columns": (lambda b, s: _acker(b"\x00\x01", b"\x01" * 8, b"\x00" * 8, b"\x00" * 4), "different lengths"),
     "unknown kind": (lambda b, s: _acker(b"\x09", b"\x01" * 8, b"\x00" * 8, b"\x00" * 4), "unknown acker message kind"),
+    # an INIT naming a bolt task: its verdict would be routed nowhere (it used to end the acker process)
+    "init for a bolt task": (lambda b, s: encode_acker([AckerMessage(INIT, 5, 1, b)]), "not a spout task"),
+    "ack with a task": (lambda b, s: encode_acker([AckerMessage(ACK, 5, 1, s)]), "only an acker INIT"),
+    "reserved root": (lambda b, s: encode_acker([AckerMessage(ACK, 1, 1, -1)]), "reserved"),
+    "verdict for a bolt": (lambda b, s: encode_verdicts([Notification(ACK, 5, b)]), "not a spout task of this worker"),
+    "unknown verdict": (lambda b, s: encode_verdicts([Notification(7, 5, s)]), "unknown verdict kind"),
 }
 
 
@@ -167,3 +177,57 @@ def test_a_batch_flushed_by_a_send_starts_the_next_one_afresh(plan):
     finally:
         sender.close()
         receiver.close()
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(frame=st.binary(max_size=512))
+def test_random_bytes_decode_or_are_refused_never_anything_else(plan, frame):
+    try:
+        decoder(plan).decode(frame)
+    except FrameError:
+        pass
+
+
+_ints = st.integers(-(2**63), 2**64 - 1)  # what msgpack can carry
+_values = st.recursive(st.none() | st.booleans() | st.floats() | st.text(max_size=8) | st.binary(max_size=8)
+                       | st.integers(-(2**63), 2**64 - 1),
+                       lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner,
+                                                                                    max_size=3), max_leaves=8)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(rows=st.lists(st.one_of(
+    st.lists(st.one_of(_ints, st.text(max_size=8), _values), max_size=6),
+    st.tuples(st.sampled_from([1, 2, 3, 4, 99, -1]), st.sampled_from([1, 2, 3, 4, 99]),
+              st.sampled_from(["default", "x", ""]), st.lists(_values, max_size=3),
+              st.lists(_ints, max_size=4)).map(list)), max_size=5))
+def test_structured_tuple_frames_decode_or_are_refused(plan, rows):
+    """Frames that are valid msgpack of almost the right shape: every field is checked against the plan."""
+    try:
+        items = decoder(plan).decode(Batch(tuples=msgpack.packb(rows)).SerializeToString())
+    except FrameError:
+        return
+    bolts = set(plan.component_tasks["upper"])
+    assert all(task in bolts and len(tup.values) == len(tup.fields) for task, tup in items)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(kinds=st.lists(st.integers(0, 255), max_size=6), roots=st.lists(st.integers(0, 2**64 - 1), max_size=6),
+       tasks=st.lists(st.integers(-(2**31), 2**31 - 1), max_size=6), verdict=st.booleans())
+def test_acker_and_verdict_columns_decode_or_are_refused(plan, kinds, roots, tasks, verdict):
+    n = min(len(kinds), len(roots), len(tasks))
+    rows = list(zip(kinds[:n], roots[:n], tasks[:n], strict=True))
+    try:
+        if verdict:
+            items = decoder(plan).decode(encode_verdicts([Notification(k, r, t) for k, r, t in rows]) if rows else b"")
+        else:
+            items = decoder(plan).decode(encode_acker([AckerMessage(k, r, 0, t) for k, r, t in rows]) if rows else b"")
+    except (FrameError, OverflowError):  # OverflowError: the test's own encoder, not the decoder
+        return
+    spouts = set(plan.component_tasks["words"])
+    for _, item in items:
+        if isinstance(item, AckBatch):
+            init = item.kinds == INIT
+            assert set(item.tasks[init].tolist()) <= spouts and (item.tasks[~init] == -1).all()
+        else:
+            assert item.task in spouts and 1 <= item.kind <= 3

@@ -11,7 +11,7 @@ from typing import Any
 import msgpack
 import numpy as np
 
-from squall.acker.acker import AckBatch, AckerMessage, Notification
+from squall.acker.acker import INIT, RESET, AckBatch, AckerMessage, Notification
 from squall.proto.squall_pb2 import AckerColumns, Batch, VerdictColumns
 from squall.topology.plan import Plan
 from squall.tuples import Fields, Tuple
@@ -58,6 +58,8 @@ class Decoder:
         self.bolt_tasks = bolt_tasks
         self.spout_tasks = spout_tasks
         self.acker_task = min(acker_tasks) if acker_tasks else None
+        # INITs may name any spout task of the topology: the acker sends that task its verdict
+        self.all_spout_tasks = np.array(sorted(t for c in plan.spout_names for t in plan.component_tasks[c]), _I32)
         self.max_frame = max_frame
         self._fields: dict[tuple[int, str], tuple[str, Fields]] = {}
 
@@ -132,15 +134,27 @@ class Decoder:
             raise FrameError("acker messages sent to a process without an acker task")
         kinds, roots, vals, tasks = self._columns(cols, (("kind", _U8), ("root", _U64), ("val", _U64),
                                                          ("task", _I32)))
-        if len(kinds) and kinds.max() > 3:
-            raise FrameError("unknown acker message kind")
-        return [(self.acker_task, AckBatch(kinds, roots, vals, tasks))] if len(kinds) else []
+        if not len(kinds):
+            return []
+        if kinds.max() > RESET:
+            raise FrameError(f"unknown acker message kind {int(kinds.max())} (0 init, 1 ack, 2 fail, 3 reset)")
+        init = kinds == INIT
+        if not np.isin(tasks[init], self.all_spout_tasks).all():
+            bad = int(tasks[init][~np.isin(tasks[init], self.all_spout_tasks)][0])
+            raise FrameError(f"acker INIT names task {bad}, which is not a spout task of this topology")
+        if (tasks[~init] != -1).any():
+            raise FrameError("only an acker INIT carries a spout task (the others carry -1)")
+        if (roots < 2).any():
+            raise FrameError("root ids 0 and 1 are reserved")
+        return [(self.acker_task, AckBatch(kinds, roots, vals, tasks))]
 
     def _verdicts(self, cols: VerdictColumns) -> list[tuple[int, Notification]]:
         kinds, roots, tasks = self._columns(cols, (("kind", _U8), ("root", _U64), ("task", _I32)))
         out = []
         for kind, root, task in zip(kinds.tolist(), roots.tolist(), tasks.tolist(), strict=True):
-            if task not in self.spout_tasks or not 1 <= kind <= 3:
+            if task not in self.spout_tasks:
                 raise FrameError(f"verdict for task {task}, which is not a spout task of this worker")
+            if not 1 <= kind <= 3:
+                raise FrameError(f"unknown verdict kind {kind} (1 ack, 2 fail, 3 reset)")
             out.append((task, Notification(kind, root, task)))
         return out
