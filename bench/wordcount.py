@@ -313,6 +313,8 @@ def main() -> None:
     unknown = set(cases) - set(CASES)
     if unknown:
         parser.error(f"--cases: unknown {sorted(unknown)}; choose from {','.join(CASES)}")
+    if args.profile and not (Path(sys.executable).parent / "py-spy").exists():
+        parser.error("--profile needs py-spy in this Python's environment: pip install py-spy")
     if "80pct" in cases and "1w1a" not in cases:
         parser.error("--cases: 80pct needs 1w1a (its rate is 80 % of 1w1a's)")
     print(f"word count: {WORDS}-word sentences, 1,000-word vocabulary, acking on, maxSpoutPending {MAX_PENDING}; "

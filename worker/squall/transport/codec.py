@@ -6,6 +6,7 @@ checks every tuple against the plan: a frame that fails any check raises :class:
 
 from __future__ import annotations
 
+from itertools import chain
 from typing import Any
 
 import msgpack
@@ -23,15 +24,16 @@ class FrameError(ValueError):
     """A frame that cannot be decoded or does not fit the topology."""
 
 
+BAD_ANCHORS = "anchors must be a flat list of 64-bit root, edge pairs"
+
+
 def _no_ext(code: int, data: bytes) -> Any:
     raise FrameError(f"msgpack extension type {code} is not allowed")
 
 
 def encode_tuples(tuples: list[Tuple]) -> bytes:
-    rows = []
-    for t in tuples:
-        flat = [x for pair in t.anchors.items() for x in pair] if t.anchors else []
-        rows.append([t.task, t.source_task, t.source_stream, t.values, flat])
+    rows = [[t.task, t.source_task, t.source_stream, t.values, [*chain.from_iterable(t.anchors.items())]]
+            for t in tuples]
     return Batch(tuples=msgpack.packb(rows)).SerializeToString()
 
 
@@ -78,17 +80,15 @@ class Decoder:
         return out
 
     def _source(self, source_task: Any, stream: Any) -> tuple[str, Fields]:
-        key = (source_task, stream)
-        found = self._fields.get(key)
-        if found is None:
-            component = self.plan.task_component.get(source_task) if type(source_task) is int else None
-            if component is None or type(stream) is not str:
-                raise FrameError(f"tuple from unknown source task {source_task!r}")
-            try:
-                found = (component, self.plan.stream_fields(component, stream))
-            except KeyError:
-                raise FrameError(f"component {component!r} declares no stream {stream!r}") from None
-            self._fields[key] = found
+        """The component and fields of a source not seen yet (then cached); FrameError if unknown."""
+        component = self.plan.task_component.get(source_task) if type(source_task) is int else None
+        if component is None or type(stream) is not str:
+            raise FrameError(f"tuple from unknown source task {source_task!r}")
+        try:
+            found = (component, self.plan.stream_fields(component, stream))
+        except KeyError:
+            raise FrameError(f"component {component!r} declares no stream {stream!r}") from None
+        self._fields[(source_task, stream)] = found
         return found
 
     def _tuples(self, data: bytes) -> list[tuple[int, Tuple]]:
@@ -101,19 +101,29 @@ class Decoder:
         if type(rows) is not list:
             raise FrameError("tuples must be a msgpack array")
         out = []
-        bolt_tasks = self.bolt_tasks
+        bolt_tasks, known = self.bolt_tasks, self._fields
         for row in rows:
             if type(row) is not list or len(row) != 5:
                 raise FrameError("each tuple must be [task, source_task, stream, values, anchors]")
             task, source_task, stream, values, flat = row
-            if task not in bolt_tasks:
+            if type(task) is not int or task not in bolt_tasks:
                 raise FrameError(f"tuple for task {task!r}, which is not a bolt task of this worker")
-            component, fields = self._source(source_task, stream)
+            # The sources seen before, without a call (type checks first: a list would not hash).
+            found = known.get((source_task, stream)) if type(source_task) is int and type(stream) is str else None
+            component, fields = found or self._source(source_task, stream)
             if type(values) is not list or len(values) != len(fields):
                 raise FrameError(f"tuple on {component}/{stream} must have {len(fields)} values")
-            if type(flat) is not list or len(flat) % 2 or not all(type(x) is int and 0 <= x < 2**64 for x in flat):
-                raise FrameError("anchors must be a flat list of 64-bit root, edge pairs")
-            anchors = dict(zip(flat[::2], flat[1::2], strict=True)) if flat else {}
+            if type(flat) is not list or len(flat) % 2:
+                raise FrameError(BAD_ANCHORS)
+            if len(flat) == 2:  # the common case, one tree: checked without a generator
+                root, edge = flat
+                if type(root) is not int or type(edge) is not int or not (0 <= root < 2**64 and 0 <= edge < 2**64):
+                    raise FrameError(BAD_ANCHORS)
+                anchors = {root: edge}
+            else:
+                if not all(type(x) is int and 0 <= x < 2**64 for x in flat):
+                    raise FrameError(BAD_ANCHORS)
+                anchors = dict(zip(flat[::2], flat[1::2], strict=True))
             out.append((task, Tuple(values, fields, component, stream, source_task, anchors, task)))
         return out
 
