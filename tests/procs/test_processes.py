@@ -138,6 +138,30 @@ def test_a_malformed_or_oversized_frame_closes_only_its_stream(cluster, tmp_path
     assert "malformed frame" in worker.log_path.read_text()
 
 
+def test_an_acker_refuses_an_init_for_a_bolt_task_and_keeps_serving(cluster):
+    """One frame used to end an acker process: an INIT naming a task that is no spout decoded fine, and
+    routing its verdict raised KeyError. Now the frame closes only its own stream."""
+    import grpc
+
+    from squall.acker.acker import INIT, AckerMessage
+    from squall.metrics.scrape import fetch
+    from squall.topology.assignment import layout
+    from squall.transport.codec import encode_acker
+
+    sup = cluster(count=-1, workers=1, ackers=1, config={"test.rate": 500})
+    wait_for(lambda t: t.acked["a-numbers"] >= 100, timeout=60, sup=sup, what="the topology to run")
+    acker = sup.child("acker-0")
+    bolt_task = layout(sup.spec).component_tasks["b-double"][0]
+    frame = encode_acker([AckerMessage(INIT, 12345, 1, bolt_task)])
+    refused = _send_raw(acker.grpc_port, [frame], sup.spec.fingerprint(), lane="control")
+    assert refused.code() == grpc.StatusCode.INVALID_ARGUMENT and "not a spout task" in refused.details()
+    before = sup.scrape().acked["a-numbers"]
+    after = wait_for(lambda t: t.acked["a-numbers"] >= before + 200, timeout=30, sup=sup, what="more acks")
+    assert after.timed_out["a-numbers"] == 0 and acker.proc.poll() is None and acker.restarts == 0
+    assert 'squall_transport_malformed_frames_total{topology="proc-test"} 1.0' in fetch(
+        f"http://127.0.0.1:{acker.metrics_port}/metrics")
+
+
 def test_suspended_in_the_spec_file_deactivates_and_reactivates_spouts(cluster, tmp_path):
     """`suspended` is followed live from the spec file (a mounted ConfigMap in Kubernetes)."""
     import yaml
