@@ -185,6 +185,67 @@ def test_a_batch_flushed_by_a_send_starts_the_next_one_afresh(plan):
         receiver.close()
 
 
+def test_refused_streams_never_steal_the_frames_of_the_stream_that_is_accepted(plan):
+    """A rolling update, on real loopback gRPC: a new sender is refused by a peer of the old plan many
+    times; then the peer comes back on the new plan. Each refused call's request iterator used to stay
+    blocked on the link's queue and take one frame once frames flowed, which gRPC then discarded:
+    counted as sent, never received, never counted as dropped (the rescale stall of issue 13). Every
+    frame must now be received or counted as dropped."""
+    import threading
+    import time
+
+    from squall.transport import Transport
+
+    got: list[Any] = []
+    woke = threading.Event()
+    bolt_task = plan.component_tasks["upper"][0]
+    common = {"decoder": decoder(plan), "ackers": frozenset(), "batch_size": 10, "flush_interval": 0.001,
+              "max_frame": 1 << 20, "queue_frames": 8}
+
+    def receiver_of(plan_id: str, bind: str) -> Transport:
+        receiver = Transport(name="worker-1", plan=plan_id, owner={}, addresses={},
+                             senders=frozenset({"worker-0"}), bind=bind, **common)
+        receiver.attach(try_deliver=lambda task, item: got.append(item) or True, wake=woke.set, frames=8)
+        return receiver
+
+    old = receiver_of("old-plan", "127.0.0.1:0")
+    port = old.receiver.port
+    sender = Transport(name="worker-0", plan="new-plan", owner={bolt_task: "worker-1"}, senders=frozenset(),
+                       addresses={"worker-1": f"127.0.0.1:{port}"}, bind="127.0.0.1:0", **common)
+    sender.attach(try_deliver=lambda task, item: True, wake=lambda: None, frames=8)
+    link = sender.links[("worker-1", "data")]
+    new = None
+    try:
+        deadline = time.monotonic() + 30
+        while link.stats.refused < 4 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert link.stats.refused >= 4
+        old.close()
+        new = receiver_of("new-plan", f"127.0.0.1:{port}")
+        while not sender.all_connected() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert sender.all_connected(), sender.missing()
+        fields = Fields(["word", "meta"])
+        spout_task = plan.component_tasks["words"][0]
+        for i in range(300):
+            while not sender.try_send(bolt_task, Tuple([f"w{i}", None], fields, "words", "default", spout_task, {},
+                                                       bolt_task)):
+                sender.flush()
+        while not sender.flush():
+            time.sleep(0.001)
+        while len(got) < 300 and time.monotonic() < deadline:
+            woke.wait(0.5)
+            woke.clear()
+            new.deliver()
+        received = new.receiver.stats.batches.get(("worker-0", "data"), 0)
+        assert (len(got), received, link.stats.batches, link.stats.dropped) == (300, 30, 30, 0)
+    finally:
+        sender.close()
+        old.close()
+        if new is not None:
+            new.close()
+
+
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(frame=st.binary(max_size=512))
 def test_random_bytes_decode_or_are_refused_never_anything_else(plan, frame):

@@ -154,12 +154,15 @@ class RuntimeCollector:
                                       labels=["topology", "peer", "lane"])
         reconnects = CounterMetricFamily("squall_transport_reconnects", "Reconnections to a peer",
                                          labels=["topology", "peer", "lane"])
+        refused = CounterMetricFamily("squall_transport_refused_streams", "Streams a peer refused (another "
+                                      "plan: a rolling update in progress)", labels=["topology", "peer", "lane"])
         for (peer, lane), link in tr.links.items():
             s = link.stats
             sent_b.add_metric([topo, peer, lane], s.batches)
             sent_bytes.add_metric([topo, peer, lane], s.bytes)
             dropped.add_metric([topo, peer, lane], s.dropped)
             reconnects.add_metric([topo, peer, lane], s.reconnects)
+            refused.add_metric([topo, peer, lane], s.refused)
         recv_b = CounterMetricFamily("squall_transport_batches_received", "Frames received from a peer",
                                      labels=["topology", "peer", "lane"])
         recv_bytes = CounterMetricFamily("squall_transport_bytes_received", "Bytes received from a peer",
@@ -173,4 +176,4 @@ class RuntimeCollector:
             for (peer, lane), n in list(rs.bytes.items()):
                 recv_bytes.add_metric([topo, peer, lane], n)
             malformed.add_metric([topo], rs.malformed)
-        yield from (sent_b, sent_bytes, dropped, reconnects, recv_b, recv_bytes, malformed)
+        yield from (sent_b, sent_bytes, dropped, reconnects, refused, recv_b, recv_bytes, malformed)

@@ -36,6 +36,9 @@ def channel_options(max_frame: int) -> list[tuple[str, int]]:
         ("grpc.initial_reconnect_backoff_ms", 100),
         ("grpc.min_reconnect_backoff_ms", 100),
         ("grpc.max_reconnect_backoff_ms", 2000),
+        # A replaced pod comes back under its name with a new IP: look the name up again within a
+        # second of a failure, not gRPC's default 30 s (every pod replacement stalled its peers that long).
+        ("grpc.dns_min_time_between_resolutions_ms", 1000),
         ("grpc.keepalive_time_ms", KEEPALIVE_MS),
         ("grpc.keepalive_timeout_ms", 5_000),
         ("grpc.keepalive_permit_without_calls", 1),
@@ -59,10 +62,10 @@ def server_options(max_frame: int) -> list[tuple[str, int]]:
 
 
 class LinkStats:
-    __slots__ = ("batches", "bytes", "dropped", "reconnects")
+    __slots__ = ("batches", "bytes", "dropped", "reconnects", "refused")
 
     def __init__(self) -> None:
-        self.batches = self.bytes = self.dropped = self.reconnects = 0
+        self.batches = self.bytes = self.dropped = self.reconnects = self.refused = 0
 
 
 class PeerLink:
@@ -108,13 +111,23 @@ class PeerLink:
         except queue.Full:  # the link broke and refilled in between: the frame dies with it
             self.stats.dropped += 1
 
-    def _stream(self) -> Iterator[bytes]:
+    def _stream(self, over: threading.Event) -> Iterator[bytes]:
+        """The frames of one call, until that call is ``over``.
+
+        gRPC keeps pulling a call's request iterator on its own thread; once the call is over it
+        discards what it pulls. So the iterator of a finished call (refused by a peer of another plan,
+        broken) must stop taking frames from the link's queue: before, each one stayed blocked there and
+        took one frame of the next, accepted call, which then vanished, counted as sent.
+        """
         frames, closed = self._frames, self._closed
-        while not closed.is_set():
+        while not (closed.is_set() or over.is_set()):
             try:
                 frame = frames.get(timeout=0.2)
             except queue.Empty:
                 continue
+            if over.is_set():  # the call ended while we waited: the frame dies with it, counted
+                self.stats.dropped += 1
+                return
             self.stats.batches += 1
             self.stats.bytes += len(frame)
             self._wake()  # room in the queue: an executor parked on it may go on
@@ -130,7 +143,9 @@ class PeerLink:
                 grpc.channel_ready_future(self._channel).result(timeout=1.0)
             except grpc.FutureTimeoutError:
                 continue
-            future = call.future(self._stream(), metadata=metadata)
+            over = threading.Event()
+            future = call.future(self._stream(over), metadata=metadata)
+            future.add_done_callback(lambda _, over=over: over.set())
             # The peer answers with its plan id once it has accepted the stream (same plan).
             accepted = dict(future.initial_metadata() or ()).get(PLAN_KEY) == self.plan
             if accepted:
@@ -150,6 +165,7 @@ class PeerLink:
                 self.connected.clear()
                 self._drop_queued()
             if not accepted:  # refused (another plan, a malformed frame): don't hammer the peer
+                self.stats.refused += 1
                 self._closed.wait(backoff)
                 backoff = min(backoff * 2, BACKOFF[1])
 
