@@ -290,3 +290,21 @@ def test_ready_means_processing_healthy_means_alive(cluster):
     sup.check()  # restarts the acker
     wait_for(lambda t: status(worker, "/readyz") == 200 and status(sup.child("acker-0"), "/readyz") == 200,
              timeout=60, sup=sup, what="both processes ready again")
+
+
+def test_trees_of_frames_sent_to_a_dead_worker_fail_at_once_not_at_their_timeout(cluster, tmp_path):
+    """A frame that can never arrive is counted as dropped and its trees fail now: the spout replays
+    them within seconds, long before the 15 s message timeout, and in the end every id is acked."""
+    sup = cluster(count=3000, workers=2, ackers=1, timeout=15, config={"test.rate": 500})
+    wait_for(lambda t: t.acked["a-numbers"] >= 200, timeout=60, sup=sup, what="the topology to run")
+    victim = sup.child("worker-1")  # runs a b-double and a c-sink task; the spout is on worker-0
+    victim.proc.kill()
+    victim.proc.wait()
+    deadline = time.monotonic() + 10  # within the message timeout: a fail seen by then is not a timeout
+    while sup.scrape().failed["a-numbers"] == 0 and time.monotonic() < deadline:
+        time.sleep(0.2)  # not sup.check(): the victim stays dead meanwhile
+    totals = sup.scrape()
+    assert totals.failed["a-numbers"] > 0 and totals.timed_out["a-numbers"] == 0
+    wait_for(lambda t: t.acked["a-numbers"] >= 3000, timeout=120, sup=sup, what="every id acked after the restart")
+    sup.stop()
+    assert spout_report(tmp_path)["acked"] == list(range(3000))

@@ -14,10 +14,12 @@ import logging
 import random
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from squall.acker.acker import FAIL, Notification
 from squall.api import BasicBolt
 from squall.executor.acker import AckerExecutor
 from squall.executor.base import Executor, Remote, Transfer
@@ -53,6 +55,9 @@ class Link(Remote, Protocol):
     def attach(self, *, try_deliver: Callable[[int, Any], bool], wake: Callable[[], None], frames: int) -> None: ...
 
     def deliver(self) -> bool: ...
+
+    @property
+    def lost(self) -> deque[tuple[int, int]]: ...
 
     def flush(self, *, busy: bool = False) -> bool: ...
 
@@ -165,6 +170,18 @@ class Runtime:
     def every(self, period: float, action: Callable[[], None]) -> None:
         heapq.heappush(self._timers, Timer(self.clock() + period, next(self._seq), period, action))
 
+    def _fail_lost(self, lost: deque[tuple[int, int]]) -> None:
+        """Fail the trees of frames the transport dropped (a peer died or was replaced): a tuple's tree
+        at its acker, a tree whose INIT never reached its acker at the spout itself. Best effort: if
+        that cannot be sent now, the message timeout still fails the tree."""
+        route = self._acker_route
+        while lost:
+            task, root = lost.popleft()
+            if task >= 0:
+                self.transfer.try_deliver(task, Notification(FAIL, root, task))
+            elif route is not None:
+                self.transfer.try_send(route.tasks[root % route.n], (FAIL, root, 0, -1))
+
     def _rotate(self) -> None:
         """Every message timeout: spouts time out their oldest trees, ackers forget theirs."""
         for spout in self.spouts:
@@ -209,8 +226,11 @@ class Runtime:
                 action()
             progress = True
         remote = self.remote
-        if remote is not None and remote.deliver():
-            progress = True
+        if remote is not None:
+            if remote.lost:
+                self._fail_lost(remote.lost)
+            if remote.deliver():
+                progress = True
         for ex in self.executors:
             if ex.run_once(now):
                 progress = True

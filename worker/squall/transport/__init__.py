@@ -6,10 +6,11 @@ Within a process nothing here is used: executors hand tuples over in memory.
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from squall.transport.codec import Decoder, encode_acker, encode_tuples, encode_verdicts
+from squall.transport.codec import Decoder, encode_acker, encode_tuples, encode_verdicts, lost_trees
 from squall.transport.ingress import Ingress
 from squall.transport.links import CONTROL, DATA, PeerLink
 from squall.transport.server import Receiver
@@ -40,8 +41,12 @@ class Transport:
         self.clock = clock
         self._wake: Callable[[], None] = lambda: None
         peers = sorted(set(owner.values()))
+        #: (spout task, root) of trees whose frames were dropped: the runtime fails them at once
+        #: (appended on link threads, taken on the scheduler thread)
+        self.lost: deque[tuple[int, int]] = deque()
         self.links = {(p, lane): PeerLink(peer=p, address=addresses[p], lane=lane, sender=name, plan=plan,
-                                          max_frame=max_frame, queue_frames=queue_frames, wake=self.wake)
+                                          max_frame=max_frame, queue_frames=queue_frames, wake=self.wake,
+                                          dropped=self._dropped)
                       for p in peers for lane in (DATA, CONTROL)}
         self._buffers: dict[tuple[str, str], list[Any]] = {key: [] for key in self.links}
         self._since: dict[tuple[str, str], float] = {}
@@ -54,6 +59,13 @@ class Transport:
 
     def wake(self) -> None:
         self._wake()
+
+    def _dropped(self, frame: bytes) -> None:
+        """On a link thread: a frame will never arrive; its trees should fail now, not at their timeout."""
+        trees = lost_trees(frame)
+        if trees:
+            self.lost.extend(trees)
+            self._wake()
 
     def attach(self, *, try_deliver: Callable[[int, Any], bool], wake: Callable[[], None], frames: int) -> None:
         """Connect to the runtime that owns the inboxes, and start listening and connecting."""

@@ -51,6 +51,21 @@ def encode_verdicts(notes: list[Notification]) -> bytes:
     return Batch(verdicts=cols).SerializeToString()
 
 
+def lost_trees(frame: bytes) -> list[tuple[int, int]]:
+    """(spout task, root) of the trees a frame this process encoded carried, for failing them when it
+    is dropped: a tuple's roots (spout task -1: its acker fails it), an INIT's root with its spout task
+    (that acker never heard of the tree: the spout fails it). Acks, fails and verdicts carry none."""
+    batch = Batch.FromString(frame)
+    if batch.tuples:
+        return [(-1, root) for row in msgpack.unpackb(batch.tuples) for root in row[4][::2]]
+    if batch.HasField("acker"):
+        kinds = np.frombuffer(batch.acker.kind, _U8)
+        init = kinds == INIT
+        return list(zip(np.frombuffer(batch.acker.task, _I32)[init].tolist(),
+                        np.frombuffer(batch.acker.root, _U64)[init].tolist(), strict=True))
+    return []
+
+
 class Decoder:
     """Turns frames into (task, item) pairs for this process's inboxes."""
 

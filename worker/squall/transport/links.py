@@ -72,11 +72,12 @@ class PeerLink:
     """Streams frames to ``address`` on ``lane``, reconnecting for as long as the process lives."""
 
     def __init__(self, *, peer: str, address: str, lane: str, sender: str, plan: str, max_frame: int,
-                 queue_frames: int, wake: Callable[[], None]) -> None:
+                 queue_frames: int, wake: Callable[[], None], dropped: Callable[[bytes], None]) -> None:
         self.peer, self.address, self.lane, self.sender, self.plan = peer, address, lane, sender, plan
         self.stats = LinkStats()
         self._frames: queue.Queue[bytes] = queue.Queue(queue_frames)
         self._wake = wake
+        self._dropped = dropped
         self._closed = threading.Event()
         self.connected = threading.Event()
         self.ever_connected = False
@@ -104,12 +105,12 @@ class PeerLink:
     def offer(self, frame: bytes) -> None:
         """Queue a frame; call only after :meth:`has_room` said yes."""
         if not self.connected.is_set():
-            self.stats.dropped += 1
+            self._drop(frame)
             return
         try:
             self._frames.put_nowait(frame)
         except queue.Full:  # the link broke and refilled in between: the frame dies with it
-            self.stats.dropped += 1
+            self._drop(frame)
 
     def _stream(self, over: threading.Event) -> Iterator[bytes]:
         """The frames of one call, until that call is ``over``.
@@ -126,7 +127,7 @@ class PeerLink:
             except queue.Empty:
                 continue
             if over.is_set():  # the call ended while we waited: the frame dies with it, counted
-                self.stats.dropped += 1
+                self._drop(frame)
                 return
             self.stats.batches += 1
             self.stats.bytes += len(frame)
@@ -172,10 +173,15 @@ class PeerLink:
     def _drop_queued(self) -> None:
         while True:
             try:
-                self._frames.get_nowait()
+                frame = self._frames.get_nowait()
             except queue.Empty:
                 return
-            self.stats.dropped += 1
+            self._drop(frame)
+
+    def _drop(self, frame: bytes) -> None:
+        """Count a frame that will never reach the peer and report it, so its trees fail now."""
+        self.stats.dropped += 1
+        self._dropped(frame)
 
     def close(self) -> None:
         self._closed.set()
