@@ -55,6 +55,10 @@ def server_options(max_frame: int) -> list[tuple[str, int]]:
         ("grpc.max_send_message_length", max_frame),
         ("grpc.max_receive_message_length", max_frame),
         ("grpc.keepalive_permit_without_calls", 1),
+        # pings of our own find a sender that vanished (its pod gone, no FIN): its stream closes and
+        # stops counting as open, so readiness and the drain see the truth
+        ("grpc.keepalive_time_ms", KEEPALIVE_MS),
+        ("grpc.keepalive_timeout_ms", 5_000),
         ("grpc.http2.min_recv_ping_interval_without_data_ms", KEEPALIVE_MS // 2),
         ("grpc.http2.max_ping_strikes", 0),
         ("grpc.http2.bdp_probe", 0),
