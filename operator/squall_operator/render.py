@@ -31,12 +31,12 @@ EXECUTOR_TEMPLATE_FILE = "executor-pod-template.yaml"
 SPEC_HASH = "squall.dev/spec-hash"
 RUN_AS = 10001  # the image's non-root user
 DEFAULT_RESOURCES = {"requests": {"cpu": "100m", "memory": "256Mi"}}
-PDB_API = "policy/v1"  # Kubernetes 1.21+; the operator uses policy/v1beta1 where that is all it finds
-NODE = "kubernetes.io/hostname"  # the topology key that spreads a role's pods across nodes
 # Kubernetes' own client and service address, as seen from any pod
 K8S_MASTER = "k8s://https://kubernetes.default.svc:443"
 MANAGED_BY = "squall-operator"
+PDB_API = "policy/v1"  # Kubernetes 1.21+; the operator uses policy/v1beta1 where that is all it finds
 WORKER, ACKER = "worker", "acker"
+NODE = "kubernetes.io/hostname"
 ROLES = {WORKER: pods.WORKERS, ACKER: pods.ACKERS}  # a StatefulSet's role -> its spec.podTemplate key
 
 
