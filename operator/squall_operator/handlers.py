@@ -182,21 +182,30 @@ class Operator:
 
     def refresh(self, namespace: str, name: str) -> None:
         """Recompute the status of a Topology whose latest spec is applied from its StatefulSets and
-        pods as they are now (no child is written)."""
+        pods as they are now (no child is written); a StatefulSet found missing is put back instead,
+        so the status never describes a rollout of something that is gone."""
+        if not self._refresh(namespace, name):
+            self.reconcile(namespace, name, log)
+
+    def _refresh(self, namespace: str, name: str) -> bool:
+        """:meth:`refresh` under the Topology's lock; False if a StatefulSet it wants is missing."""
         with self._lock(namespace, name):
             topology = self.kube.get(Ref(resource.API_VERSION, resource.KIND, namespace, name))
             if topology is None:
-                return  # the Topology is gone; Kubernetes collects its StatefulSets
+                return True  # the Topology is gone; Kubernetes collects its StatefulSets
             previous = topology.get("status") or {}
             generation = topology["metadata"].get("generation")
             if previous.get("phase") == status.FAILED or previous.get("observedGeneration") != generation:
-                return  # the spec is invalid, or not applied yet: the reconcile writes the status
+                return True  # the spec is invalid, or not applied yet: the reconcile writes the status
             spec = resource.check_spec(name, topology.get("spec"), namespace=namespace)
             names = Names(name)
             workers = self.kube.get(Ref("apps/v1", "StatefulSet", namespace, names.worker))
             ackers = self.kube.get(Ref("apps/v1", "StatefulSet", namespace, names.acker)) if spec.num_ackers else None
+            if workers is None or (spec.num_ackers and ackers is None):
+                return False
             self._write(topology, previous, self._status(spec, namespace, workers=workers, ackers=ackers,
                                                          previous=previous, generation=generation, read_errors=False))
+            return True
 
     def _write(self, topology: Manifest, previous: dict[str, Any], current: dict[str, Any]) -> None:
         """Write the status if it changed, and post an Event if the phase did."""

@@ -312,7 +312,7 @@ def stateful_set(spec: TopologySpec, role: str, *, namespace: str, image: str) -
                     "securityContext": {"runAsNonRoot": True, "runAsUser": RUN_AS, "runAsGroup": RUN_AS,
                                         "fsGroup": RUN_AS, "seccompProfile": {"type": "RuntimeDefault"}},
                     "containers": [container],
-                    **spreading(spec.name, role),
+                    **spreading(spec.name, role=role),
                     # mounted as a directory (never subPath), so ConfigMap updates reach running pods
                     "volumes": [{"name": "spec", "configMap": {"name": names.config_map, "items": [
                         {"key": key, "path": key} for key in sorted(config_map(spec, namespace=namespace)["data"])]}},
@@ -333,7 +333,7 @@ def disruption_budget(spec: TopologySpec, role: str, *, namespace: str, api_vers
                      "selector": {"matchLabels": selector(spec.name, component=role)}}}
 
 
-def spreading(topology: str, role: str) -> dict[str, Any]:
+def spreading(topology: str, *, role: str) -> dict[str, Any]:
     """Soft anti-affinity and a soft spread across nodes: one node's loss takes as few of a role's pods
     as the cluster allows, and a small cluster still schedules them all."""
     match = {"matchLabels": selector(topology, component=role)}

@@ -200,7 +200,8 @@ class OperatorThread:
 
     async def stop(self) -> None:
         self.stop_flag.set()
-        await asyncio.to_thread(self.thread.join, DEADLINE)
+        # kopf waits for the handlers in flight (reconciles, the resync) before it returns
+        await asyncio.to_thread(self.thread.join, 2 * DEADLINE)
         assert not self.thread.is_alive(), "the operator did not stop"
         if self.error is not None:
             raise self.error

@@ -4,12 +4,15 @@ status. kopf runs Squall's handlers against kmock (no garbage collector or kubel
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 
 import aiohttp.web
 import kmock
+import kopf
 import pytest
+from kubernetes import client
 from operator_kit import (
     CONFIGMAPS,
     NAMESPACE,
@@ -17,6 +20,7 @@ from operator_kit import (
     SPEC,
     STATEFULSETS,
     TOPOLOGIES,
+    OperatorThread,
     condition,
     create_topology,
     eventually,
@@ -27,6 +31,10 @@ from operator_kit import (
     roll_out,
     status,
 )
+
+from squall_operator.apply import Kube
+from squall_operator.handlers import Operator
+from squall_operator.settings import Settings
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(60)]
 
@@ -125,3 +133,28 @@ async def test_disruption_budgets_use_the_policy_version_the_cluster_serves(api,
     for version in ("v1", "v1beta1"):
         if f"policy/{version}" != expected:
             assert obj(api, f"policy/{version}/poddisruptionbudgets", "wc-worker") is None
+
+
+@pytest.mark.parametrize("gone", ["wc-worker", "wc-acker"])
+async def test_a_status_refresh_that_finds_a_statefulset_gone_puts_it_back(api, gone, monkeypatch):
+    """Without an operator watching (no event for the deletion), a refresh (what a pod event starts)
+    recreates the StatefulSet instead of reporting a rollout of nothing. The refresh runs outside
+    kopf here, where kopf cannot post Events (they need its running context): those are recorded."""
+    op = OperatorThread(str(api.url), Settings(image="squall:test"))
+    await op.start()
+    await create_topology(api, "wc", SPEC)
+    await eventually("the acker StatefulSet", lambda: obj(api, STATEFULSETS, "wc-acker"))
+    for sts in ("wc-worker", "wc-acker"):
+        await roll_out(api, sts)
+    await eventually("Running", lambda: status(api, "wc").get("phase") == "Running")
+    await op.stop()
+
+    await delete(api, STATEFULSETS, gone)
+    posted: list[str] = []
+    monkeypatch.setattr(kopf, "event", lambda *_, reason, **__: posted.append(reason))
+    operator = Operator(settings=Settings(image="squall:test"),
+                        kube=Kube(client.ApiClient(client.Configuration(host=str(api.url)))))
+    await asyncio.to_thread(operator.refresh, NAMESPACE, "wc")
+    assert obj(api, STATEFULSETS, gone) is not None
+    assert condition(api, "wc", "Progressing")["reason"] == "RollingOut"  # the new one, rolling out
+    assert "Applied" in posted
