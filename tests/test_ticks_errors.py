@@ -160,3 +160,31 @@ def test_error_log_keeps_the_last_n_per_component(keep):
             reporter.report(ValueError(f"{component}{i}"), task=1)
     assert [e.error for e in log.recent("a")] == [f"ValueError: a{i}" for i in range(5 - keep, 5)]
     assert len(log.recent()) == 2 * keep
+
+
+class BrokenOpen(RecordingSpout):
+    def open(self, conf, context, collector):
+        raise RuntimeError("cannot open the source")
+
+
+class BrokenPrepare(Bolt):
+    def prepare(self, conf, context, collector):
+        raise RuntimeError("cannot load the model")
+
+    def execute(self, tup):
+        raise RuntimeError("never prepared")
+
+
+def test_a_spout_whose_open_raises_and_a_bolt_whose_prepare_raises_are_reported_and_the_rest_runs():
+    builder = TopologyBuilder("broken-start")
+    builder.set_spout("good", RecordingSpout, config={"count": 50})
+    builder.set_spout("bad", BrokenOpen)
+    builder.set_bolt("model", BrokenPrepare).shuffle_grouping("bad")
+    builder.set_bolt("sink", Ticked).shuffle_grouping("good")
+    with LocalCluster(builder.build()) as cluster:
+        good = one(cluster, "good")
+        run_until(cluster, good.settled)
+        assert sorted(good.acked) == list(range(50))  # the healthy part of the topology runs
+        # reported first; what the half-open spout does next is reported too (and throttled)
+        assert cluster.errors("bad")[0].error == "RuntimeError: cannot open the source"
+        assert cluster.errors("model")[0].error == "RuntimeError: cannot load the model"

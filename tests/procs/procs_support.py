@@ -23,7 +23,7 @@ def topology(tmp_path: Path, *, count: int, workers: int, ackers: int | None = N
         "maxSpoutPending": max_pending,
         "config": {"test.count": count, "test.report": str(tmp_path / "spout.json"), **(config or {})},
         # Component names sort as a < b < c, so round-robin assignment puts the spout on worker-0.
-        "spouts": [{"name": "a-numbers", "className": f"squall_test_components:{spout}"}],
+        "spouts": [{"name": "a-numbers", "className": spout if ":" in spout else f"squall_test_components:{spout}"}],
         "bolts": [
             {"name": "b-double", "className": "squall_test_components:Double", "parallelism": workers,
              "inputs": [{"component": "a-numbers", "grouping": {"type": "shuffle"}}]},

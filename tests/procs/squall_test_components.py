@@ -49,13 +49,6 @@ class ReportingSink(Bolt):
         self.collector.ack(tup)
 
 
-class BrokenSpout(NumberSpout):
-    """A spout whose ``open`` fails, as one with a missing input file would."""
-
-    def open(self, conf, context, collector):
-        raise FileNotFoundError("no such input: /nowhere/records.db")
-
-
 class TickingSink(Bolt):
     """Acks its input; receives tick tuples (the topology sets tickFrequencySeconds)."""
 

@@ -187,7 +187,7 @@ def test_suspended_in_the_spec_file_deactivates_and_reactivates_spouts(cluster, 
 def test_a_process_that_keeps_dying_at_start_is_not_restarted_forever(cluster):
     from squall.errors import SquallError
 
-    sup = cluster(count=10, workers=1, spout="BrokenSpout")
+    sup = cluster(count=10, workers=1, spout="squall_test_broken:BrokenSpout")
     deadline = time.monotonic() + 60
     with pytest.raises(SquallError) as err:
         while time.monotonic() < deadline:
@@ -196,6 +196,7 @@ def test_a_process_that_keeps_dying_at_start_is_not_restarted_forever(cluster):
     message = str(err.value)
     assert "worker-0 exited 3 times right after starting" in message
     assert "no such input: /nowhere/records.db" in message  # the end of its log says why
+    assert "component 'a-numbers' className: importing module 'squall_test_broken' raised" in message
 
 
 def test_tick_tuples_do_not_keep_a_draining_worker_alive(cluster, tmp_path):

@@ -34,16 +34,19 @@ class BoltExecutor(Executor):
         self.tasks: dict[int, BoltTask] = {}
         self.clock = clock
         self.report = report
-        self.prepared: list[Callable[[], None]] = []
+        self.prepared: list[tuple[int, Callable[[], None]]] = []
         self.countdown = SAMPLE_EVERY
 
     def add_task(self, task: BoltTask, prepare: Callable[[], None]) -> None:
         self.tasks[task.task_id] = task
-        self.prepared.append(prepare)
+        self.prepared.append((task.task_id, prepare))
 
     def start(self) -> None:
-        for prepare in self.prepared:
-            prepare()
+        for task_id, prepare in self.prepared:  # a bolt whose prepare raises is reported; the others go on
+            try:
+                prepare()
+            except Exception as exc:  # noqa: BLE001 - user code may raise anything
+                self.report(exc, task_id)
 
     def stop(self) -> None:
         for task in self.tasks.values():

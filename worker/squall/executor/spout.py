@@ -71,11 +71,11 @@ class SpoutExecutor(Executor):
         self.clock = clock
         self.report = report
         self.active = False  # the runtime activates spouts once the process is ready
-        self.opened: list[Callable[[], None]] = []
+        self.opened: list[tuple[SpoutTask, Callable[[], None]]] = []
 
     def add_task(self, task: SpoutTask, open_: Callable[[], None]) -> None:
         self.tasks[task.task_id] = task
-        self.opened.append(open_)
+        self.opened.append((task, open_))
 
     def on_emit(self, task: SpoutTask) -> Callable[[int, Any, str], None]:
         def track(root: int, msg_id: Any, stream: str) -> None:
@@ -84,8 +84,8 @@ class SpoutExecutor(Executor):
         return track
 
     def start(self) -> None:
-        for open_ in self.opened:
-            open_()
+        for task, open_ in self.opened:  # a spout whose open raises is reported; the others go on
+            self._call(task, open_)
 
     def stop(self) -> None:
         for task in self.tasks.values():
