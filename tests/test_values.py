@@ -123,3 +123,58 @@ def test_an_uncaught_refusal_in_a_bolt_fails_its_input_and_is_reported():
         errors = cluster.errors("bad")
         assert len(errors) == 3
         assert all(e.error.startswith("EmitError: component 'bad'") and "'id'" in e.error for e in errors)
+
+
+@pytest.mark.parametrize("value", ["x" * 101, b"x" * 101, ["y" * 60, "z" * 60], {"k": "v" * 100}],
+                         ids=["str", "bytes", "list", "dict"])
+def test_an_oversized_value_is_refused_at_emit_naming_the_field_and_the_limit(value):
+    with pytest.raises(EmitError) as info:
+        check_values(["ok", value], fields=("id", "payload"), component="split", stream="words", max_bytes=100)
+    message = str(info.value)
+    for part in ("'split'", "'payload'", "'words'", "transfer.maxValueBytes (100)"):
+        assert part in message, f"{part!r} missing from: {message}"
+    check_values(["ok", "x" * 100], fields=("id", "payload"), component="split", stream="words", max_bytes=100)
+
+
+class BigSpout(Spout):
+    """Emits one value over the limit (recording the refusal), then a small one."""
+
+    outputs = ["blob"]
+
+    def open(self, conf, context, collector):
+        super().open(conf, context, collector)
+        self.refused: list[str] = []
+        self.acked: list = []
+        self.sent = False
+
+    def next_tuple(self):
+        if self.sent:
+            return
+        self.sent = True
+        try:
+            self.collector.emit(["x" * 2000], msg_id="big")
+        except EmitError as exc:
+            self.refused.append(str(exc))
+        self.collector.emit(["x" * 1000], msg_id="small")
+
+    def ack(self, msg_id):
+        self.acked.append(msg_id)
+
+
+def test_the_limit_is_the_topologys_transfer_max_value_bytes():
+    builder = TopologyBuilder("big")
+    builder.set_spout("spout", BigSpout)
+    builder.set_bolt("sink", HoldBolt).shuffle_grouping("spout")
+    with LocalCluster(builder.build(transfer={"maxValueBytes": 1000})) as cluster:
+        spout = one(cluster, "spout")
+        run_until_quiet(cluster, lambda: spout.acked == ["small"])
+        assert len(spout.refused) == 1 and "transfer.maxValueBytes (1,000)" in spout.refused[0]
+        assert one(cluster, "sink").received == [["x" * 1000]]
+
+
+def test_a_value_limit_must_leave_room_in_a_frame():
+    from squall import TopologyError, TopologySpec
+
+    with pytest.raises(TopologyError, match="maxValueBytes .* must be below maxFrameBytes"):
+        TopologySpec.from_dict({"name": "t", "spouts": [{"name": "s", "className": "m:S"}],
+                                "transfer": {"maxValueBytes": 70000, "maxFrameBytes": 65536}})

@@ -161,7 +161,7 @@ FULL = {
     "name": "wc", "workers": 3, "ackers": None, "messageTimeoutSeconds": 10, "maxSpoutPending": None,
     "executorQueueSize": 64, "spoutWait": {"level1Count": 1, "level2Count": 2, "level3SleepMs": 0.5},
     "errorReporting": {"maxPerInterval": 2, "intervalSeconds": 1.5, "keepLast": 3},
-    "transfer": {"batchSize": 128, "flushIntervalMs": 0.5, "maxFrameBytes": 65536},
+    "transfer": {"batchSize": 128, "flushIntervalMs": 0.5, "maxFrameBytes": 65536, "maxValueBytes": 32768},
     "config": {"anything": {"nested": [1, "two"]}},
     "spouts": [{"name": "s", "className": "m:S", "parallelism": 2, "tasks": 4, "config": {"k": 1}}],
     "bolts": [{"name": "b", "className": "m:B", "tasks": None, "tickFrequencySeconds": 0.5,

@@ -38,8 +38,22 @@ def _bad(value: Any) -> str | None:
     return f"{kind.__name__} is not supported"
 
 
-def check_values(values: list[Any], *, fields: tuple[str, ...], component: str, stream: str) -> None:
-    """Raise :class:`EmitError` unless ``values`` matches ``fields`` and holds only supported types."""
+def size(value: Any) -> int:
+    """About how many bytes ``value`` takes on the wire: str characters, bytes, and 8 per other scalar."""
+    kind = type(value)
+    if kind is str or kind is bytes:
+        return len(value)
+    if kind is list:
+        return sum(map(size, value))
+    if kind is dict:
+        return sum(size(k) + size(v) for k, v in value.items())
+    return 8
+
+
+def check_values(values: list[Any], *, fields: tuple[str, ...], component: str, stream: str,
+                 max_bytes: int | None = None) -> None:
+    """Raise :class:`EmitError` unless ``values`` matches ``fields``, holds only supported types and,
+    with ``max_bytes``, no value larger than that (``transfer.maxValueBytes``)."""
     if len(values) != len(fields):
         raise EmitError(
             f"component {component!r} emitted {len(values)} value(s) on stream {stream!r}, "
@@ -47,9 +61,16 @@ def check_values(values: list[Any], *, fields: tuple[str, ...], component: str, 
         )
     for name, value in zip(fields, values, strict=True):
         kind = type(value)
-        if kind in SCALAR_TYPES or kind is int and INT_MIN <= value <= INT_MAX:
+        if (kind in SCALAR_TYPES or kind is int and INT_MIN <= value <= INT_MAX) and (
+                max_bytes is None or kind is not str and kind is not bytes or len(value) <= max_bytes):
             continue
         reason = _bad(value)
+        if not reason and max_bytes is not None and size(value) > max_bytes:
+            raise EmitError(
+                f"component {component!r} emitted field {name!r} on stream {stream!r}: the value holds about "
+                f"{size(value):,} bytes, over transfer.maxValueBytes ({max_bytes:,}); send a reference "
+                "(a path, a key) instead, or raise the limit"
+            )
         if reason:
             raise EmitError(
                 f"component {component!r} emitted field {name!r} on stream {stream!r}: {reason}; "

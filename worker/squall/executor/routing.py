@@ -32,6 +32,7 @@ class Router:
     def __init__(self, *, plan: Plan, context: TaskContext, rng: random.Random) -> None:
         self.component = context.component_id
         self.task_id = context.task_id
+        self.max_value_bytes = plan.spec.transfer.max_value_bytes
         self.fields: dict[str, Fields] = {}
         self.groupers: dict[str, list[Any]] = {}
         self.direct: dict[str, frozenset[int]] = {}
@@ -53,13 +54,17 @@ class Router:
         fields = self.fields.get(stream)
         if fields is None:
             raise self._undeclared(stream)
+        limit = self.max_value_bytes
         if len(values) != len(fields.names):
-            check_values(values, fields=fields.names, component=self.component, stream=stream)
+            check_values(values, fields=fields.names, component=self.component, stream=stream, max_bytes=limit)
         for value in values:
             kind = type(value)
-            if kind is str or kind is float or kind is int and INT_MIN <= value <= INT_MAX or kind in SCALAR_TYPES:
+            if kind is str or kind is bytes:
+                if len(value) <= limit:
+                    continue
+            elif kind is float or kind is int and INT_MIN <= value <= INT_MAX or kind in SCALAR_TYPES:
                 continue
-            check_values(values, fields=fields.names, component=self.component, stream=stream)
+            check_values(values, fields=fields.names, component=self.component, stream=stream, max_bytes=limit)
             break
         groupers = self.groupers[stream]
         if len(groupers) == 1:
@@ -73,7 +78,8 @@ class Router:
         fields = self.fields.get(stream)
         if fields is None:
             raise self._undeclared(stream)
-        check_values(values, fields=fields.names, component=self.component, stream=stream)
+        check_values(values, fields=fields.names, component=self.component, stream=stream,
+                     max_bytes=self.max_value_bytes)
         return fields, self.direct_target(stream, task)
 
     def _undeclared(self, stream: str) -> EmitError:

@@ -143,6 +143,16 @@ class Transfer(_Model):
     batch_size: int = Field(default=1024, ge=1, le=65536, description="items per frame at most")
     flush_interval_ms: float = Field(default=1.0, gt=0, le=1.0, description="a partial batch waits at most this")
     max_frame_bytes: int = Field(default=16 * 1024 * 1024, ge=65536, description="larger frames are refused")
+    max_value_bytes: int = Field(default=1024 * 1024, ge=1, description="a tuple value (a str's characters, "
+                                 "a bytes' length, a list's or dict's contents) larger than this is refused "
+                                 "at emit")
+
+    @model_validator(mode="after")
+    def _value_fits_a_frame(self) -> Self:
+        if self.max_value_bytes >= self.max_frame_bytes:
+            raise ValueError(f"maxValueBytes ({self.max_value_bytes}) must be below maxFrameBytes "
+                             f"({self.max_frame_bytes}): a tuple must fit in a frame")
+        return self
 
 
 class Spark(_Model):
