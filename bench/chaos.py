@@ -1,0 +1,153 @@
+"""Chaos: kill processes while records flow, and count what was lost and what was counted twice.
+
+Records from the embedded durable log (``examples/logcount.yaml``'s LogSpout, two tasks) go through
+2 workers and 2 ackers into ``CountSink``, which durably counts every record it processed before
+acking it (``examples.logcount``). While it runs, a random worker or acker is killed with SIGKILL
+every ``--kill-every`` seconds (the supervisor restarts it, as Kubernetes would), and once a process
+is stopped with SIGSTOP for two message timeouts. Then the chaos stops, the topology finishes, and
+the counts are read back: per guarantee, records lost, duplicates, throughput and p99 latency.
+
+    python bench/chaos.py [--records 1000000] [--minutes 10] [--guarantee at_least_once]
+
+A benchmark prints figures and never fails; ``tests/procs/test_chaos.py`` runs a short version and
+asserts the guarantees (nothing lost at least once, nothing twice at most once).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import signal
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from examples.logcount import PARTITIONS, TOPIC, _fresh, _produce, _spec_file, read_counts  # noqa: E402
+
+TIMEOUT = 3  # messageTimeoutSeconds: what a kill loses is replayed within 3 to 6 s
+
+
+@dataclass(frozen=True)
+class ChaosResult:
+    guarantee: str
+    records: int
+    counted: int  # records counted at least once
+    twice: int  # records counted twice or more
+    kills: int
+    stops: int
+    seconds: float
+    p99_ms: float
+
+    @property
+    def lost(self) -> int:
+        return self.records - self.counted
+
+
+def run(*, directory: Path, records: int, seconds: float, guarantee: str, kill_every: float = 3.0,
+        finish_within: float = 300.0, seed: int = 1, say=print) -> ChaosResult:
+    """Run the chaos for ``seconds`` (or until every record is done), then let the topology finish."""
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in [str(REPO), os.environ.get("PYTHONPATH", "")] if p)
+    from squall.process.supervisor import QUICK_EXIT, Supervisor
+    from squall.spouts.log import DurableLog
+    from squall.topology import load_spec
+
+    rng = random.Random(seed)
+    directory = directory.resolve()
+    _fresh(directory)
+    log_path = directory / "log.db"
+    ends = _produce(log_path, records)
+    spec_path = _spec_file(directory, log_path)
+    doc = yaml.safe_load(spec_path.read_text())
+    doc.update(workers=2, ackers=2, messageTimeoutSeconds=TIMEOUT)
+    doc["spouts"][0]["config"]["processing.guarantee"] = guarantee
+    spec_path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    spec = load_spec(spec_path)
+    group = spec.spouts[0].config["log.group"]
+    sup = Supervisor(spec_path=spec_path, spec=spec, run_dir=directory / "run")
+    log = DurableLog(log_path)
+    kills = stops = 0
+    began = time.monotonic()
+    chaos_until = began + seconds
+    stop_at = began + seconds / 3  # one SIGSTOP of two message timeouts, a third of the way in
+    stopped: tuple[object, float] | None = None
+    next_kill = began + kill_every
+    last_change, last_counted = began, -1
+    sup.start()
+
+    def done() -> bool:
+        committed = {p: c.offset for p, c in log.committed(group, TOPIC).items()}
+        if any(committed.get(p) != ends[p] for p in range(PARTITIONS)):
+            return False
+        # at least once: every record counted; at most once: what was committed is final once quiet
+        return counted >= records if guarantee == "at_least_once" else now - last_change > 2 * TIMEOUT
+
+    try:
+        while True:
+            sup.check()
+            now = time.monotonic()
+            counted, twice = read_counts(directory)
+            if counted != last_counted:
+                last_change, last_counted = now, counted
+            if stopped is not None and now >= stopped[1]:
+                os.kill(stopped[0].proc.pid, signal.SIGCONT)
+                stopped = None
+            if now < chaos_until and stopped is None:
+                # processes up for a while only: three deaths right after starting is a crash loop
+                up = [c for c in sup.children if c.proc and c.proc.poll() is None and now - c.started >= QUICK_EXIT]
+                if now >= next_kill and up:
+                    victim = rng.choice(up)
+                    if victim.proc:
+                        victim.proc.kill()
+                        victim.proc.wait()
+                        kills += 1
+                    next_kill = now + kill_every
+                elif stops == 0 and now >= stop_at and up:
+                    victim = rng.choice(up)
+                    if victim.proc:
+                        os.kill(victim.proc.pid, signal.SIGSTOP)
+                        stopped, stops = (victim, now + 2 * TIMEOUT), 1
+            if now >= chaos_until and stopped is None and done():
+                break
+            if now > chaos_until + finish_within:
+                say(f"gave up {finish_within:.0f} s after the chaos: {counted:,} of {records:,} records counted")
+                break
+            time.sleep(0.1)
+    finally:
+        totals = sup.scrape()
+        sup.stop()
+        log.close()
+    counted, twice = read_counts(directory)
+    return ChaosResult(guarantee=guarantee, records=records, counted=counted, twice=twice, kills=kills, stops=stops,
+                       seconds=time.monotonic() - began, p99_ms=totals.recorded.quantile(0.99) * 1000)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--records", type=int, default=1_000_000)
+    parser.add_argument("--minutes", type=float, default=10.0, help="how long the chaos lasts at most")
+    parser.add_argument("--kill-every", type=float, default=3.0, metavar="SECONDS")
+    parser.add_argument("--guarantee", choices=["at_least_once", "at_most_once", "both"], default="both")
+    parser.add_argument("--dir", default=".squall/chaos")
+    args = parser.parse_args(argv)
+    guarantees = ["at_least_once", "at_most_once"] if args.guarantee == "both" else [args.guarantee]
+    print(f"chaos: {args.records:,} records, 2 workers + 2 ackers, SIGKILL every {args.kill_every:.0f} s for "
+          f"up to {args.minutes:.0f} min, one SIGSTOP for {2 * TIMEOUT} s", flush=True)
+    print("| guarantee | lost | counted twice | kills | SIGSTOPs | records/s | p99 ms |")
+    print("|---|--:|--:|--:|--:|--:|--:|")
+    for guarantee in guarantees:
+        r = run(directory=Path(args.dir) / guarantee, records=args.records, seconds=args.minutes * 60,
+                guarantee=guarantee, kill_every=args.kill_every)
+        print(f"| {guarantee} | {r.lost:,} | {r.twice:,} ({r.twice / r.records:.2%}) | {r.kills} | {r.stops} | "
+              f"{r.records / r.seconds:,.0f} | {r.p99_ms:,.1f} |", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
