@@ -174,6 +174,9 @@ class BrokenPrepare(Bolt):
     def execute(self, tup):
         raise RuntimeError("never prepared")
 
+    def cleanup(self):
+        raise RuntimeError("cleanup of a bolt that was never prepared")
+
 
 def test_a_spout_whose_open_raises_and_a_bolt_whose_prepare_raises_are_reported_and_the_rest_runs():
     builder = TopologyBuilder("broken-start")
@@ -188,3 +191,5 @@ def test_a_spout_whose_open_raises_and_a_bolt_whose_prepare_raises_are_reported_
         # reported first; what the half-open spout does next is reported too (and throttled)
         assert cluster.errors("bad")[0].error == "RuntimeError: cannot open the source"
         assert cluster.errors("model")[0].error == "RuntimeError: cannot load the model"
+    # cleanup is for what prepare built: a bolt whose prepare raised is not cleaned up
+    assert "RuntimeError: cleanup of a bolt that was never prepared" not in {e.error for e in cluster.errors("model")}

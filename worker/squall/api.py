@@ -176,6 +176,14 @@ class Component:
                 raise TypeError(f"{cls.__name__}.outputs[{stream!r}] must be a list of field names or direct(...)")
         return streams
 
+    @classmethod
+    def check_config(cls, component: str, conf: dict[str, Any], *, message_timeout_seconds: int) -> None:
+        """Refuse a config this component cannot run with: raise ``ConfigError`` or ``TopologyError`` naming the key.
+
+        Called whenever the topology is validated (``squall validate``, submit, every process
+        start), before any task starts, with the component's merged config; the default accepts all.
+        """
+
 
 class Spout(Component):
     """A source of tuples. ``next_tuple`` should emit a few tuples at most and never block."""

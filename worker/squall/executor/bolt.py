@@ -35,6 +35,7 @@ class BoltExecutor(Executor):
         self.clock = clock
         self.report = report
         self.prepared: list[tuple[int, Callable[[], None]]] = []
+        self.unprepared: set[int] = set()
         self.countdown = SAMPLE_EVERY
 
     def add_task(self, task: BoltTask, prepare: Callable[[], None]) -> None:
@@ -47,9 +48,12 @@ class BoltExecutor(Executor):
                 prepare()
             except Exception as exc:  # noqa: BLE001 - user code may raise anything
                 self.report(exc, task_id)
+                self.unprepared.add(task_id)
 
     def stop(self) -> None:
         for task in self.tasks.values():
+            if task.task_id in self.unprepared:  # nothing to clean up, and its state may be half-built
+                continue
             try:
                 task.bolt.cleanup()
             except Exception as exc:  # noqa: BLE001 - user code may raise anything

@@ -110,6 +110,15 @@ class SparkBolt(Bolt):
         """Return the result DataFrame of one micro-batch (or None to emit nothing, e.g. after a write)."""
         raise NotImplementedError(f"{type(self).__name__} must implement process(df)")
 
+    @classmethod
+    def check_config(cls, component: str, conf: dict[str, Any], *, message_timeout_seconds: int) -> None:
+        """Refuse bad batching keys, more than one output stream, or a worker without PySpark."""
+        Batching.from_conf(conf, component=component, message_timeout=message_timeout_seconds)
+        _output_stream(cls, component)
+        if importlib.util.find_spec("pyspark") is None:
+            raise ConfigError(f"bolt {component!r} is a SparkBolt, and PySpark is not installed in the "
+                              "worker's environment: pip install pyspark")
+
     # -- on the executor thread -------------------------------------------------------------
 
     def prepare(self, conf: dict[str, Any], context: TopologyContext, collector: OutputCollector) -> None:
@@ -117,9 +126,6 @@ class SparkBolt(Bolt):
         component = context.component_id
         self.batching = Batching.from_conf(conf, component=component, message_timeout=context.message_timeout_seconds)
         self._stream, self._out_fields = _output_stream(type(self), component)
-        if importlib.util.find_spec("pyspark") is None:
-            raise ConfigError(f"bolt {component!r} is a SparkBolt, and PySpark is not installed in the "
-                              "worker's environment: pip install pyspark")
         # The message timeout counts from a tree's emit or its last reset; resetting twice per
         # timeout keeps a batch's trees alive however long its job takes.
         self._reset_every = context.message_timeout_seconds / 2

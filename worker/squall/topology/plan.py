@@ -72,6 +72,8 @@ class Plan:
                 self.outputs[name] = cls.declared_streams()
             except TypeError as exc:
                 raise TopologyError(f"component {name!r}: {exc}") from None
+        for name, cls in self.classes.items():
+            cls.check_config(name, self.component_config(name), message_timeout_seconds=spec.message_timeout_seconds)
         self._fields = {(c, s): Fields(o.fields) for c, streams in self.outputs.items() for s, o in streams.items()}
         self._fields[(SYSTEM_COMPONENT, TICK_STREAM)] = NO_FIELDS
 
