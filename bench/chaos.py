@@ -117,7 +117,7 @@ class ChaosResult:
     stops: int
     cuts: int
     seconds: float
-    p99_ms: float
+    p99_ms: float | None  # None when no tree was tracked (at most once emits untracked tuples)
 
     @property
     def lost(self) -> int:
@@ -216,7 +216,8 @@ def run(*, directory: Path, records: int, seconds: float, guarantee: str, kill_e
     totals = sup.final_totals()  # what every incarnation of every process counted
     counted, twice = read_counts(directory)
     return ChaosResult(guarantee=guarantee, records=records, counted=counted, twice=twice, kills=kills, stops=stops,
-                       cuts=cuts, seconds=time.monotonic() - began, p99_ms=totals.recorded.quantile(0.99) * 1000)
+                       cuts=cuts, seconds=time.monotonic() - began,
+                       p99_ms=totals.recorded.quantile(0.99) * 1000 if totals.recorded.count else None)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -241,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
                 max_spout_pending=args.max_spout_pending)
         print(f"| {guarantee} | {r.records:,} | {r.lost:,} ({r.lost / r.records:.2%}) | {r.twice:,} "
               f"({r.twice / r.records:.2%}) | {r.kills} | {r.stops} | {r.cuts} | {r.records / r.seconds:,.0f} | "
-              f"{r.p99_ms:,.1f} |", flush=True)
+              f"{'n/a' if r.p99_ms is None else f'{r.p99_ms:,.0f}'} |", flush=True)
     return 0
 
 

@@ -10,7 +10,7 @@ on a backlog (unless ``--rate`` gives one), then records are appended at half of
 and timed out and the p99 complete latency of that interval, and how far the sink is behind. In the
 end: records lost (appended, never counted), RSS growth of each process after the warm-up.
 
-    python bench/soak.py [--minutes 10] [--rate RECORDS_PER_S] [--fail 0.05] [--drop 0.01]
+    python bench/soak.py [--minutes 10] [--rate RECORDS_PER_S] [--fail 0.05] [--drop 0.01] [--warm-up 120]
 
 A benchmark prints figures and never fails.
 """
@@ -32,7 +32,6 @@ sys.path.insert(0, str(REPO))
 from examples.logcount import TOPIC, CountSink, _fresh, _produce, _spec_file, read_counts  # noqa: E402
 
 TIMEOUT = 5  # messageTimeoutSeconds: a dropped tree times out after 5 to 10 s
-WARM_UP = 120.0  # seconds: RSS growth is measured from the first sample after this
 
 
 class SoakSink(CountSink):
@@ -80,7 +79,7 @@ class Appender:
 
 
 def run(*, directory: Path, minutes: float, rate: float | None, fail: float, drop: float, every: float,
-        calibrate: int = 60_000, finish_within: float = 120.0, say=print) -> int:
+        warm_up: float = 120.0, calibrate: int = 60_000, finish_within: float = 120.0, say=print) -> int:
     """Run the soak; returns the records lost."""
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in [str(REPO), os.environ.get("PYTHONPATH", "")] if p)
     from squall.metrics.scrape import Totals
@@ -151,10 +150,10 @@ def run(*, directory: Path, minutes: float, rate: float | None, fail: float, dro
         f"{sum(totals.acked[s] for s in spouts):,.0f}, failed {sum(totals.failed[s] for s in spouts):,.0f}, "
         f"timed out {sum(totals.timed_out[s] for s in spouts):,.0f}; "
         f"p99 over the whole run {totals.recorded.quantile(0.99) * 1000:,.0f} ms")
-    warm = next((rss for t, rss in samples if t >= WARM_UP), None)
+    warm = next((rss for t, rss in samples if t >= warm_up), None)
     if warm is not None:
         end = samples[-1][1]
-        say(f"RSS growth after the warm-up (first sample after {WARM_UP:.0f} s to the last): "
+        say(f"RSS growth after the warm-up (first sample after {warm_up:.0f} s to the last): "
             + ", ".join(f"{n} {w:.0f} -> {e:.0f} MiB ({(e - w) / w:+.1%})"
                         for n, w, e in zip(names, warm, end, strict=True)))
     return lost
@@ -187,10 +186,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fail", type=float, default=0.05, help="share of tuples the sink fails")
     parser.add_argument("--drop", type=float, default=0.01, help="share of tuples the sink never acks")
     parser.add_argument("--every", type=float, default=30.0, metavar="SECONDS")
+    parser.add_argument("--warm-up", type=float, default=120.0, metavar="SECONDS",
+                        help="RSS growth is measured from the first line after this")
     parser.add_argument("--dir", default=".squall/soak")
     args = parser.parse_args(argv)
     run(directory=Path(args.dir), minutes=args.minutes, rate=args.rate, fail=args.fail, drop=args.drop,
-        every=args.every)
+        every=args.every, warm_up=args.warm_up)
     return 0
 
 
