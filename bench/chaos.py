@@ -3,11 +3,15 @@
 Records from the embedded durable log (``examples/logcount.yaml``'s LogSpout, two tasks) go through
 2 workers and 2 ackers into ``CountSink``, which durably counts every record it processed before
 acking it (``examples.logcount``). While it runs, a random worker or acker is killed with SIGKILL
-every ``--kill-every`` seconds (the supervisor restarts it, as Kubernetes would), and once a process
-is stopped with SIGSTOP for two message timeouts. Then the chaos stops, the topology finishes, and
-the counts are read back: per guarantee, records lost, duplicates, throughput and p99 latency.
+every ``--kill-every`` seconds (the supervisor restarts it, as Kubernetes would); once a quarter of
+the records were counted, a process is stopped with SIGSTOP for two message timeouts; once half
+were, the link to worker-1 is cut for ``--cut`` seconds: every peer reaches worker-1 through a
+relay (:class:`LinkCut`) that stops reading, so their frames to it stall in the sockets, as behind a
+process that stops reading. Then the chaos stops, the topology finishes, and the counts are read
+back: per guarantee, records lost, duplicates, throughput and p99 latency.
 
-    python bench/chaos.py [--records 1000000] [--minutes 10] [--guarantee at_least_once]
+    python bench/chaos.py [--records 1000000] [--minutes 10] [--guarantee both] [--cut 20]
+                          [--kill-every 3] [--max-spout-pending 2000]
 
 A benchmark prints figures and never fails; ``tests/procs/test_chaos.py`` runs a short version and
 asserts the guarantees (nothing lost at least once, nothing twice at most once).
@@ -19,7 +23,9 @@ import argparse
 import os
 import random
 import signal
+import socket
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +38,73 @@ sys.path.insert(0, str(REPO))
 from examples.logcount import PARTITIONS, TOPIC, _fresh, _produce, _spec_file, read_counts  # noqa: E402
 
 TIMEOUT = 3  # messageTimeoutSeconds: what a kill loses is replayed within 3 to 6 s
+CUT = 20.0  # seconds a link stays cut: longer than gRPC keepalive's 10 s + 5 s, so its streams close
+
+
+class LinkCut:
+    """A TCP relay in front of one process's gRPC port, for cutting the link to it.
+
+    While cut, the relay stops reading from both sides of every connection (at most one chunk
+    already read goes through): senders fill their socket buffers and stall, and new connections
+    are accepted but carry nothing, as across a network partition. :meth:`heal` resumes.
+    """
+
+    def __init__(self, target_port: int) -> None:
+        self.target = ("127.0.0.1", target_port)
+        self.flowing = threading.Event()
+        self.flowing.set()
+        self._server = socket.create_server(("127.0.0.1", 0))
+        self._server.settimeout(0.5)
+        self.port = self._server.getsockname()[1]
+        self._closed = False
+        threading.Thread(target=self._accept, name="link-cut", daemon=True).start()
+
+    def cut(self) -> None:
+        self.flowing.clear()
+
+    def heal(self) -> None:
+        self.flowing.set()
+
+    def close(self) -> None:
+        self._closed = True
+        self.flowing.set()
+        self._server.close()
+
+    def _accept(self) -> None:
+        while not self._closed:
+            try:
+                conn, _ = self._server.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return  # closed
+            try:
+                upstream = socket.create_connection(self.target, timeout=2)
+            except OSError:  # the process is down (killed, restarting): as if it refused
+                conn.close()
+                continue
+            upstream.settimeout(None)
+            for src, dst in ((conn, upstream), (upstream, conn)):
+                threading.Thread(target=self._pump, args=(src, dst), daemon=True).start()
+
+    def _pump(self, src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while True:
+                self.flowing.wait()
+                data = src.recv(65536)
+                self.flowing.wait()  # a chunk read just before the cut waits for the heal
+                if not data:
+                    break
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+                s.close()
 
 
 @dataclass(frozen=True)
@@ -42,8 +115,9 @@ class ChaosResult:
     twice: int  # records counted twice or more
     kills: int
     stops: int
+    cuts: int
     seconds: float
-    p99_ms: float
+    p99_ms: float | None  # None when no tree was tracked (at most once emits untracked tuples)
 
     @property
     def lost(self) -> int:
@@ -51,9 +125,11 @@ class ChaosResult:
 
 
 def run(*, directory: Path, records: int, seconds: float, guarantee: str, kill_every: float = 3.0,
-        finish_within: float = 300.0, seed: int = 1, say=print) -> ChaosResult:
+        cut: float = CUT, max_spout_pending: int = 2000, finish_within: float = 300.0, seed: int = 1,
+        say=print) -> ChaosResult:
     """Run the chaos for ``seconds`` (or until every record is done), then let the topology finish."""
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in [str(REPO), os.environ.get("PYTHONPATH", "")] if p)
+    from squall.process import contract
     from squall.process.supervisor import QUICK_EXIT, Supervisor
     from squall.spouts.log import DurableLog
     from squall.topology import load_spec
@@ -65,17 +141,23 @@ def run(*, directory: Path, records: int, seconds: float, guarantee: str, kill_e
     ends = _produce(log_path, records)
     spec_path = _spec_file(directory, log_path)
     doc = yaml.safe_load(spec_path.read_text())
-    doc.update(workers=2, ackers=2, messageTimeoutSeconds=TIMEOUT)
+    doc.update(workers=2, ackers=2, messageTimeoutSeconds=TIMEOUT, maxSpoutPending=max_spout_pending)
     doc["spouts"][0]["config"]["processing.guarantee"] = guarantee
     spec_path.write_text(yaml.safe_dump(doc, sort_keys=False))
     spec = load_spec(spec_path)
     group = spec.spouts[0].config["log.group"]
     sup = Supervisor(spec_path=spec_path, spec=spec, run_dir=directory / "run")
+    # Every peer reaches worker-1 through the relay; its own port is the real one.
+    cut_worker = sup.child(contract.process_name(contract.WORKER, 1))
+    relay = LinkCut(cut_worker.grpc_port)
+    peers = contract.peers_var(contract.WORKER)
+    sup.env[peers] = ",".join(f"127.0.0.1:{relay.port}" if a == f"127.0.0.1:{cut_worker.grpc_port}" else a
+                              for a in sup.env[peers].split(","))
     log = DurableLog(log_path)
-    kills = stops = 0
+    kills = stops = cuts = 0
     began = time.monotonic()
     chaos_until = began + seconds
-    stop_at = began + seconds / 3  # one SIGSTOP of two message timeouts, a third of the way in
+    healed_at: float | None = None
     stopped: tuple[object, float] | None = None
     next_kill = began + kill_every
     last_change, last_counted = began, -1
@@ -98,6 +180,13 @@ def run(*, directory: Path, records: int, seconds: float, guarantee: str, kill_e
             if stopped is not None and now >= stopped[1]:
                 os.kill(stopped[0].proc.pid, signal.SIGCONT)
                 stopped = None
+            # One SIGSTOP a quarter of the way through the records, one link cut half way: while records flow.
+            if cuts == 0 and counted >= records / 2:
+                relay.cut()
+                cuts, healed_at = 1, now + cut
+            if healed_at is not None and now >= healed_at:
+                relay.heal()
+                healed_at = None
             if now < chaos_until and stopped is None:
                 # processes up for a while only: three deaths right after starting is a crash loop
                 up = [c for c in sup.children if c.proc and c.proc.poll() is None and now - c.started >= QUICK_EXIT]
@@ -108,44 +197,52 @@ def run(*, directory: Path, records: int, seconds: float, guarantee: str, kill_e
                         victim.proc.wait()
                         kills += 1
                     next_kill = now + kill_every
-                elif stops == 0 and now >= stop_at and up:
+                elif stops == 0 and counted >= records / 4 and up:
                     victim = rng.choice(up)
                     if victim.proc:
                         os.kill(victim.proc.pid, signal.SIGSTOP)
                         stopped, stops = (victim, now + 2 * TIMEOUT), 1
-            if now >= chaos_until and stopped is None and done():
+            if now >= chaos_until and stopped is None and healed_at is None and done():
                 break
             if now > chaos_until + finish_within:
                 say(f"gave up {finish_within:.0f} s after the chaos: {counted:,} of {records:,} records counted")
                 break
             time.sleep(0.1)
     finally:
+        relay.heal()
         sup.stop()
+        relay.close()
         log.close()
     totals = sup.final_totals()  # what every incarnation of every process counted
     counted, twice = read_counts(directory)
     return ChaosResult(guarantee=guarantee, records=records, counted=counted, twice=twice, kills=kills, stops=stops,
-                       seconds=time.monotonic() - began, p99_ms=totals.recorded.quantile(0.99) * 1000)
+                       cuts=cuts, seconds=time.monotonic() - began,
+                       p99_ms=totals.recorded.quantile(0.99) * 1000 if totals.recorded.count else None)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--records", type=int, default=1_000_000)
-    parser.add_argument("--minutes", type=float, default=10.0, help="how long the chaos lasts at most")
+    parser.add_argument("--minutes", type=float, default=10.0, help="how long the chaos lasts")
     parser.add_argument("--kill-every", type=float, default=3.0, metavar="SECONDS")
+    parser.add_argument("--cut", type=float, default=CUT, metavar="SECONDS", help="how long the link cut lasts")
+    parser.add_argument("--max-spout-pending", type=int, default=2000, metavar="TREES", help="per spout task")
     parser.add_argument("--guarantee", choices=["at_least_once", "at_most_once", "both"], default="both")
     parser.add_argument("--dir", default=".squall/chaos")
     args = parser.parse_args(argv)
     guarantees = ["at_least_once", "at_most_once"] if args.guarantee == "both" else [args.guarantee]
     print(f"chaos: {args.records:,} records, 2 workers + 2 ackers, SIGKILL every {args.kill_every:.0f} s for "
-          f"up to {args.minutes:.0f} min, one SIGSTOP for {2 * TIMEOUT} s", flush=True)
-    print("| guarantee | lost | counted twice | kills | SIGSTOPs | records/s | p99 ms |")
-    print("|---|--:|--:|--:|--:|--:|--:|")
+          f"{args.minutes:g} min, one SIGSTOP for {2 * TIMEOUT} s, one link cut for {args.cut:g} s, "
+          f"maxSpoutPending {args.max_spout_pending:,}", flush=True)
+    print("| guarantee | records | lost | counted twice | SIGKILLs | SIGSTOPs | link cuts | records/s | p99 ms |")
+    print("|---|--:|--:|--:|--:|--:|--:|--:|--:|")
     for guarantee in guarantees:
         r = run(directory=Path(args.dir) / guarantee, records=args.records, seconds=args.minutes * 60,
-                guarantee=guarantee, kill_every=args.kill_every)
-        print(f"| {guarantee} | {r.lost:,} | {r.twice:,} ({r.twice / r.records:.2%}) | {r.kills} | {r.stops} | "
-              f"{r.records / r.seconds:,.0f} | {r.p99_ms:,.1f} |", flush=True)
+                guarantee=guarantee, kill_every=args.kill_every, cut=args.cut,
+                max_spout_pending=args.max_spout_pending)
+        print(f"| {guarantee} | {r.records:,} | {r.lost:,} ({r.lost / r.records:.2%}) | {r.twice:,} "
+              f"({r.twice / r.records:.2%}) | {r.kills} | {r.stops} | {r.cuts} | {r.records / r.seconds:,.0f} | "
+              f"{'n/a' if r.p99_ms is None else f'{r.p99_ms:,.0f}'} |", flush=True)
     return 0
 
 

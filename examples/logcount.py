@@ -13,7 +13,8 @@
    they drain) and prints how many records were counted at least once and how many twice or more.
 
 ``CountSink`` counts how often it processed each record in ``counts-<task>.db`` (SQLite) and acks a
-tuple only once the count is on disk, so what it counted survives its own process being killed.
+tuple only once the count is on disk, so what it counted survives its own process being killed
+(a :class:`squall.testing.DurableSink`).
 """
 
 from __future__ import annotations
@@ -22,14 +23,13 @@ import argparse
 import os
 import shutil
 import signal
-import sqlite3
 import sys
 import time
 from pathlib import Path
 
 import yaml
 
-from squall import Bolt
+from squall.testing import DurableSink
 
 SCHEMA = ("CREATE TABLE IF NOT EXISTS counted (partition INTEGER NOT NULL, off INTEGER NOT NULL,"
           " times INTEGER NOT NULL, PRIMARY KEY (partition, off)) WITHOUT ROWID")
@@ -37,49 +37,22 @@ UPSERT = ("INSERT INTO counted VALUES (?, ?, 1)"
           " ON CONFLICT (partition, off) DO UPDATE SET times = times + 1")
 
 
-class CountSink(Bolt):
+class CountSink(DurableSink):
     """Counts each ``(partition, offset)`` it processes in its own SQLite file, then acks.
 
-    Tuples are buffered and written in one transaction (synced to disk) when ``logcount.batch``
-    of them (default 200) arrived or on a tick; only then are they acked. A record processed again
+    A :class:`~squall.testing.DurableSink`: tuples are written in one synced transaction per
+    ``sink.batch`` of them (default 200) or per tick, and acked only then. A record processed again
     (replayed after a failure) has its count go up: ``times`` is how often it was counted.
     """
 
-    outputs = []
+    file_prefix = "counts"
+    schema = ("CREATE TABLE IF NOT EXISTS counted (partition INTEGER NOT NULL, off INTEGER NOT NULL,"
+              " times INTEGER NOT NULL, PRIMARY KEY (partition, off)) WITHOUT ROWID")
+    insert = ("INSERT INTO counted VALUES (?, ?, 1)"
+              " ON CONFLICT (partition, off) DO UPDATE SET times = times + 1")
 
-    def prepare(self, conf, context, collector):
-        super().prepare(conf, context, collector)
-        directory = Path(conf.get("logcount.dir", ".squall/logcount"))
-        directory.mkdir(parents=True, exist_ok=True)
-        self.db = sqlite3.connect(directory / f"counts-{context.task_id}.db", isolation_level=None)
-        self.db.execute("PRAGMA journal_mode=WAL")
-        self.db.execute("PRAGMA synchronous=FULL")
-        self.db.execute(SCHEMA)
-        self.batch = int(conf.get("logcount.batch", 200))
-        self.buffer = []
-
-    def execute(self, tup):
-        if tup.is_tick:
-            self.flush()
-            self.collector.ack(tup)
-            return
-        self.buffer.append(tup)
-        if len(self.buffer) >= self.batch:
-            self.flush()
-
-    def flush(self):
-        if not self.buffer:
-            return
-        self.db.execute("BEGIN")
-        self.db.executemany(UPSERT, [(t["partition"], t["offset"]) for t in self.buffer])
-        self.db.execute("COMMIT")  # on disk when this returns: only now may the tuples be acked
-        for tup in self.buffer:
-            self.collector.ack(tup)
-        self.buffer = []
-
-    def cleanup(self):
-        self.flush()
-        self.db.close()
+    def row(self, tup):
+        return tup["partition"], tup["offset"]
 
 
 def read_counts(directory: Path) -> tuple[int, int]:
@@ -87,17 +60,8 @@ def read_counts(directory: Path) -> tuple[int, int]:
 
     The fields grouping sends a record to the same task every time, so the files do not overlap.
     """
-    once = twice = 0
-    for path in sorted(Path(directory).glob("counts-*.db")):
-        db = sqlite3.connect(path)
-        try:
-            row = db.execute("SELECT count(*), coalesce(sum(times > 1), 0) FROM counted").fetchone()
-        except sqlite3.OperationalError:  # created by the sink, table not there yet
-            continue
-        finally:
-            db.close()
-        once, twice = once + row[0], twice + row[1]
-    return once, twice
+    rows = CountSink.query(directory, "SELECT count(*), coalesce(sum(times > 1), 0) FROM counted")
+    return sum(r[0] for r in rows), sum(r[1] for r in rows)
 
 
 # ---- the runner -------------------------------------------------------------------------------
@@ -140,7 +104,7 @@ def _spec_file(directory: Path, log_path: Path) -> Path:
     for spout in doc["spouts"]:
         spout["config"]["log.path"] = str(log_path)
     for bolt in doc["bolts"]:
-        bolt["config"]["logcount.dir"] = str(directory)
+        bolt["config"]["sink.dir"] = str(directory)
     path = directory / "logcount.yaml"
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     return path

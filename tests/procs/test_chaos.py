@@ -1,6 +1,6 @@
-"""A short chaos run (bench/chaos.py): processes SIGKILLed every 3 s and one SIGSTOPped for two message
-timeouts while records flow through 2 workers and 2 ackers. At least once loses nothing; at most once
-counts nothing twice."""
+"""A short chaos run (bench/chaos.py): processes SIGKILLed every 3 s, one SIGSTOPped for two message
+timeouts and the link to a worker cut for 10 s while records flow through 2 workers and 2 ackers. At
+least once loses nothing; at most once counts nothing twice."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ import chaos  # noqa: E402
 @pytest.mark.parametrize("guarantee", ["at_least_once", "at_most_once"])
 def test_chaos_loses_nothing_at_least_once_and_duplicates_nothing_at_most_once(tmp_path, guarantee):
     result = chaos.run(directory=tmp_path, records=20_000, seconds=30, guarantee=guarantee, kill_every=3,
-                       finish_within=120)
-    assert result.kills >= 5 and result.stops == 1
+                       cut=10, finish_within=120)
+    assert result.kills >= 5 and result.stops == 1 and result.cuts == 1
     if guarantee == "at_least_once":
         assert result.lost == 0, result
     else:

@@ -82,7 +82,7 @@ def offsets_run(tmp_path, monkeypatch):
                                    **spout_config}}],
             "bolts": [{"name": SINK, "className": "offset_components:RecordingSink", "parallelism": 2,
                        "tickFrequencySeconds": 0.1,
-                       "config": {"test.sink.dir": str(sinks), **sink_config},
+                       "config": {"sink.dir": str(sinks), **sink_config},
                        "inputs": [{"component": SPOUT, "grouping": {"type": "shuffle"}}]}],
         }
         path = tmp_path / "topology.yaml"
@@ -152,7 +152,7 @@ def test_at_least_once_processes_every_record_and_resumes_at_the_committed_offse
     # records a partition has at least 4.5 s to go: the kill lands mid-run by construction.
     run = offsets_run(spout_config={"processing.guarantee": "at_least_once", "offset.commit.period.ms": 250,
                                     "max.uncommitted.offsets": 200, "poll.max.records": 50},
-                      sink_config={"test.sink.batch": 100})
+                      sink_config={"sink.batch": 100})
     old_pid, at_kill = kill_victim_mid_run(run)
     new_pid = run.victim.proc.pid
     end = N // PARTITIONS
@@ -187,7 +187,7 @@ def test_at_most_once_processes_no_record_twice_and_resumes_at_the_committed_off
     # holds the spout back: a sink slowed to ~1 ms a tuple keeps its inbox full, and the kill lands
     # mid-run with tuples queued at the killed sink (committed, never processed: lost).
     run = offsets_run(spout_config={"processing.guarantee": "at_most_once", "poll.max.records": 50},
-                      sink_config={"test.sink.batch": 100, "test.sink.delay": 0.001})
+                      sink_config={"sink.batch": 100, "test.sink.delay": 0.001})
     survivor = next(c for c in run.sup.children if c.role == "worker" and c is not run.victim)
     old_pid, at_kill = kill_victim_mid_run(run)
     new_pid = run.victim.proc.pid

@@ -1,6 +1,7 @@
 """Run and check topologies in this process, for your tests and ours: :class:`LocalCluster`, and
 :class:`TestingSpout` / :class:`TestingSink`, a replaying source and a recording sink (Bytewax's
-``TestingSource`` and ``TestingSink``, in Storm's terms)::
+``TestingSource`` and ``TestingSink``, in Storm's terms); :class:`DurableSink` records on disk what
+it acked, for tests that kill processes::
 
     >>> from squall import TopologyBuilder
     >>> class Numbers(TestingSpout):
@@ -20,10 +21,12 @@
 from __future__ import annotations
 
 import itertools
+import sqlite3
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, ClassVar
 
 from squall.api import Bolt, Spout
@@ -113,6 +116,77 @@ class TestingSink(Bolt):
     def execute(self, tup: Tuple) -> None:
         self.received.append(list(tup.values))
         self.collector.ack(tup)
+
+
+class DurableSink(Bolt):
+    """A sink that writes a row for each input to its own SQLite file and acks an input only once
+    its row is on disk, so whatever it acked survives its process being killed with SIGKILL.
+
+    Inputs are buffered and written in one transaction (``synchronous=FULL``: synced when the
+    commit returns) once ``sink.batch`` of them (default 200) arrived, or on a tick: give the bolt a
+    ``tickFrequencySeconds`` so a partial batch is written too. Each task writes
+    ``<file_prefix>-<task id>.db`` in ``sink.dir`` (required). A subclass gives its table's ``schema``
+    (created if missing), its ``insert`` statement and the :meth:`row` of an input.
+    """
+
+    outputs: ClassVar = []
+    file_prefix: ClassVar[str] = "sink"
+    schema: ClassVar[str]
+    insert: ClassVar[str]
+
+    def row(self, tup: Tuple) -> Sequence[Any]:
+        """The values of ``insert``'s parameters for one input."""
+        raise NotImplementedError
+
+    def prepare(self, conf, context, collector) -> None:
+        super().prepare(conf, context, collector)
+        directory = Path(conf["sink.dir"])
+        directory.mkdir(parents=True, exist_ok=True)
+        self.db = sqlite3.connect(directory / f"{self.file_prefix}-{context.task_id}.db", isolation_level=None)
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("PRAGMA synchronous=FULL")
+        self.db.execute(self.schema)
+        self.batch = int(conf.get("sink.batch", 200))
+        self.buffer: list[Tuple] = []
+
+    def execute(self, tup: Tuple) -> None:
+        if tup.is_tick:
+            self.flush()
+            self.collector.ack(tup)
+            return
+        self.buffer.append(tup)
+        if len(self.buffer) >= self.batch:
+            self.flush()
+
+    def flush(self) -> None:
+        """Write the buffered inputs in one transaction, then ack them."""
+        if not self.buffer:
+            return
+        self.db.execute("BEGIN")
+        self.db.executemany(self.insert, [self.row(t) for t in self.buffer])
+        self.db.execute("COMMIT")  # on disk when this returns: only now may the inputs be acked
+        for tup in self.buffer:
+            self.collector.ack(tup)
+        self.buffer = []
+
+    def cleanup(self) -> None:
+        self.flush()
+        self.db.close()
+
+    @classmethod
+    def query(cls, directory: str | Path, sql: str) -> list[tuple[Any, ...]]:
+        """The rows ``sql`` selects from each task's file in ``directory``, concatenated in file order
+        (a file whose table is not created yet gives none)."""
+        rows: list[tuple[Any, ...]] = []
+        for path in sorted(Path(directory).glob(f"{cls.file_prefix}-*.db")):
+            db = sqlite3.connect(path)
+            try:
+                rows += db.execute(sql).fetchall()
+            except sqlite3.OperationalError:  # the sink created the file but not its table yet
+                pass
+            finally:
+                db.close()
+        return rows
 
 
 @dataclass(frozen=True)
