@@ -23,7 +23,8 @@ test: install
 bench: install
 	$(BIN)/python bench/wordcount.py
 
-# End-to-end tests on kind (skipped, with the reason, without docker, kind or kubectl)
+# End-to-end tests on kind (skipped, with the reason, without docker, kind or kubectl), or on an existing
+# cluster: make e2e SQUALL_E2E_KUBECONFIG=path (docs/operations.md, "End-to-end tests")
 e2e: install
 	bash e2e/run.sh
 

@@ -1,16 +1,30 @@
-"""The end-to-end suite's cluster: kind, the Squall image loaded into it, the chart installed.
+"""The end-to-end suite's cluster: kind, or any existing cluster given by its kubeconfig; the Squall
+images built and loaded into it; the chart installed once for the whole run.
 
-Every test is skipped, with the reason, when docker (and a running engine), kind or kubectl is missing.
 Settings (environment):
 
+- ``SQUALL_E2E_KUBECONFIG``: run on the existing cluster of this kubeconfig (kind is not used and
+  Docker is not needed). Without it the suite runs on kind, and needs docker (with a running engine)
+  and kind.
+- ``SQUALL_E2E_BUILD``: a shell command, run in the repository root, that builds ``squall:e2e`` (the
+  repository's Dockerfile) and ``squall-topologies:e2e`` (``e2e/image``, ``FROM squall:e2e``).
+  Default: two ``docker build``s. ``none``: the images exist already.
+- ``SQUALL_E2E_LOAD``: a command that makes images available to the cluster's nodes; the suite
+  appends the two image names. Default: ``kind load docker-image`` with kind, nothing with
+  ``SQUALL_E2E_KUBECONFIG`` (the build pushed them, or put them on the nodes itself).
 - ``SQUALL_E2E_CLUSTER``: the kind cluster's name (default ``squall-e2e``). An existing cluster of
   that name is used as it is; one the suite creates is deleted at the end...
 - ``SQUALL_E2E_KEEP=1``: ...unless this is set (to look around, or to rerun faster).
+
+``kubectl`` (on PATH) may be as old as the cluster: the suite uses no verb newer than 1.20. On kind,
+every test is skipped, with the reason, when a prerequisite is missing; with ``SQUALL_E2E_KUBECONFIG``
+that is an error.
 """
 
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -18,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from kube import Kubectl, run
+from kube import Figures, Kubectl, run
 
 REPO = Path(__file__).resolve().parents[1]
 E2E = REPO / "e2e"
@@ -28,13 +42,23 @@ TOPOLOGY_IMAGE = "squall-topologies:e2e"  # e2e/image: the Squall image plus the
 OPERATOR_NAMESPACE = "squall-system"
 TOPOLOGY_NAMESPACE = "squall-e2e"
 TIMEOUT = 3600  # per test, setup included: the first one builds the image and creates the cluster
+KUBECONFIG = os.environ.get("SQUALL_E2E_KUBECONFIG", "")
+DOCKER_BUILD = (f"docker build --tag {SQUALL_IMAGE} . && docker build --tag {TOPOLOGY_IMAGE}"
+                f" --build-arg BASE={SQUALL_IMAGE} e2e/image")
+BUILD = os.environ.get("SQUALL_E2E_BUILD", DOCKER_BUILD)
 
 
 def missing_prerequisites() -> list[str]:
     """Why the suite cannot run here; empty when it can."""
-    missing = [f"{tool} is not installed (not on PATH)" for tool in ("docker", "kind", "kubectl")
-               if shutil.which(tool) is None]
-    if shutil.which("docker") is not None:
+    tools = ["kubectl"]
+    if not KUBECONFIG:
+        tools += ["kind"]
+    if BUILD == DOCKER_BUILD or not KUBECONFIG:
+        tools += ["docker"]
+    missing = [f"{tool} is not installed (not on PATH)" for tool in tools if shutil.which(tool) is None]
+    if KUBECONFIG and not Path(KUBECONFIG).is_file():
+        missing.append(f"SQUALL_E2E_KUBECONFIG={KUBECONFIG} is not a file")
+    if "docker" in tools and shutil.which("docker") is not None:
         try:
             info = subprocess.run(["docker", "info"], capture_output=True, text=True, timeout=30, check=False)
         except subprocess.TimeoutExpired:
@@ -51,33 +75,55 @@ def missing_prerequisites() -> list[str]:
 
 
 MISSING = missing_prerequisites()
+FIGURES = Figures()
 
 
 def pytest_report_header(config: pytest.Config) -> str:
     if MISSING:
         return "squall e2e: skipped: " + "; ".join(MISSING)
-    return "squall e2e: docker, kind and kubectl found"
+    where = f"the cluster of {KUBECONFIG}" if KUBECONFIG else "kind"
+    return f"squall e2e: on {where}; kubectl {shutil.which('kubectl')}"
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if MISSING and KUBECONFIG:  # a cluster was named: not running on it is an error, not a skip
+        raise pytest.UsageError("squall e2e on SQUALL_E2E_KUBECONFIG's cluster needs " + "; ".join(MISSING))
     for item in items:
         item.add_marker(pytest.mark.timeout(TIMEOUT))
         if MISSING:
             item.add_marker(pytest.mark.skip(reason="e2e needs " + "; ".join(MISSING)))
 
 
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    if FIGURES.lines:
+        terminalreporter.section("squall e2e figures")
+        for line in FIGURES.lines:
+            terminalreporter.write_line(line)
+
+
 @dataclass(frozen=True)
 class Cluster:
-    name: str
     kubeconfig: Path
 
     def kubectl(self, namespace: str) -> Kubectl:
         return Kubectl(self.kubeconfig, namespace)
 
 
+def images_into(load: str) -> None:
+    """Build the two images (SQUALL_E2E_BUILD), then hand them to the cluster (``load``, if any)."""
+    if BUILD != "none":
+        run("sh", "-c", f"cd {shlex.quote(str(REPO))} && {BUILD}", timeout=3000)
+    if load:
+        run(*shlex.split(load), SQUALL_IMAGE, TOPOLOGY_IMAGE, timeout=1800)
+
+
 @pytest.fixture(scope="session")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    """A kind cluster with the Squall images loaded."""
+    """The cluster (kind, or SQUALL_E2E_KUBECONFIG's) with the Squall images loaded."""
+    if KUBECONFIG:
+        images_into(os.environ.get("SQUALL_E2E_LOAD", ""))
+        yield Cluster(Path(KUBECONFIG))
+        return
     name = os.environ.get("SQUALL_E2E_CLUSTER", "squall-e2e")
     created = name not in run("kind", "get", "clusters").split()
     if created:
@@ -85,10 +131,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     try:
         kubeconfig = tmp_path_factory.mktemp("kind") / "kubeconfig"
         kubeconfig.write_text(run("kind", "get", "kubeconfig", "--name", name))
-        run("docker", "build", "--tag", SQUALL_IMAGE, str(REPO), timeout=3000)
-        run("docker", "build", "--tag", TOPOLOGY_IMAGE, "--build-arg", f"BASE={SQUALL_IMAGE}", str(E2E / "image"))
-        run("kind", "load", "docker-image", SQUALL_IMAGE, TOPOLOGY_IMAGE, "--name", name, timeout=1800)
-        yield Cluster(name, kubeconfig)
+        images_into(os.environ.get("SQUALL_E2E_LOAD", f"kind load docker-image --name {name}"))
+        yield Cluster(kubeconfig)
     finally:
         if created and os.environ.get("SQUALL_E2E_KEEP") != "1":
             run("kind", "delete", "cluster", "--name", name, timeout=300)
@@ -96,11 +140,14 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
 
 @pytest.fixture(scope="session")
 def operator(cluster: Cluster) -> Kubectl:
-    """The chart installed with the Helm library (no helm binary), the way a user runs `helm install`.
-    It stays installed: a kept cluster is left as the tests left it, and the next run installs afresh."""
+    """The chart installed once for the run with the Helm library (no helm binary), the way a user
+    runs `helm install`. It stays installed: a kept cluster is left as the tests left it, and the next
+    run installs afresh. The operator runs from the full image (which has it too), so the suite
+    builds one image, not also the slim ``--target operator`` one."""
     import helm_python as helm
 
     values = {"image": {"repository": "squall", "tag": "e2e", "pullPolicy": "Never"},
+              "operatorImage": {"repository": "squall", "tag": "e2e"},
               "topologyImage": TOPOLOGY_IMAGE, "logLevel": "DEBUG"}
     with helm.Config(kubeconfig_path=cluster.kubeconfig, namespace=OPERATOR_NAMESPACE) as helm_config:
         helm_config.uninstall("squall", ignore_not_found=True, wait="watcher", timeout=300)
@@ -115,3 +162,9 @@ def kubectl(cluster: Cluster, operator: Kubectl) -> Kubectl:
     k = cluster.kubectl(TOPOLOGY_NAMESPACE)
     k("apply", "--filename", "-", stdin=f"apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {TOPOLOGY_NAMESPACE}\n")
     return k
+
+
+@pytest.fixture(scope="session")
+def figures() -> Figures:
+    """Measured figures, printed at the end of the run."""
+    return FIGURES

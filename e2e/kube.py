@@ -1,5 +1,5 @@
-"""Commands for the end-to-end suite: kind, docker and kubectl run as processes, and metrics read from
-pods through the API server's pod proxy (no port-forwarding)."""
+"""Commands for the end-to-end suite: kind, docker and kubectl run as processes, metrics read from
+pods through the API server's pod proxy (no port-forwarding), and acking rates measured from them."""
 
 from __future__ import annotations
 
@@ -61,6 +61,18 @@ class Kubectl:
         selector = f"app.kubernetes.io/instance={topology},app.kubernetes.io/component={role}"
         return self.get("pods", "--selector", selector)["items"]
 
+    def field(self, obj: str, *path: str) -> Any:
+        """One field of an object, e.g. ``field("topology/wordcount", "status", "readyWorkers")`` (None
+        while missing): what ``kubectl wait --for=jsonpath`` (kubectl 1.23+) would wait on."""
+        value: Any = self.get(obj)
+        for key in path:
+            value = value.get(key) if isinstance(value, dict) else None
+        return value
+
+    def wait_field(self, obj: str, *path: str, equals: Any, timeout: float) -> None:
+        eventually(lambda: self.field(obj, *path) == equals, timeout=timeout,
+                   what=f"{obj} {'.'.join(path)} = {equals}")
+
     def metrics(self, pod: str, port: int = 9090) -> Metrics:
         path = f"/api/v1/namespaces/{self.namespace}/pods/{pod}:{port}/proxy/metrics"
         return Metrics.parse(self("get", "--raw", path, timeout=30))
@@ -84,3 +96,83 @@ class Metrics:
     def has(self, name: str, **labels: str) -> bool:
         return any(sample == name and all(sample_labels.get(k) == v for k, v in labels.items())
                    for sample, sample_labels, _ in self.samples)
+
+
+class Acked:
+    """A spout's acked trees summed over its topology's worker pods, sampled over time. A pod is known
+    by its uid, so a replaced pod's counter starting over from 0 counts from 0, not backwards; a pod
+    that does not answer a scrape keeps its last value."""
+
+    def __init__(self, kubectl: Kubectl, topology: str, spout: str) -> None:
+        self.kubectl, self.topology, self.spout = kubectl, topology, spout
+        self.last: dict[str, float] = {}
+        self.total = 0.0
+        self.samples: list[tuple[float, float]] = []  # (monotonic time, acked since the first sample)
+
+    def sample(self) -> tuple[float, float]:
+        first = not self.samples
+        for pod in self.kubectl.pods(self.topology, "worker"):
+            name, uid = pod["metadata"]["name"], pod["metadata"]["uid"]
+            try:
+                value = self.kubectl.metrics(name).total("squall_acked_total", component=self.spout)
+            except (AssertionError, subprocess.TimeoutExpired, ValueError):
+                continue  # not serving yet, or gone
+            before = value if first else self.last.get(uid, 0.0)
+            self.total += value - before if value >= before else value
+            self.last[uid] = value
+        self.samples.append((time.monotonic(), self.total))
+        return self.samples[-1]
+
+    def rate(self, seconds: float) -> float:
+        """Trees acked per second over the next ``seconds``."""
+        t0, n0 = self.sample()
+        self.follow(lambda: time.monotonic() - t0 >= seconds, timeout=seconds + 60, what=f"{seconds} s")
+        t, n = self.samples[-1]
+        return (n - n0) / (t - t0)
+
+    def follow(self, done: Callable[[], bool], *, timeout: float, what: str) -> float:
+        """Keep sampling, about once a second, until ``done()``; the time it took (AssertionError after
+        ``timeout`` seconds). A ``done`` that raises (the API server busy) counts as not done."""
+        start = time.monotonic()
+        self.sample()
+        eventually(lambda: self.sample() and done(), timeout=timeout, what=what, every=1)
+        return time.monotonic() - start
+
+    def recovery(self, *, rate: float, window: float, timeout: float) -> float:
+        """Seconds from now until the first ``window`` seconds in which at least ``rate`` trees per
+        second were acked (measured at the window's end); AssertionError after ``timeout`` seconds."""
+        since = time.monotonic()
+
+        def back() -> bool:
+            t, n = self.samples[-1]
+            earlier = [(ts, ns) for ts, ns in self.samples if since <= ts <= t - window]
+            return bool(earlier) and (n - earlier[-1][1]) / (t - earlier[-1][0]) >= rate
+
+        try:
+            return self.follow(back, timeout=timeout, what=f"{self.topology} acking {self.spout} at {rate:.1f}/s")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; acked (count@time): {self.history(since)}") from None
+
+    def stall(self, *, since: float, rate: float) -> float:
+        """The longest time after ``since`` during which fewer than ``rate`` trees a second were acked
+        (between consecutive samples, about a second apart)."""
+        longest = current = 0.0
+        after = [(t, n) for t, n in self.samples if t >= since]
+        for (t0, n0), (t1, n1) in zip(after, after[1:], strict=False):
+            current = current + (t1 - t0) if (n1 - n0) / (t1 - t0) < rate else 0.0
+            longest = max(longest, current)
+        return longest
+
+    def history(self, since: float) -> str:
+        return ", ".join(f"{n:.0f}@{t - since:.0f}s" for t, n in self.samples if t >= since)
+
+
+class Figures:
+    """Figures the suite measured, printed at the end of the run (conftest's terminal summary)."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def add(self, line: str) -> None:
+        print(line)
+        self.lines.append(line)

@@ -102,6 +102,7 @@ def test_logcount_paces_its_lines(logcount):
 def test_the_e2e_suite_skips_with_the_reason_when_its_tools_are_missing(tmp_path):
     # a PATH without docker, kind and kubectl
     env = {**os.environ, "PATH": str(tmp_path), "PYTHON": sys.executable}
+    env.pop("SQUALL_E2E_KUBECONFIG", None)
     done = subprocess.run([shutil.which("bash"), "e2e/run.sh", "-p", "no:cacheprovider"], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
@@ -109,3 +110,17 @@ def test_the_e2e_suite_skips_with_the_reason_when_its_tools_are_missing(tmp_path
         assert f"{tool} is not installed (not on PATH)" in done.stdout, done.stdout
     assert re.search(r"SKIPPED \[\d+\] .*e2e needs", done.stdout), done.stdout
     assert re.search(r"^=+ \d+ skipped in", done.stdout, re.M), done.stdout
+
+
+def test_the_e2e_suite_on_a_named_cluster_needs_no_docker_and_refuses_to_skip(tmp_path):
+    # kubectl present, no docker or kind: a cluster named by its kubeconfig (here a missing file)
+    kubectl = tmp_path / "kubectl"
+    kubectl.write_text("#!/bin/sh\nexit 0\n")
+    kubectl.chmod(0o755)
+    env = {**os.environ, "PATH": str(tmp_path), "PYTHON": sys.executable,
+           "SQUALL_E2E_KUBECONFIG": str(tmp_path / "missing"), "SQUALL_E2E_BUILD": "none"}
+    done = subprocess.run([shutil.which("bash"), "e2e/run.sh", "-p", "no:cacheprovider"], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode != 0, done.stdout + done.stderr
+    assert f"SQUALL_E2E_KUBECONFIG={tmp_path / 'missing'} is not a file" in done.stderr, done.stderr
+    assert "docker" not in done.stdout + done.stderr and "kind" not in done.stdout + done.stderr
