@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from procs_support import wait_for
 from prometheus_client.parser import text_string_to_metric_families
-from tests.chart.dashboard_queries import EXTERNAL, TARGET_LABELS, load, queries
+from tests.chart.dashboard_queries import TARGET_LABELS, load, queries
 
 from squall.metrics.scrape import fetch
 
@@ -31,9 +31,6 @@ def test_every_dashboard_query_matches_a_real_scrape(cluster):
     for query in queries(load()):
         known = set(TARGET_LABELS)
         for selector in query.selectors:
-            if selector.metric in EXTERNAL:
-                assert selector.metric not in exported, f"{selector.metric} is Squall's: drop it from EXTERNAL"
-                continue
             assert selector.metric in exported, (
                 f"{query.where} queries {selector.metric}, which no worker or acker exports: {query.expr}")
             missing = selector.labels - exported[selector.metric] - TARGET_LABELS

@@ -69,9 +69,11 @@ class Supervisor:
         ports = free_ports(2 * len(roles))
         self.children = [Child(role, i, ports[2 * k], ports[2 * k + 1], self.run_dir / f"{role}-{i}.log")
                          for k, (role, i) in enumerate(roles)]
-        pythonpath = os.pathsep.join(p for p in [os.getcwd(), os.environ.get("PYTHONPATH", "")] if p)
+        env = env or {}
+        pythonpath = os.pathsep.join(p for p in [os.getcwd(), env.get("PYTHONPATH", ""),
+                                                 os.environ.get("PYTHONPATH", "")] if p)
         self.env = {
-            **os.environ, **(env or {}),
+            **os.environ, **env,
             "PYTHONPATH": pythonpath,
             contract.TOPOLOGY: str(self.spec_path),
             contract.BIND_HOST: "127.0.0.1",
