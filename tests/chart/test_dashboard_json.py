@@ -81,7 +81,7 @@ def _queries(panel: dict):
     ("complete latency", "squall_complete_latency_seconds_bucket", {"le", "component"}),
     ("execute latency", "squall_execute_latency_seconds_bucket", {"le", "component"}),
     ("process latency", "squall_process_latency_seconds_bucket", {"le", "component"}),
-    ("capacity", "squall_capacity", {"component"}),
+    ("capacity", "squall_busy_seconds_total", {"component"}),
     ("queue depth", "squall_queue_depth", {"component"}),
     ("backpressure", "squall_overflow_depth", {"component"}),
     ("replays", "squall_failed_total", {"component"}),

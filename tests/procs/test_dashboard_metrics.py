@@ -41,6 +41,6 @@ def test_every_dashboard_query_matches_a_real_scrape(cluster):
         assert not unknown, f"{query.where} groups by {sorted(unknown)}, which none of its metrics has: {query.expr}"
     # the dashboard covers the runtime's main families (a guard against an empty or broken parse)
     assert {"squall_acked_total", "squall_failed_total", "squall_complete_latency_seconds_bucket",
-            "squall_execute_latency_seconds_bucket", "squall_process_latency_seconds_bucket", "squall_capacity",
-            "squall_pending_trees", "squall_max_spout_pending", "squall_queue_depth", "squall_overflow_depth",
-            "squall_errors_total"} <= checked
+            "squall_execute_latency_seconds_bucket", "squall_process_latency_seconds_bucket",
+            "squall_busy_seconds_total", "squall_pending_trees", "squall_max_spout_pending", "squall_queue_depth",
+            "squall_overflow_depth", "squall_errors_total"} <= checked

@@ -37,3 +37,19 @@ def test_every_panel_query_returns_series(run, dashboard):
             empty.append(f"{where}: label_values({match}, {label})")
     assert checked > 10
     assert not empty, "queries without a series:\n" + "\n".join(empty)
+
+
+def test_lag_offsets_and_capacity_reach_prometheus(run):
+    sel = '{namespace="squall-demo", topology="observed"}'
+    lag = run.prometheus.query(f"squall_spout_lag_records{sel}")
+    assert sorted((s["metric"]["topic"], s["metric"]["partition"]) for s in lag) == [("events", str(p))
+                                                                                       for p in range(4)]
+    # lag = latest - committed, and nothing is committed past the end
+    assert run.prometheus.query(f"squall_spout_latest_offset{sel} - squall_spout_committed_offset{sel} "
+                                f"!= squall_spout_lag_records{sel}") == []
+    assert run.prometheus.query(f"squall_spout_committed_offset{sel} > squall_spout_latest_offset{sel}") == []
+    assert run.prometheus.query(f"sum(squall_spout_latest_offset{sel})")[0]["value"][1] != "0"
+    capacity = run.prometheus.query(f"rate(squall_busy_seconds_total{sel}[10s])")
+    assert {s["metric"]["component"] for s in capacity} == {"flaky", "dropping"}
+    assert all(0 <= float(s["value"][1]) <= 1 for s in capacity)
+    assert any(float(s["value"][1]) > 0 for s in capacity)
