@@ -2,10 +2,12 @@
 (tests/procs/test_dashboard_prometheus.py) and drawn from (bench/dashboard.py).
 
 The topology reads the embedded log (a ``LogSpout``, so source lag exists) while a producer thread
-appends records; a bolt fails some tuples and another drops some (they time out), so the failure
-panels have something to show. Prometheus (Debian's ``prometheus`` package; ``make install`` installs
-it) scrapes every worker and acker with the target labels a prometheus-operator PodMonitor gives a
-pod (``namespace``, ``pod``, ``container``), so the dashboards' queries run unchanged.
+appends records; a bolt reports some records as malformed, one fails some tuples and another drops
+some (they time out), so the error and failure panels have something to show.
+
+Prometheus (Debian's ``prometheus`` package; ``make install`` installs it) scrapes every worker and
+acker with the target labels a prometheus-operator PodMonitor gives a pod (``namespace``, ``pod``,
+``container``), so the dashboards' queries run unchanged.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from typing import Any
 
 import yaml
 
+from squall import BasicBolt
 from squall.process.supervisor import Supervisor, free_ports
 from squall.spouts.log import DurableLog, LogSpout
 from squall.spouts.records import Record
@@ -158,6 +161,24 @@ class Events(LogSpout):
         return [f"{record.partition}-{record.offset}", str(record.value)]
 
 
+class Validate(BasicBolt):
+    """Passes events on, and reports every ``observed.bad_every``-th one as malformed (acked, not passed)."""
+
+    outputs = ["id", "body"]
+
+    def prepare(self, conf: dict[str, Any], context: Any) -> None:
+        super().prepare(conf, context)
+        self.bad_every = int(conf.get("observed.bad_every", 500))
+        self.seen = 0
+
+    def execute(self, tup: Any, collector: Any) -> None:
+        self.seen += 1
+        if self.seen % self.bad_every == 0:
+            collector.report_error(ValueError(f"event {tup['id']} is malformed"))
+            return
+        collector.emit([tup["id"], tup["body"]])
+
+
 def topology_doc(log_path: Path) -> dict[str, Any]:
     return {
         "name": TOPOLOGY, "workers": 2, "ackers": 1, "messageTimeoutSeconds": 3, "maxSpoutPending": 200,
@@ -166,8 +187,10 @@ def topology_doc(log_path: Path) -> dict[str, Any]:
             "log.path": str(log_path), "log.topic": TOPIC, "processing.guarantee": "at_least_once",
             "offset.commit.period.ms": 500}}],
         "bolts": [
-            {"name": "flaky", "className": "examples.flaky:FlakyBolt", "parallelism": 2,
+            {"name": "validate", "className": "bench.observed:Validate", "parallelism": 2,
              "inputs": [{"component": "events", "grouping": {"type": "shuffle"}}]},
+            {"name": "flaky", "className": "examples.flaky:FlakyBolt", "parallelism": 2,
+             "inputs": [{"component": "validate", "grouping": {"type": "shuffle"}}]},
             {"name": "dropping", "className": "examples.flaky:DroppingBolt", "parallelism": 2,
              "inputs": [{"component": "flaky", "grouping": {"type": "shuffle"}}]},
         ],

@@ -1,6 +1,6 @@
 """What the Grafana dashboard queries: the metric names and labels in its PromQL expressions.
 
-Used by tests/chart/test_dashboard_json.py (static checks) and tests/procs/test_dashboard_metrics.py
+Used by tests/chart/test_dashboard_json.py (static checks) and tests/procs/test_dashboard_prometheus.py
 (every query against a real scrape of a running topology).
 """
 

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
 from squall.executor.hdr import HdrHistogram
+from squall.executor.reporting import ReportedError
 from squall.executor.stats import LATENCY_BUCKETS, Histogram
 from squall.process.contract import ACKER, WORKER
 from squall.spouts.spout import OffsetSpout
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
     from squall.transport import Transport
 
 TASK = ["topology", "component", "task", "stream"]
+ERROR_LABEL_CHARS = 200  # an error's text in a label, cut: a label is no place for a traceback
 EXECUTED = ["topology", "component", "task", "stream", "source_component"]
 
 
@@ -59,6 +61,7 @@ class RuntimeCollector:
         yield from self._queues()
         yield from self._transport()
         yield from self._offsets()
+        yield from self._last_errors()
         info = GaugeMetricFamily("squall_process_info", "This process's role in the topology",
                                  labels=["topology", "role", "index"])
         info.add_metric([self.topology, self.role, str(self.index)], 1)
@@ -123,6 +126,17 @@ class RuntimeCollector:
             pending.add_metric([topo, acker.component, str(acker.task_ids[0])], acker.acker.pending)
         yield from (emitted, transferred, acked, failed, executed, errors, complete, execute, process,
                     pending, max_pending)
+
+    def _last_errors(self) -> Iterator[Metric]:
+        last = GaugeMetricFamily("squall_last_error_timestamp_seconds", "When a component last reported an "
+                                 "error in this process (Unix time), the error in the label (Storm UI's last "
+                                 "error)", labels=["topology", "component", "task", "error"])
+        newest: dict[str, ReportedError] = {}
+        for error in self.runtime.errors.recent():  # oldest first
+            newest[error.component] = error
+        for comp, error in newest.items():
+            last.add_metric([self.topology, comp, str(error.task), error.error[:ERROR_LABEL_CHARS]], error.time)
+        yield last
 
     def _offsets(self) -> Iterator[Metric]:
         labels = ["topology", "component", "task", "topic", "partition"]

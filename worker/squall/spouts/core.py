@@ -54,7 +54,7 @@ class PartitionOffsets:
         """Records not committed yet (latest − committed), as Kafka's consumer lag."""
         if self.committed is None or self.latest is None:
             return None
-        return max(0, self.latest - self.committed)
+        return self.latest - self.committed
 
 
 class OffsetCore:
@@ -120,7 +120,10 @@ class OffsetCore:
         for tp in sorted(self.assigned):
             manager = managers.get(tp)
             committed = manager.committed if manager is not None else positions.get(tp)
-            out[tp] = PartitionOffsets(committed, ends.get(tp))
+            latest = ends.get(tp)
+            if latest is not None and committed is not None:
+                latest = max(latest, committed)  # read up to a second ago: the end is past any commit since
+            out[tp] = PartitionOffsets(committed, latest)
         return out
 
     # ---- the spout's calls ------------------------------------------------------------------
