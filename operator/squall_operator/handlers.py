@@ -160,7 +160,7 @@ class Operator:
                                                               at=status.now()))
                 return
             manifests = render(spec, namespace=namespace, image=image, podmonitor=self._podmonitor(),
-                               pdb_api=self.features.pdb_api)
+                               monitor_labels=dict(self.settings.podmonitor_labels), pdb_api=self.features.pdb_api)
             kopf.adopt(manifests, owner=topology)
             try:
                 prune = [Ref(v, k, namespace, n) for v, k, n in child_refs(name, pdb_api=self.features.pdb_api)]
