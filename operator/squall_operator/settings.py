@@ -29,6 +29,7 @@ class Settings:
     webhook_port: int = 9443
     webhook_failure_policy: FailurePolicy = "Fail"
     resync_seconds: float = 60.0  # every Topology is reconciled this often (drift repair)
+    metrics_port: int = 9090  # the operator's /metrics
 
     @property
     def clusterwide(self) -> bool:
@@ -64,7 +65,8 @@ class Settings:
                    webhook_host=env.get("SQUALL_OPERATOR_WEBHOOK_HOST", "").strip() or None,
                    webhook_port=_number(env, "SQUALL_OPERATOR_WEBHOOK_PORT", cls.webhook_port, integer=True),
                    webhook_failure_policy=policy,  # type: ignore[arg-type]  # checked above
-                   resync_seconds=_number(env, "SQUALL_OPERATOR_RESYNC_SECONDS", cls.resync_seconds))
+                   resync_seconds=_number(env, "SQUALL_OPERATOR_RESYNC_SECONDS", cls.resync_seconds),
+                   metrics_port=_number(env, "SQUALL_OPERATOR_METRICS_PORT", cls.metrics_port, integer=True))
 
     @property
     def log_level_number(self) -> int:

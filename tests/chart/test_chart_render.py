@@ -23,7 +23,7 @@ VALUE_SETS = {
     "namespaced": {"watchNamespaces": ["team-a", "team-b"], "rbac": {"sparkExecutors": False},
                    "logLevel": "DEBUG", "topologyPodMonitors": "false"},
     "pod-monitor": {"monitoring": {"podMonitor": {"enabled": True, "labels": {"release": "kps"}, "interval": "15s"},
-                                   "alerts": {"enabled": True}},
+                                   "alerts": {"enabled": True}, "operatorPodMonitor": {"enabled": True}},
                     "grafanaDashboard": {"namespace": "monitoring", "labels": {"team": "data"},
                                          "annotations": {"grafana_folder": "Squall"}}},
     "service-monitor": {"watchNamespaces": ["streams"],
@@ -177,6 +177,21 @@ def test_the_charts_own_monitor_replaces_the_operators_pod_monitors():
         render({"monitoring": {"podMonitor": {"enabled": True}, "serviceMonitor": {"enabled": True}}})
 
 
+def test_the_operator_serves_metrics_that_its_own_pod_monitor_scrapes():
+    rendered = render({"monitoring": {"operatorPodMonitor": {"enabled": True, "labels": {"team": "data"}}}})
+    monitor = rendered.one("PodMonitor", "squall-operator")
+    pod = rendered.one("Deployment")["spec"]["template"]
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
+    (container,) = pod["spec"]["containers"]
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert monitor["spec"]["podMetricsEndpoints"][0]["port"] == "metrics"
+    assert str(ports["metrics"]) == deployment_env(rendered)["SQUALL_OPERATOR_METRICS_PORT"]
+    assert monitor["metadata"]["labels"].items() >= {"release": "kube-prometheus-stack", "team": "data"}.items()
+    assert not render().of_kind("PodMonitor")
+    dashboards = render().one("ConfigMap", "squall-dashboard")["data"]
+    assert json.loads(dashboards["squall-operator.json"])["uid"] == "squall-operator"
+
+
 def test_a_default_install_s_monitors_are_selected_by_kube_prometheus_stack():
     # kube-prometheus-stack's Prometheus selects monitors labelled release=<its release name>
     assert deployment_env(render())["SQUALL_OPERATOR_PODMONITOR_LABELS"] == "release=kube-prometheus-stack"
@@ -207,7 +222,7 @@ def test_monitors_select_exactly_the_pods_and_services_the_operator_renders():
     others = [o["metadata"]["labels"] for o in objects
               if o["kind"] not in ("StatefulSet", "Service", "PodDisruptionBudget")]
     assert len(pods) == 2 and len(services) == 2, "a worker and an acker StatefulSet and Service"
-    pod_monitor = render(VALUE_SETS["pod-monitor"]).one("PodMonitor")
+    pod_monitor = render(VALUE_SETS["pod-monitor"]).one("PodMonitor", "squall-topologies")
     service_monitor = render(VALUE_SETS["service-monitor"]).one("ServiceMonitor")
     operator_pod = render().one("Deployment")["spec"]["template"]["metadata"]["labels"]
     assert all(_matches(pod_monitor["spec"]["selector"], labels) for labels in pods)

@@ -137,3 +137,24 @@ def test_every_metric_is_documented():
     documented = set(re.findall(r"^\| `(\w+)`", (REPO / "docs" / "metrics.md").read_text(), re.M))
     for metric in set().union(*(q.metrics for q in QUERIES)):
         assert family(metric) in documented, f"{metric} is not in docs/metrics.md"
+
+
+def test_the_operator_dashboard_is_laid_out_uses_the_datasource_and_documented_metrics():
+    board = load(REPO / "charts" / "squall" / "dashboards" / "squall-operator.json")
+    assert board["uid"] == "squall-operator" and board["uid"] != DASHBOARD["uid"]
+    documented = set(re.findall(r"^\| `(\w+)`", (REPO / "docs" / "metrics.md").read_text(), re.M))
+    boxes = []
+    for panel in board["panels"]:
+        g = panel["gridPos"]
+        assert g["x"] + g["w"] <= 24 and not any(
+            g["x"] < x + w and x < g["x"] + g["w"] and g["y"] < y + h and y < g["y"] + g["h"]
+            for x, y, w, h in boxes), panel["title"]
+        boxes.append((g["x"], g["y"], g["w"], g["h"]))
+        for target in panel.get("targets", []):
+            assert target["datasource"]["uid"] == "${datasource}" and '"$namespace"' in target["expr"], panel["title"]
+    for query in queries(board):
+        for metric in query.metrics:
+            assert family(metric) in documented, f"{metric} is not in docs/metrics.md"
+    titles = {p["title"] for p in board["panels"]}
+    assert {"Reconciles / s", "Reconcile duration p50 / p99", "Topologies by phase", "Children applied / s",
+            "Webhook admissions / s", "Operator ready"} <= titles
