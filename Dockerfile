@@ -47,8 +47,8 @@ ENV PATH=/opt/squall/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1
 USER 10001:10001
-# 8080: the operator's /healthz; 9443: its admission webhook
-EXPOSE 8080 9443
+# 8080: the operator's /healthz; 9090: its /metrics; 9443: its admission webhook
+EXPOSE 8080 9090 9443
 ENTRYPOINT ["python", "-m", "squall_operator"]
 
 # ---- final (the default target): the worker image. Slim Python, a headless Java 17 runtime, the

@@ -3,15 +3,24 @@ VENV ?= .venv
 PYTHON ?= python3
 BIN := $(VENV)/bin
 
-.PHONY: install run test lint bench clean e2e image crd proto
+.PHONY: install prometheus run test lint bench clean e2e image crd proto
 
-install: $(VENV)/.installed
+install: $(VENV)/.installed prometheus
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[all,dev]'
 	touch $@
+
+# Prometheus and promtool, which the dashboard and alert-rule tests run: Debian's package where apt-get
+# and root are available; elsewhere install them yourself (those tests fail, not skip, without them).
+prometheus:
+	@if command -v prometheus >/dev/null && command -v promtool >/dev/null; then :; \
+	elif command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ]; then \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus; \
+	else echo "make: no prometheus/promtool and no apt-get as root to install them: the dashboard and alert" \
+	  "tests will fail; install Prometheus (https://prometheus.io/download/)" >&2; fi
 
 run: install
 	$(BIN)/squall run examples/wordcount.yaml --duration 30

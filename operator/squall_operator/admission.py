@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import datetime
 import ipaddress
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from typing import Any
 
 import kopf
@@ -83,10 +83,17 @@ def check(*, name: str | None, namespace: str | None, spec: Any, old: Any) -> No
         raise kopf.AdmissionError(str(exc), code=422) from None
 
 
-def register(registry: kopf.OperatorRegistry, settings: Settings) -> None:
-    """The ``on.validate`` handler for Topologies; its failurePolicy is ``settings.webhook_failure_policy``."""
+def register(registry: kopf.OperatorRegistry, settings: Settings,
+             on_review: Callable[..., None] = lambda *, allowed: None) -> None:
+    """The ``on.validate`` handler for Topologies; its failurePolicy is ``settings.webhook_failure_policy``.
+    ``on_review(allowed=...)`` hears of every review's outcome (the operator's metrics)."""
     @kopf.on.validate(resource.GROUP, resource.VERSION, resource.PLURAL, registry=registry, id="topology",
                       operations=["CREATE", "UPDATE"],
                       ignore_failures=settings.webhook_failure_policy == "Ignore")
     def validate(name: str | None, namespace: str | None, spec: Any, old: Any, **_: Any) -> None:
-        check(name=name, namespace=namespace, spec=spec, old=old)
+        try:
+            check(name=name, namespace=namespace, spec=spec, old=old)
+        except kopf.AdmissionError:
+            on_review(allowed=False)
+            raise
+        on_review(allowed=True)

@@ -27,10 +27,12 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from squall.errors import TopologyError
+from squall.metrics.http import MetricsServer
 from squall.topology.spec import TopologySpec
 from squall_operator import admission, resource, status
 from squall_operator.apply import ApplyError, Kube, Manifest, Ref, apply
 from squall_operator.cluster import Features, install_cel
+from squall_operator.metrics import OperatorMetrics
 from squall_operator.render import MANAGED_BY, Names, child_refs, render, resolve_image
 from squall_operator.settings import Settings
 
@@ -59,9 +61,11 @@ def kopf_settings(operator: Settings) -> kopf.OperatorSettings:
 class Operator:
     """Reconciles Topologies: validates, renders, applies and reports status and Events."""
 
-    def __init__(self, *, settings: Settings, kube: Kube, features: Features | None = None) -> None:
+    def __init__(self, *, settings: Settings, kube: Kube, features: Features | None = None,
+                 metrics: OperatorMetrics | None = None) -> None:
         self.settings = settings
         self.kube = kube
+        self.metrics = metrics or OperatorMetrics()
         self.features = features or Features(version=(1, 20))  # until discover() has run
         self._locks: defaultdict[tuple[str, str], threading.Lock] = defaultdict(threading.Lock)
         self._locks_guard = threading.Lock()
@@ -143,10 +147,16 @@ class Operator:
                   read_errors: bool = False) -> None:
         """Bring the Topology's children in line with its spec (the latest one: it is read again);
         ``read_errors`` also asks each pod for its components' recent errors."""
+        with self.metrics.reconciling():
+            self._reconcile(namespace, name, logger, read_errors=read_errors)
+
+    def _reconcile(self, namespace: str, name: str, logger: logging.Logger | logging.LoggerAdapter, *,
+                   read_errors: bool) -> None:
         with self._lock(namespace, name):
             topology = self.kube.get(Ref(resource.API_VERSION, resource.KIND, namespace, name))
             if topology is None:
                 self.known.discard((namespace, name))
+                self.metrics.forget(namespace, name)
                 return  # deleted meanwhile
             self.known.add((namespace, name))
             previous = topology.get("status") or {}
@@ -160,7 +170,7 @@ class Operator:
                                                               at=status.now()))
                 return
             manifests = render(spec, namespace=namespace, image=image, podmonitor=self._podmonitor(),
-                               pdb_api=self.features.pdb_api)
+                               monitor_labels=dict(self.settings.podmonitor_labels), pdb_api=self.features.pdb_api)
             kopf.adopt(manifests, owner=topology)
             try:
                 prune = [Ref(v, k, namespace, n) for v, k, n in child_refs(name, pdb_api=self.features.pdb_api)]
@@ -171,6 +181,7 @@ class Operator:
                     previous.get("errors") or [], str(exc), at=status.now())})
                 kopf.warn(topology, reason="ApplyFailed", message=str(exc))
                 raise kopf.TemporaryError(str(exc), delay=RETRY_DELAY) from exc
+            self.metrics.applied(applied)
             logger.info("reconciled: %s", applied.summary())
             if applied.changed:
                 kopf.event(topology, type="Normal", reason="Applied", message=applied.summary())
@@ -209,9 +220,10 @@ class Operator:
 
     def _write(self, topology: Manifest, previous: dict[str, Any], current: dict[str, Any]) -> None:
         """Write the status if it changed, and post an Event if the phase did."""
+        meta = topology["metadata"]
+        self.metrics.topology_status(meta["namespace"], meta["name"], current)
         if current == previous:
             return
-        meta = topology["metadata"]
         try:
             self.kube.patch(Ref(resource.API_VERSION, resource.KIND, meta["namespace"], meta["name"]),
                             {"status": status.merge_patch(previous, current)}, status=True)
@@ -254,7 +266,7 @@ def register(registry: kopf.OperatorRegistry, *, settings: Settings, api: client
     operator = Operator(settings=settings, kube=Kube(api))
     topologies = dict(group=resource.GROUP, version=resource.VERSION, plural=resource.PLURAL, registry=registry)
     if settings.webhook_host is not None:
-        admission.register(registry, settings)
+        admission.register(registry, settings, on_review=operator.metrics.admitted)
 
     @kopf.on.startup(registry=registry)
     def discover(logger: logging.Logger, **_: Any) -> None:
@@ -303,12 +315,19 @@ def register(registry: kopf.OperatorRegistry, *, settings: Settings, api: client
 async def operate(*, settings: Settings, api: client.ApiClient, registry: kopf.OperatorRegistry,
                   stop_flag: Any = None, ready_flag: Any = None) -> None:
     """Run the operator until ``stop_flag`` (or a signal): one replica, no peering, the namespaces of
-    ``settings`` (all when none), kopf's liveness endpoint at ``settings.liveness``."""
+    ``settings`` (all when none), kopf's liveness endpoint at ``settings.liveness``, the operator's
+    metrics on ``settings.metrics_port``."""
     operator = register(registry, settings=settings, api=api)
+    ready = ready_flag if ready_flag is not None else threading.Event()
+    operator.metrics.watch_ready(ready.is_set)
+    metrics = MetricsServer(registry=operator.metrics.registry, host="0.0.0.0", port=settings.metrics_port,
+                            healthy=ready.is_set)
+    metrics.start()
     resync = asyncio.create_task(operator.resync(), name="resync")
     try:
         await kopf.operator(registry=registry, settings=kopf_settings(settings), standalone=True,
                             clusterwide=settings.clusterwide, namespaces=list(settings.namespaces),
-                            liveness_endpoint=settings.liveness, stop_flag=stop_flag, ready_flag=ready_flag)
+                            liveness_endpoint=settings.liveness, stop_flag=stop_flag, ready_flag=ready)
     finally:
         resync.cancel()
+        metrics.stop()

@@ -9,6 +9,7 @@ renders with what it reads back.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -89,11 +90,12 @@ def resolve_image(spec: TopologySpec, default: str | None) -> str:
 
 
 def render(spec: TopologySpec, *, namespace: str, image: str, podmonitor: bool = False,
-           pdb_api: str | None = PDB_API) -> list[Manifest]:
+           monitor_labels: Mapping[str, str] | None = None, pdb_api: str | None = PDB_API) -> list[Manifest]:
     """Every object of the topology, in the order they are applied.
 
     ``spec`` must be valid (:func:`squall_operator.resource.check_spec`); ``image`` comes from
-    :func:`resolve_image`; ``podmonitor`` adds a prometheus-operator PodMonitor; ``pdb_api`` is the
+    :func:`resolve_image`; ``podmonitor`` adds a prometheus-operator PodMonitor, with ``monitor_labels``
+    besides its own (``release: ...`` for kube-prometheus-stack's selector); ``pdb_api`` is the
     PodDisruptionBudget apiVersion the cluster serves (None: no budgets).
     """
     out = [config_map(spec, namespace=namespace), service_account(spec, namespace=namespace)]
@@ -108,7 +110,7 @@ def render(spec: TopologySpec, *, namespace: str, image: str, podmonitor: bool =
         out += [disruption_budget(spec, role, namespace=namespace, api_version=pdb_api)
                 for role in (WORKER, ACKER) if role == WORKER or spec.num_ackers]
     if podmonitor:
-        out.append(pod_monitor(spec, namespace=namespace))
+        out.append(pod_monitor(spec, namespace=namespace, labels=monitor_labels))
     return out
 
 
@@ -345,11 +347,12 @@ def spreading(topology: str, *, role: str) -> dict[str, Any]:
     }
 
 
-def pod_monitor(spec: TopologySpec, *, namespace: str) -> Manifest:
-    """A prometheus-operator PodMonitor scraping ``/metrics`` of every worker and acker pod."""
-    return {"apiVersion": "monitoring.coreos.com/v1", "kind": "PodMonitor",
-            "metadata": _meta(Names(spec.name).pod_monitor, namespace=namespace, topology=spec.name,
-                              component="metrics"),
+def pod_monitor(spec: TopologySpec, *, namespace: str, labels: Mapping[str, str] | None = None) -> Manifest:
+    """A prometheus-operator PodMonitor scraping ``/metrics`` of every worker and acker pod, with ``labels``
+    added to its own (so that a Prometheus selecting monitors by label picks it)."""
+    meta = _meta(Names(spec.name).pod_monitor, namespace=namespace, topology=spec.name, component="metrics")
+    meta["labels"] = {**(labels or {}), **meta["labels"]}
+    return {"apiVersion": "monitoring.coreos.com/v1", "kind": "PodMonitor", "metadata": meta,
             "spec": {"selector": {"matchLabels": {"app.kubernetes.io/name": "squall",
                                                   "app.kubernetes.io/instance": spec.name}},
                      "podMetricsEndpoints": [{"port": "metrics", "path": "/metrics"}]}}

@@ -23,11 +23,13 @@ class Settings:
     image: str | None = None  # for topologies without spec.image
     log_level: str = "INFO"
     podmonitor: PodMonitorMode = "auto"  # auto: render a PodMonitor when its CRD is installed
+    podmonitor_labels: tuple[tuple[str, str], ...] = ()  # added to each PodMonitor's labels
     liveness: str = "http://0.0.0.0:8080/healthz"  # kopf's liveness endpoint (the Deployment probes it)
     webhook_host: str | None = None  # the validating webhook's host name as the API server reaches it; None: off
     webhook_port: int = 9443
     webhook_failure_policy: FailurePolicy = "Fail"
     resync_seconds: float = 60.0  # every Topology is reconciled this often (drift repair)
+    metrics_port: int = 9090  # the operator's /metrics
 
     @property
     def clusterwide(self) -> bool:
@@ -44,16 +46,27 @@ class Settings:
         podmonitor = env.get("SQUALL_OPERATOR_PODMONITOR", "auto").strip().lower()
         if podmonitor not in ("auto", "true", "false"):
             raise ConfigError(f"SQUALL_OPERATOR_PODMONITOR={podmonitor!r}: use auto, true or false")
+        monitor_labels = []
+        for item in env.get("SQUALL_OPERATOR_PODMONITOR_LABELS", "").split(","):
+            key, eq, value = item.strip().partition("=")
+            if not item.strip():
+                continue
+            if not eq or not key.strip():
+                raise ConfigError(f"SQUALL_OPERATOR_PODMONITOR_LABELS: {item.strip()!r} is not key=value; write "
+                                  "e.g. release=kube-prometheus-stack,team=data")
+            monitor_labels.append((key.strip(), value.strip()))
         policy = env.get("SQUALL_OPERATOR_WEBHOOK_FAILURE_POLICY", "Fail").strip().capitalize()
         if policy not in ("Fail", "Ignore"):
             raise ConfigError(f"SQUALL_OPERATOR_WEBHOOK_FAILURE_POLICY={policy!r}: use Fail or Ignore")
         return cls(namespaces=namespaces, image=env.get("SQUALL_OPERATOR_IMAGE", "").strip() or None,
                    log_level=level, podmonitor=podmonitor,  # type: ignore[arg-type]  # checked above
+                   podmonitor_labels=tuple(monitor_labels),
                    liveness=env.get("SQUALL_OPERATOR_LIVENESS", "").strip() or cls.liveness,
                    webhook_host=env.get("SQUALL_OPERATOR_WEBHOOK_HOST", "").strip() or None,
                    webhook_port=_number(env, "SQUALL_OPERATOR_WEBHOOK_PORT", cls.webhook_port, integer=True),
                    webhook_failure_policy=policy,  # type: ignore[arg-type]  # checked above
-                   resync_seconds=_number(env, "SQUALL_OPERATOR_RESYNC_SECONDS", cls.resync_seconds))
+                   resync_seconds=_number(env, "SQUALL_OPERATOR_RESYNC_SECONDS", cls.resync_seconds),
+                   metrics_port=_number(env, "SQUALL_OPERATOR_METRICS_PORT", cls.metrics_port, integer=True))
 
     @property
     def log_level_number(self) -> int:

@@ -1,6 +1,6 @@
 """What the Grafana dashboard queries: the metric names and labels in its PromQL expressions.
 
-Used by tests/chart/test_dashboard_json.py (static checks) and tests/procs/test_dashboard_metrics.py
+Used by tests/chart/test_dashboard_json.py (static checks) and tests/procs/test_dashboard_prometheus.py
 (every query against a real scrape of a running topology).
 """
 
@@ -15,12 +15,9 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
 DASHBOARD = REPO / "docs" / "grafana-dashboard.json"
+# The dashboards of a topology's processes (the operator's own is checked against the operator).
+DASHBOARDS = [REPO / "charts" / "squall" / "dashboards" / "squall.json"]
 
-# Metrics the dashboard queries that Squall does not export, and where they come from. Nothing else
-# outside squall_* is allowed.
-EXTERNAL = {
-    "kube_pod_container_status_restarts_total": "kube-state-metrics: container restarts of the topology's pods",
-}
 # Labels Prometheus puts on every series it scrapes (prometheus-operator's PodMonitor/ServiceMonitor targets).
 TARGET_LABELS = frozenset({"namespace", "pod", "container", "endpoint", "job", "instance", "service"})
 
@@ -89,6 +86,25 @@ def _panels(panels: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:
 
 def load(path: Path = DASHBOARD) -> dict[str, Any]:
     return json.loads(path.read_text())
+
+
+def panel_targets(dashboard: dict[str, Any]) -> list[tuple[str, str]]:
+    """``(where, expr)`` of every panel target."""
+    return [(f"panel {panel['title']!r} target {target['refId']}", target["expr"])
+            for panel in _panels(dashboard["panels"]) for target in panel.get("targets", [])]
+
+
+def variable_queries(dashboard: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """``(where, match, label)`` of every ``label_values(match, label)`` query variable."""
+    out = []
+    for variable in dashboard["templating"]["list"]:
+        if variable["type"] == "query":
+            query = variable["query"]["query"] if isinstance(variable["query"], dict) else variable["query"]
+            found = _LABEL_VALUES.match(query)
+            if not found:
+                raise ValueError(f"variable {variable['name']!r}: not a label_values() query: {query!r}")
+            out.append((f"variable {variable['name']!r}", found.group(1), found.group(2)))
+    return out
 
 
 def queries(dashboard: dict[str, Any]) -> list[Query]:

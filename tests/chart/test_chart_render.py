@@ -22,7 +22,8 @@ VALUE_SETS = {
     "defaults": {},
     "namespaced": {"watchNamespaces": ["team-a", "team-b"], "rbac": {"sparkExecutors": False},
                    "logLevel": "DEBUG", "topologyPodMonitors": "false"},
-    "pod-monitor": {"monitoring": {"podMonitor": {"enabled": True, "labels": {"release": "kps"}, "interval": "15s"}},
+    "pod-monitor": {"monitoring": {"podMonitor": {"enabled": True, "labels": {"release": "kps"}, "interval": "15s"},
+                                   "alerts": {"enabled": True}, "operatorPodMonitor": {"enabled": True}},
                     "grafanaDashboard": {"namespace": "monitoring", "labels": {"team": "data"},
                                          "annotations": {"grafana_folder": "Squall"}}},
     "service-monitor": {"watchNamespaces": ["streams"],
@@ -65,6 +66,15 @@ MONITOR_SPECS = {
     "ServiceMonitor": {"type": "object", "additionalProperties": False, "required": ["selector", "endpoints"],
                        "properties": {"selector": _SELECTOR, "namespaceSelector": _NAMESPACES,
                                       "endpoints": {"type": "array", "minItems": 1, "items": _ENDPOINT}}},
+    "PrometheusRule": {"type": "object", "additionalProperties": False, "required": ["groups"], "properties": {
+        "groups": {"type": "array", "items": {
+            "type": "object", "additionalProperties": False, "required": ["name", "rules"], "properties": {
+                "name": {"type": "string"}, "rules": {"type": "array", "items": {
+                    "type": "object", "additionalProperties": False, "required": ["alert", "expr"], "properties": {
+                        "alert": {"type": "string"}, "expr": {"type": "string"},
+                        "for": {"type": "string", "pattern": "^(([0-9]+)(ms|s|m|h|d|w|y))+$"},
+                        "labels": {"type": "object", "additionalProperties": {"type": "string"}},
+                        "annotations": {"type": "object", "additionalProperties": {"type": "string"}}}}}}}}}},
 }
 
 
@@ -167,6 +177,31 @@ def test_the_charts_own_monitor_replaces_the_operators_pod_monitors():
         render({"monitoring": {"podMonitor": {"enabled": True}, "serviceMonitor": {"enabled": True}}})
 
 
+def test_the_operator_serves_metrics_that_its_own_pod_monitor_scrapes():
+    rendered = render({"monitoring": {"operatorPodMonitor": {"enabled": True, "labels": {"team": "data"}}}})
+    monitor = rendered.one("PodMonitor", "squall-operator")
+    pod = rendered.one("Deployment")["spec"]["template"]
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
+    (container,) = pod["spec"]["containers"]
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert monitor["spec"]["podMetricsEndpoints"][0]["port"] == "metrics"
+    assert str(ports["metrics"]) == deployment_env(rendered)["SQUALL_OPERATOR_METRICS_PORT"]
+    assert monitor["metadata"]["labels"].items() >= {"release": "kube-prometheus-stack", "team": "data"}.items()
+    assert not render().of_kind("PodMonitor")
+    dashboards = render().one("ConfigMap", "squall-dashboard")["data"]
+    assert json.loads(dashboards["squall-operator.json"])["uid"] == "squall-operator"
+
+
+def test_a_default_install_s_monitors_are_selected_by_kube_prometheus_stack():
+    # kube-prometheus-stack's Prometheus selects monitors labelled release=<its release name>
+    assert deployment_env(render())["SQUALL_OPERATOR_PODMONITOR_LABELS"] == "release=kube-prometheus-stack"
+    assert deployment_env(render({"monitoring": {"release": "prom"}}))["SQUALL_OPERATOR_PODMONITOR_LABELS"] == (
+        "release=prom")
+    assert deployment_env(render({"monitoring": {"release": ""}}))["SQUALL_OPERATOR_PODMONITOR_LABELS"] == ""
+    monitor = render({"monitoring": {"release": "prom", "serviceMonitor": {"enabled": True}}}).one("ServiceMonitor")
+    assert monitor["metadata"]["labels"]["release"] == "prom"
+
+
 def _matches(selector: dict, labels: dict[str, str]) -> bool:
     if any(labels.get(k) != v for k, v in selector.get("matchLabels", {}).items()):
         return False
@@ -187,7 +222,7 @@ def test_monitors_select_exactly_the_pods_and_services_the_operator_renders():
     others = [o["metadata"]["labels"] for o in objects
               if o["kind"] not in ("StatefulSet", "Service", "PodDisruptionBudget")]
     assert len(pods) == 2 and len(services) == 2, "a worker and an acker StatefulSet and Service"
-    pod_monitor = render(VALUE_SETS["pod-monitor"]).one("PodMonitor")
+    pod_monitor = render(VALUE_SETS["pod-monitor"]).one("PodMonitor", "squall-topologies")
     service_monitor = render(VALUE_SETS["service-monitor"]).one("ServiceMonitor")
     operator_pod = render().one("Deployment")["spec"]["template"]["metadata"]["labels"]
     assert all(_matches(pod_monitor["spec"]["selector"], labels) for labels in pods)
@@ -231,6 +266,12 @@ def test_notes_give_the_next_steps():
                  "squall:0.1.0", "squall-dashboard"):
         assert step in notes, step
     assert "every namespace" in notes
+    # how to see the dashboard, and what kube-prometheus-stack needs to pick the monitors
+    for step in ("port-forward svc/kube-prometheus-stack-grafana 3000:80", "http://localhost:3000/d/squall-topology",
+                 "labelled release=kube-prometheus-stack", "squall top http://localhost:9090/metrics"):
+        assert step in notes, step
+    assert "release=kps" in render({"monitoring": {"release": "kps"}}).notes
+    assert "carry no release label" in render({"monitoring": {"release": ""}}).notes
     assert "namespaces streams" in render(VALUE_SETS["service-monitor"]).notes
 
 

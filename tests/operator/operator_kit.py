@@ -173,7 +173,8 @@ class OperatorThread:
     a pod), logged in to ``url``."""
 
     def __init__(self, url: str, settings: Settings) -> None:
-        self.settings = dataclasses.replace(settings, liveness=f"http://127.0.0.1:{free_port()}/healthz")
+        self.settings = dataclasses.replace(settings, liveness=f"http://127.0.0.1:{free_port()}/healthz",
+                                            metrics_port=free_port())
         self.url = url
         self.stop_flag = threading.Event()
         self.ready_flag = threading.Event()

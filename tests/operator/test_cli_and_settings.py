@@ -82,6 +82,10 @@ def test_settings_from_the_environment():
         Settings.from_env({"SQUALL_OPERATOR_LOG_LEVEL": "loud"})
     with pytest.raises(ConfigError, match="SQUALL_OPERATOR_PODMONITOR='maybe': use auto, true or false"):
         Settings.from_env({"SQUALL_OPERATOR_PODMONITOR": "maybe"})
+    labelled = Settings.from_env({"SQUALL_OPERATOR_PODMONITOR_LABELS": " release=kps , team=data,"})
+    assert labelled.podmonitor_labels == (("release", "kps"), ("team", "data"))
+    with pytest.raises(ConfigError, match="SQUALL_OPERATOR_PODMONITOR_LABELS: 'release' is not key=value"):
+        Settings.from_env({"SQUALL_OPERATOR_PODMONITOR_LABELS": "release"})
 
 
 def test_kopf_runs_standalone_and_keeps_its_state_in_annotations():

@@ -302,8 +302,10 @@ async def test_python_m_squall_operator_runs_with_a_kubeconfig(api, tmp_path):
         "users": [{"name": "test", "user": {"token": "secret"}}],
         "contexts": [{"name": "kmock", "context": {"cluster": "kmock", "user": "test"}}]}))
     liveness = f"http://127.0.0.1:{free_port()}/healthz"
+    metrics_port = free_port()
     env = os.environ | {"KUBECONFIG": str(kubeconfig), "SQUALL_OPERATOR_IMAGE": "squall:entry",
-                        "SQUALL_OPERATOR_LIVENESS": liveness, "SQUALL_OPERATOR_LOG_LEVEL": "INFO"}
+                        "SQUALL_OPERATOR_LIVENESS": liveness, "SQUALL_OPERATOR_LOG_LEVEL": "INFO",
+                        "SQUALL_OPERATOR_METRICS_PORT": str(metrics_port)}
     log = tmp_path / "operator.log"
     with log.open("wb") as out:
         process = await asyncio.create_subprocess_exec(sys.executable, "-m", "squall_operator", env=env,
@@ -315,6 +317,9 @@ async def test_python_m_squall_operator_runs_with_a_kubeconfig(api, tmp_path):
             "squall:entry"
         async with aiohttp.ClientSession() as session, session.get(liveness) as response:
             assert response.status == 200
+        async with aiohttp.ClientSession() as session, \
+                session.get(f"http://127.0.0.1:{metrics_port}/metrics") as response:
+            assert response.status == 200 and "squall_operator_reconciles_total" in await response.text()
         assert any(r.headers.get("Authorization") == "Bearer secret" for r in list(api))
     finally:
         process.terminate()

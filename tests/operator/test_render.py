@@ -266,6 +266,10 @@ def test_pod_monitor_scrapes_workers_and_ackers():
     for role in ("worker", "acker"):
         pod_labels = objs["StatefulSet", f"wc-{role}"]["spec"]["template"]["metadata"]["labels"]
         assert monitor["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
+    # kube-prometheus-stack selects monitors by its release label; the monitor's own labels win
+    labelled = by_kind(render(spec(BASE), namespace=NS, image="x", podmonitor=True,
+                              monitor_labels={"release": "kps", "app.kubernetes.io/instance": "other"}))
+    assert labelled["PodMonitor", "wc"]["metadata"]["labels"] == {**monitor["metadata"]["labels"], "release": "kps"}
 
 
 def test_image_comes_from_the_spec_or_the_operator():

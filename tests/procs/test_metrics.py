@@ -21,7 +21,7 @@ WORKER_METRICS = {
     "squall_complete_latency_seconds_bucket": TASK_LABELS | {"le"},
     "squall_execute_latency_seconds_bucket": TASK_LABELS | {"source_component", "le"},
     "squall_process_latency_seconds_bucket": TASK_LABELS | {"source_component", "le"},
-    "squall_capacity": {"topology", "component", "task"},
+    "squall_busy_seconds_total": {"topology", "component", "executor"},
     "squall_pending_trees": {"topology", "component", "task"},
     "squall_max_spout_pending": {"topology", "component", "task"},
     "squall_queue_depth": {"topology", "component", "executor"},
@@ -35,8 +35,16 @@ WORKER_METRICS = {
     "squall_transport_dropped_frames_total": {"topology", "peer", "lane"},
     "squall_transport_malformed_frames_total": {"topology"},
     "squall_process_info": {"topology", "role", "index"},
+    "squall_expected_processes": {"topology", "role"},
+    # prometheus-client's process collectors
+    "process_cpu_seconds_total": set(),
+    "process_resident_memory_bytes": set(),
+    "process_open_fds": set(),
+    "process_start_time_seconds": set(),
+    "python_gc_collections_total": {"generation"},
 }
-MOVING = ["squall_emitted_total", "squall_transferred_total", "squall_acked_total", "squall_executed_total",
+MOVING = ["squall_busy_seconds_total", "process_cpu_seconds_total",
+          "squall_emitted_total", "squall_transferred_total", "squall_acked_total", "squall_executed_total",
           "squall_complete_latency_seconds_count", "squall_execute_latency_seconds_count",
           "squall_transport_batches_sent_total", "squall_transport_bytes_sent_total",
           "squall_transport_batches_received_total", "squall_transport_bytes_received_total"]
@@ -65,7 +73,8 @@ def test_every_metric_is_exported_labelled_and_moving(cluster):
         assert name in got, f"{name} missing from a worker's scrape"
         for s in got[name]:
             assert labels <= set(s.labels), f"{name} sample {s.labels} lacks {labels - set(s.labels)}"
-            assert s.labels["topology"] == "proc-test"
+            assert s.labels.get("topology", "proc-test") == "proc-test"
+    assert {s.labels["role"]: s.value for s in got["squall_expected_processes"]} == {"worker": 2, "acker": 1}
     reasons = {s.labels["reason"] for s in got["squall_failed_total"]}
     assert reasons == {"explicit", "timeout"}
     spout_pending = [s for s in got["squall_pending_trees"] if s.labels["component"] == "a-numbers"]

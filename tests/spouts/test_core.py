@@ -319,3 +319,37 @@ def test_close_commits_the_acked_offsets(rig):
     r.core.ack(r.emits.ids[0])
     r.core.close()
     assert r.committed() == {0: 1}
+
+
+# ---- lag ----------------------------------------------------------------------------------------
+
+def test_partition_offsets_give_the_lag_from_the_commit_to_the_end_refreshed_every_second(rig, clock):
+    r = rig(partitions=2, per_partition=5, commit_period=10.0)
+    tp1 = TopicPartition(TOPIC, 1)
+    r.step()
+    assert {tp: (o.committed, o.latest, o.lag) for tp, o in r.core.partition_offsets().items()} == {
+        TP0: (0, 5, 5), tp1: (0, 5, 5)}
+    r.drain()
+    for msg_id in r.emits.ids:
+        if msg_id.partition == 0:
+            r.core.ack(msg_id)
+    clock.advance(10)
+    r.step()  # commits partition 0's acked offsets
+    assert r.core.partition_offsets()[TP0].lag == 0 and r.core.partition_offsets()[tp1].lag == 5
+
+    r.log.append(TOPIC, [(None, {"more": i}) for i in range(6)])  # 3 more records in each partition
+    clock.advance(0.999)
+    r.step()
+    assert r.core.partition_offsets()[TP0].latest == 5, "end offsets are read once a second, not every call"
+    clock.advance(0.001)
+    r.step()
+    offsets = r.core.partition_offsets()
+    assert (offsets[TP0].latest, offsets[TP0].lag, offsets[tp1].lag) == (8, 3, 8)
+
+
+def test_without_a_commit_or_an_end_offset_there_is_no_lag(rig):
+    r = rig(guarantee=ProcessingGuarantee.NO_GUARANTEE)
+    offsets = r.core.partition_offsets()[TP0]
+    assert (offsets.committed, offsets.latest, offsets.lag) == (None, None, None)
+    r.step()
+    assert r.core.partition_offsets()[TP0].lag is None  # no position committed yet

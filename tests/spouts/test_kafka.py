@@ -142,6 +142,24 @@ def test_assign_mode_splits_partitions_retries_commits_with_metadata_and_resumes
         spout.close()
 
 
+def test_lag_comes_from_the_cached_high_watermark_and_the_commits(cluster):
+    topic = "lagging"
+    cluster.produce(topic, 3)
+    spout, out = open_spout({"kafka.topics": topic, "kafka.subscription": "assign",
+                             "offset.commit.period.ms": 3_600_000,
+                             "kafka.config": {"bootstrap.servers": cluster.bootstrap, "group.id": "lag-group"}})
+    # The cached watermarks come with fetches and are read once a second: drive until they are known.
+    drive([spout], lambda: len(out.emitted) == 12
+          and all(o.latest == 3 for o in spout.partition_offsets().values()))
+    assert {tp.partition: (o.committed, o.lag) for tp, o in spout.partition_offsets().items()} == dict.fromkeys(
+        range(4), (0, 3))
+    for m in ids(out):
+        spout.ack(m)
+    spout.deactivate()  # commits
+    assert [o.lag for o in spout.partition_offsets().values()] == [0, 0, 0, 0]
+    spout.close()
+
+
 def test_assigning_a_missing_topic_is_a_config_error(cluster):
     conf = {"kafka.topics": "never-produced", "kafka.subscription": "assign",
             "kafka.config": {"bootstrap.servers": cluster.bootstrap, "group.id": "g"}}

@@ -182,3 +182,12 @@ handlers.kopf_settings turns kopf's scanning off, and kopf reads nothing cluster
 {{- define "squall.webhookHost" -}}
 {{- printf "%s-webhook.%s.svc" (include "squall.fullname" .) .Release.Namespace -}}
 {{- end -}}
+
+{{/* Labels of the chart's monitors and PrometheusRule: `release` (what kube-prometheus-stack's default
+selectors match) and the extra `labels`. Call with (dict "root" $ "labels" <extra labels>). */}}
+{{- define "squall.monitorLabels" -}}
+{{- $labels := dict -}}
+{{- with .root.Values.monitoring.release }}{{ $_ := set $labels "release" . }}{{ end -}}
+{{- range $key, $value := .labels }}{{ $_ := set $labels $key $value }}{{ end -}}
+{{- with $labels }}{{ toYaml . }}{{ end -}}
+{{- end -}}

@@ -11,7 +11,7 @@ import sys
 from squall.errors import SquallError
 
 # Modules under squall.cli that each register subcommands, in the order --help lists them.
-MODULES = ["run", "process", "validate", "log", "k8s", "executor"]
+MODULES = ["run", "top", "process", "validate", "log", "k8s", "executor"]
 
 
 def parser() -> argparse.ArgumentParser:

@@ -1,7 +1,5 @@
-"""Prometheus metrics (``squall_*``) read from the runtime at scrape time, the HTTP endpoint, and
-reading a process's ``/metrics`` back into totals (:mod:`squall.metrics.scrape`)."""
-
-from squall.metrics.collector import RuntimeCollector
-from squall.metrics.http import MetricsServer
-
-__all__ = ["MetricsServer", "RuntimeCollector"]
+"""Prometheus metrics: the registry every process starts from (:mod:`~squall.metrics.registry`), the
+runtime's ``squall_*`` families read at scrape time (:mod:`~squall.metrics.collector`), the HTTP
+endpoint (:mod:`~squall.metrics.http`), and reading a ``/metrics`` back into totals
+(:mod:`~squall.metrics.scrape`). Modules are imported one by one: the operator uses the registry and
+the endpoint without the engine."""

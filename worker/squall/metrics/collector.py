@@ -6,20 +6,23 @@ families when Prometheus scrapes, so metrics cost nothing between scrapes.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
 from squall.executor.hdr import HdrHistogram
+from squall.executor.reporting import ReportedError
 from squall.executor.stats import LATENCY_BUCKETS, Histogram
+from squall.process.contract import ACKER, WORKER
+from squall.spouts.spout import OffsetSpout
 
 if TYPE_CHECKING:
     from squall.executor.runtime import Runtime
     from squall.transport import Transport
 
 TASK = ["topology", "component", "task", "stream"]
+ERROR_LABEL_CHARS = 200  # an error's text in a label, cut: a label is no place for a traceback
 EXECUTED = ["topology", "component", "task", "stream", "source_component"]
 
 
@@ -49,7 +52,6 @@ class RuntimeCollector:
         self.transport = transport
         self.role, self.index = role, index
         self.topology = runtime.plan.spec.name
-        self._busy: dict[int, tuple[float, float]] = {}  # task → (busy seconds, at) at the last scrape
 
     def describe(self) -> list[Metric]:
         return []  # unchecked collector: families are built at scrape time
@@ -58,10 +60,17 @@ class RuntimeCollector:
         yield from self._tasks()
         yield from self._queues()
         yield from self._transport()
+        yield from self._offsets()
+        yield from self._last_errors()
         info = GaugeMetricFamily("squall_process_info", "This process's role in the topology",
                                  labels=["topology", "role", "index"])
         info.add_metric([self.topology, self.role, str(self.index)], 1)
-        yield info
+        spec = self.runtime.plan.spec
+        expected = GaugeMetricFamily("squall_expected_processes", "Worker and acker processes the topology "
+                                     "runs (its spec's workers and ackers)", labels=["topology", "role"])
+        expected.add_metric([self.topology, WORKER], spec.workers)
+        expected.add_metric([self.topology, ACKER], spec.num_ackers)
+        yield from (info, expected)
 
     def _tasks(self) -> Iterator[Metric]:
         topo, rt = self.topology, self.runtime
@@ -78,14 +87,10 @@ class RuntimeCollector:
                                          "Spout emit to tree completion", labels=TASK)
         execute = HistogramMetricFamily("squall_execute_latency_seconds", "Time in Bolt.execute", labels=EXECUTED)
         process = HistogramMetricFamily("squall_process_latency_seconds", "Execute start to ack", labels=EXECUTED)
-        capacity = GaugeMetricFamily("squall_capacity", "Share of time a bolt task spent executing since the "
-                                     "last scrape (Storm's capacity; near 1 means the bolt is a bottleneck)",
-                                     labels=["topology", "component", "task"])
         pending = GaugeMetricFamily("squall_pending_trees", "Tuple trees emitted and not yet decided",
                                     labels=["topology", "component", "task"])
         max_pending = GaugeMetricFamily("squall_max_spout_pending", "maxSpoutPending per spout task (0: no limit)",
                                         labels=["topology", "component", "task"])
-        now = time.monotonic()
         plan = rt.plan
         for task, stats in list(rt.stats.items()):
             comp, t = plan.task_component[task], str(task)
@@ -112,10 +117,6 @@ class RuntimeCollector:
             for (src, stream), h in list(stats.process_latency.items()):
                 process.add_metric([topo, comp, t, stream, src], _buckets(h), h.sum)
             errors.add_metric([topo, comp, t], stats.errors)
-            if comp not in plan.spout_names:
-                busy, at = self._busy.get(task, (stats.busy_seconds, now - 1e-9))
-                capacity.add_metric([topo, comp, t], min(1.0, (stats.busy_seconds - busy) / max(now - at, 1e-9)))
-                self._busy[task] = (stats.busy_seconds, now)
         limit = rt.plan.spec.max_spout_pending or 0
         for spout in rt.spouts:
             for task in list(spout.tasks.values()):
@@ -123,12 +124,49 @@ class RuntimeCollector:
                 max_pending.add_metric([topo, spout.component, str(task.task_id)], limit)
         for acker in rt.ackers:
             pending.add_metric([topo, acker.component, str(acker.task_ids[0])], acker.acker.pending)
-        yield from (emitted, transferred, acked, failed, executed, errors, complete, execute, process, capacity,
+        yield from (emitted, transferred, acked, failed, executed, errors, complete, execute, process,
                     pending, max_pending)
+
+    def _last_errors(self) -> Iterator[Metric]:
+        last = GaugeMetricFamily("squall_last_error_timestamp_seconds", "When a component last reported an "
+                                 "error in this process (Unix time), the error in the label (Storm UI's last "
+                                 "error)", labels=["topology", "component", "task", "error"])
+        newest: dict[str, ReportedError] = {}
+        for error in self.runtime.errors.recent():  # oldest first
+            newest[error.component] = error
+        for comp, error in newest.items():
+            last.add_metric([self.topology, comp, str(error.task), error.error[:ERROR_LABEL_CHARS]], error.time)
+        yield last
+
+    def _offsets(self) -> Iterator[Metric]:
+        labels = ["topology", "component", "task", "topic", "partition"]
+        committed = GaugeMetricFamily("squall_spout_committed_offset", "The offset an offset spout's consumer "
+                                      "group committed last (the next record to process)", labels=labels)
+        latest = GaugeMetricFamily("squall_spout_latest_offset", "The partition's end offset (after its last "
+                                   "record), as the spout's source last learned it", labels=labels)
+        lag = GaugeMetricFamily("squall_spout_lag_records", "Records of the partition not committed yet "
+                                "(latest - committed), as Kafka's consumer lag", labels=labels)
+        for spout in self.runtime.spouts:
+            for task in list(spout.tasks.values()):
+                if not isinstance(task.spout, OffsetSpout):
+                    continue
+                for tp, offsets in task.spout.partition_offsets().items():
+                    values = [self.topology, spout.component, str(task.task_id), tp.topic, str(tp.partition)]
+                    if offsets.committed is not None:
+                        committed.add_metric(values, offsets.committed)
+                    if offsets.latest is not None:
+                        latest.add_metric(values, offsets.latest)
+                    if offsets.lag is not None:
+                        lag.add_metric(values, offsets.lag)
+        yield from (committed, latest, lag)
 
     def _queues(self) -> Iterator[Metric]:
         depth = GaugeMetricFamily("squall_queue_depth", "Items waiting in an executor's inbox",
                                   labels=["topology", "component", "executor"])
+        busy = CounterMetricFamily("squall_busy_seconds", "Time a bolt executor spent executing tuples: "
+                                   "rate() is Storm's capacity (near 1: the bolt is a bottleneck)",
+                                   labels=["topology", "component", "executor"])
+        stats = self.runtime.stats
         overflow = GaugeMetricFamily("squall_overflow_depth", "Sends an executor parked because the destination "
                                      "was full (backpressure when > 0)", labels=["topology", "component", "executor"])
         capacity = self.runtime.transfer.capacity
@@ -136,9 +174,11 @@ class RuntimeCollector:
             name = f"{ex.task_ids[0]}-{ex.task_ids[-1]}"
             depth.add_metric([self.topology, ex.component, name], len(ex.inbox))
             overflow.add_metric([self.topology, ex.component, name], len(ex.overflow))
+            if ex.kind == "bolt":
+                busy.add_metric([self.topology, ex.component, name], sum(stats[t].busy_seconds for t in ex.task_ids))
         limit = GaugeMetricFamily("squall_queue_capacity", "Capacity of each executor inbox", labels=["topology"])
         limit.add_metric([self.topology], capacity)
-        yield from (depth, overflow, limit)
+        yield from (depth, overflow, limit, busy)
 
     def _transport(self) -> Iterator[Metric]:
         tr = self.transport

@@ -16,12 +16,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client import generate_latest
 
 from squall.errors import ConfigError, SquallError
 from squall.executor.runtime import Runtime
-from squall.metrics import MetricsServer, RuntimeCollector
-from squall.metrics.collector import recorded_latency
+from squall.metrics.collector import RuntimeCollector, recorded_latency
+from squall.metrics.http import MetricsServer
+from squall.metrics.registry import process_registry
 from squall.metrics.scrape import latency_path
 from squall.process import contract
 from squall.process.contract import ACKER, WORKER
@@ -142,7 +143,7 @@ class Process:
                                    max_frame=t.max_frame_bytes, queue_frames=8)
         self.runtime = Runtime(plan, executors=wiring.executors, acker_tasks=wiring.acker_tasks,
                                remote=self.transport)
-        registry = self.registry = CollectorRegistry(auto_describe=False)
+        registry = self.registry = process_registry()
         registry.register(RuntimeCollector(self.runtime, role=cfg.role, index=cfg.index, transport=self.transport))
         self.metrics = MetricsServer(registry=registry, host=cfg.bind_host, port=cfg.metrics_port,
                                      healthy=self.healthy, ready=self.ready, errors=self.recent_errors,

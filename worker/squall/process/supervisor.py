@@ -3,6 +3,7 @@ same entrypoints and environment contract as pods, restarted when they die, as K
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import signal
@@ -21,6 +22,8 @@ from squall.topology.spec import TopologySpec
 
 log = logging.getLogger("squall.supervisor")
 
+#: ``{process name: /metrics URL}`` in the run directory, for ``squall top``.
+PROCESSES_FILE = "processes.json"
 QUICK_EXIT = 5.0  # seconds: an exit sooner than this after start counts towards a crash loop
 CRASH_LOOP = 3
 
@@ -69,9 +72,11 @@ class Supervisor:
         ports = free_ports(2 * len(roles))
         self.children = [Child(role, i, ports[2 * k], ports[2 * k + 1], self.run_dir / f"{role}-{i}.log")
                          for k, (role, i) in enumerate(roles)]
-        pythonpath = os.pathsep.join(p for p in [os.getcwd(), os.environ.get("PYTHONPATH", "")] if p)
+        env = env or {}
+        pythonpath = os.pathsep.join(p for p in [os.getcwd(), env.get("PYTHONPATH", ""),
+                                                 os.environ.get("PYTHONPATH", "")] if p)
         self.env = {
-            **os.environ, **(env or {}),
+            **os.environ, **env,
             "PYTHONPATH": pythonpath,
             contract.TOPOLOGY: str(self.spec_path),
             contract.BIND_HOST: "127.0.0.1",
@@ -90,6 +95,9 @@ class Supervisor:
                                           stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
 
     def start(self) -> None:
+        # where `squall top` finds the processes' metrics
+        (self.run_dir / PROCESSES_FILE).write_text(json.dumps(
+            {c.name: f"http://127.0.0.1:{c.metrics_port}/metrics" for c in self.children}, indent=1) + "\n")
         for child in self.children:
             self._final_path(child).unlink(missing_ok=True)
             latency_path(self._final_path(child)).unlink(missing_ok=True)

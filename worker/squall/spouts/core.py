@@ -18,6 +18,7 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from squall.api import DEFAULT_STREAM
@@ -34,6 +35,26 @@ log = logging.getLogger(__name__)
 Emit = Callable[[list[Any], str, MessageId | None], object]
 #: ``translate(record)``: the tuple's values, a :class:`Translated` for another stream, or None to skip it.
 Translator = Callable[[Record], "list[Any] | Translated | None"]
+
+
+#: Seconds between two reads of the partitions' end offsets (for the lag metrics; neither source waits).
+END_OFFSETS_PERIOD = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionOffsets:
+    """Where the spout's consumer group stands on one partition: what it committed, and the partition's
+    end offset (the offset after its last record); None when not known yet."""
+
+    committed: int | None
+    latest: int | None
+
+    @property
+    def lag(self) -> int | None:
+        """Records not committed yet (latest − committed), as Kafka's consumer lag."""
+        if self.committed is None or self.latest is None:
+            return None
+        return self.latest - self.committed
 
 
 class OffsetCore:
@@ -61,6 +82,9 @@ class OffsetCore:
         self._paused: set[TopicPartition] = set()
         self._last_committed_positions: dict[TopicPartition, int] = {}
         self._next_commit = now() + config.commit_period
+        # Replaced whole, never mutated: the metrics thread reads it while the spout's thread runs.
+        self._end_offsets: dict[TopicPartition, int] = {}
+        self._next_end_offsets = now()
 
     # ---- lifecycle --------------------------------------------------------------------------
 
@@ -85,6 +109,23 @@ class OffsetCore:
         """The partitions this spout task reads."""
         return frozenset(self._assigned)
 
+    def partition_offsets(self) -> dict[TopicPartition, PartitionOffsets]:
+        """The committed and end offsets of each assigned partition (safe to call from another thread).
+
+        At least once, the committed offset is the one the core committed last; otherwise, the last
+        position committed. End offsets are refreshed every :data:`END_OFFSETS_PERIOD` seconds.
+        """
+        ends, managers, positions = self._end_offsets, dict(self._offsets), dict(self._last_committed_positions)
+        out = {}
+        for tp in sorted(self.assigned):
+            manager = managers.get(tp)
+            committed = manager.committed if manager is not None else positions.get(tp)
+            latest = ends.get(tp)
+            if latest is not None and committed is not None:
+                latest = max(latest, committed)  # read up to a second ago: the end is past any commit since
+            out[tp] = PartitionOffsets(committed, latest)
+        return out
+
     # ---- the spout's calls ------------------------------------------------------------------
 
     def next_tuple(self) -> bool:
@@ -96,6 +137,9 @@ class OffsetCore:
                 self._commit_acked(self._assigned)
             else:
                 self._commit_positions(self._assigned, sync=False)
+        if now >= self._next_end_offsets:
+            self._next_end_offsets = now + END_OFFSETS_PERIOD
+            self._end_offsets = self.source.end_offsets(self._assigned)
         if not self._waiting:
             self._poll()
         return self._emit_next()

@@ -181,6 +181,19 @@ class KafkaSource:
                                                         timeout=REQUEST_TIMEOUT)
                 for tp in partitions}
 
+    def end_offsets(self, partitions: Collection[TopicPartition]) -> dict[TopicPartition, int]:
+        # librdkafka's cached high watermark, updated by every fetch response: no request to the broker.
+        out = {}
+        for tp in partitions:
+            try:
+                marks = self.consumer.get_watermark_offsets(self._ck.TopicPartition(tp.topic, tp.partition),
+                                                            cached=True)
+            except self._ck.KafkaException:
+                continue  # not fetched from yet
+            if marks is not None and marks[1] >= 0:
+                out[tp] = marks[1]
+        return out
+
     def committed(self, partitions: Collection[TopicPartition]) -> dict[TopicPartition, Committed]:
         if not partitions:
             return {}

@@ -270,6 +270,9 @@ class LogSource:
     def watermarks(self, partitions: Collection[TopicPartition]) -> dict[TopicPartition, tuple[int, int]]:
         return {tp: self.log.watermarks(self.topic, tp.partition) for tp in partitions}
 
+    def end_offsets(self, partitions: Collection[TopicPartition]) -> dict[TopicPartition, int]:
+        return {tp: end for tp, (_, end) in self.watermarks(partitions).items()}
+
     def committed(self, partitions: Collection[TopicPartition]) -> dict[TopicPartition, Committed]:
         committed = self.log.committed(self.group, self.topic)
         return {tp: committed[tp.partition] for tp in partitions if tp.partition in committed}

@@ -54,6 +54,10 @@ class Source(Protocol):
     def watermarks(self, partitions: Collection[TopicPartition]) -> dict[TopicPartition, tuple[int, int]]:
         """Each partition's (beginning, end) offsets: its first record and the offset after its last."""
 
+    def end_offsets(self, partitions: Collection[TopicPartition]) -> dict[TopicPartition, int]:
+        """Each partition's end offset as far as the source knows it without waiting (for lag metrics);
+        partitions it knows nothing of yet are left out."""
+
     def committed(self, partitions: Collection[TopicPartition]) -> dict[TopicPartition, Committed]:
         """The group's committed offsets; partitions without a commit are left out."""
 

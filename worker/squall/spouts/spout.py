@@ -6,8 +6,8 @@ from typing import Any, ClassVar
 
 from squall.api import Spout, SpoutOutputCollector, TopologyContext
 from squall.spouts.config import COMMON_KEYS, OffsetSpoutConfig, warn_unknown
-from squall.spouts.core import OffsetCore
-from squall.spouts.records import MessageId, Record, Translated, default_translate
+from squall.spouts.core import OffsetCore, PartitionOffsets
+from squall.spouts.records import MessageId, Record, TopicPartition, Translated, default_translate
 from squall.spouts.source import Source
 
 
@@ -54,6 +54,11 @@ class OffsetSpout(Spout):
         except BaseException:
             source.close()  # a spout that failed to open is not closed by anyone else
             raise
+
+    def partition_offsets(self) -> dict[TopicPartition, PartitionOffsets]:
+        """Committed and end offsets per assigned partition: the ``squall_spout_*`` metrics read them."""
+        core = getattr(self, "core", None)  # None until open() succeeded
+        return core.partition_offsets() if core is not None else {}
 
     def next_tuple(self) -> None:
         self.core.next_tuple()

@@ -1,0 +1,100 @@
+"""The operator's /metrics: a real operator (kopf against kmock) scraped by a real Prometheus (Debian's
+package; without it this test fails, not skips), through a Topology's life, a refused write and the
+webhook; then every query of the "Squall operator" dashboard returns series."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from bench.observed import Prometheus, Target, expand
+from operator_kit import NAMESPACE, SPEC, create_topology, eventually, free_port, obj, roll_out, status
+from prometheus_client.parser import text_string_to_metric_families
+from test_admission import BROKEN, WEBHOOKS, declare_cluster_scoped, review
+from tests.chart.dashboard_queries import REPO, load, panel_targets, variable_queries
+
+from squall.metrics.scrape import fetch
+
+pytestmark = [pytest.mark.timeout(120), pytest.mark.asyncio]
+DASHBOARD = REPO / "charts" / "squall" / "dashboards" / "squall-operator.json"
+OPERATOR_NAMESPACE = "squall-system"
+
+
+def scrape(port: int) -> dict[tuple[str, tuple], float]:
+    """(sample name, sorted labels) → value of the operator's /metrics."""
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for f in text_string_to_metric_families(fetch(f"http://127.0.0.1:{port}/metrics")) for s in f.samples}
+
+
+def value(samples: dict, name: str, **labels: str) -> float | None:
+    return samples.get((name, tuple(sorted(labels.items()))))
+
+
+async def test_the_operator_counts_what_it_does_and_its_dashboard_shows_it(api, start_operator, tmp_path):
+    declare_cluster_scoped(api, WEBHOOKS, "ValidatingWebhookConfiguration")
+    op = await start_operator(webhook_host="127.0.0.1", webhook_port=free_port())
+    port = op.settings.metrics_port
+    prometheus = Prometheus(workdir=tmp_path / "prometheus", targets=[Target(
+        f"127.0.0.1:{port}", {"namespace": OPERATOR_NAMESPACE, "pod": "squall-operator-0", "container": "operator"})])
+    prometheus.start()
+    try:
+        samples = scrape(port)
+        assert value(samples, "squall_operator_ready") == 1
+        assert value(samples, "squall_operator_reconciles_total") == 0
+        assert value(samples, "squall_operator_webhook_admissions_total", result="rejected") == 0
+        assert value(samples, "process_cpu_seconds_total") is not None  # the process collectors
+
+        await create_topology(api, "wc", SPEC)
+        await eventually("phase Pending", lambda: status(api, "wc").get("phase") == "Pending")
+        await roll_out(api, "wc-worker")
+        await roll_out(api, "wc-acker")
+        await eventually("Running", lambda: value(scrape(port), "squall_operator_topologies", phase="Running") == 1)
+        samples = scrape(port)
+        assert value(samples, "squall_operator_topologies", phase="Pending") == 0
+        assert value(samples, "squall_operator_children_applied_total", kind="StatefulSet", action="created") == 2
+        assert value(samples, "squall_operator_reconciles_total") >= 1
+        assert value(samples, "squall_operator_reconcile_errors_total") == 0
+        assert value(samples, "squall_operator_reconcile_duration_seconds_count") == value(
+            samples, "squall_operator_reconciles_total")
+        assert value(samples, "squall_operator_topology_degraded", topology_namespace=NAMESPACE, topology="wc",
+                     reason="") == 0
+
+        await roll_out(api, "wc-worker", ready=1)  # a worker pod dies
+        await eventually("Degraded", lambda: value(scrape(port), "squall_operator_topology_degraded",
+                                                   topology_namespace=NAMESPACE, topology="wc",
+                                                   reason="PodsNotReady") == 1)
+
+        # a write the API server refuses is a failed reconcile
+        forbidden = {"apiVersion": "v1", "kind": "Status", "status": "Failure", "reason": "Forbidden", "code": 403,
+                     "message": "configmaps is forbidden"}
+        api[f"post /api/v1/namespaces/{NAMESPACE}/configmaps"] << 403 << forbidden
+        await create_topology(api, "other", SPEC)
+        await eventually("a reconcile error", lambda: value(scrape(port), "squall_operator_reconcile_errors_total"))
+
+        await eventually("the managed webhook configuration",
+                         lambda: (obj(api, WEBHOOKS, "squall.dev", namespace=None) or {}).get("webhooks"))
+        config = obj(api, WEBHOOKS, "squall.dev", namespace=None)
+        assert (await review(config, "CREATE", BROKEN))["allowed"] is False
+        assert (await review(config, "CREATE", SPEC))["allowed"] is True
+        samples = scrape(port)
+        assert value(samples, "squall_operator_webhook_admissions_total", result="rejected") == 1
+        assert value(samples, "squall_operator_webhook_admissions_total", result="allowed") == 1
+
+        # the dashboard, through Prometheus
+        deadline = time.monotonic() + 60
+        while len(prometheus.query(f'count_over_time(squall_operator_ready{{namespace="{OPERATOR_NAMESPACE}"}}'
+                                   '[5m]) >= 12')) != 1:
+            assert time.monotonic() < deadline, "Prometheus did not scrape the operator"
+            time.sleep(0.5)  # Prometheus has no event for "scraped n times"
+        variables = {"datasource": "prometheus", "namespace": OPERATOR_NAMESPACE, "__rate_interval": "10s",
+                     "__interval": "1s", "__range": "1m"}
+        board = load(DASHBOARD)
+        empty = [f"{where}: {expr}" for where, expr in panel_targets(board)
+                 if not prometheus.query(expand(expr, variables))]
+        empty += [f"{where}: {match}" for where, match, label in variable_queries(board)
+                  if not prometheus.label_values(label, expand(match, variables))]
+        assert not empty, "queries without a series:\n" + "\n".join(empty)
+        degraded = prometheus.query(f'sum(squall_operator_topology_degraded{{namespace="{OPERATOR_NAMESPACE}"}})')
+        assert degraded[0]["value"][1] == "1"
+    finally:
+        prometheus.stop()

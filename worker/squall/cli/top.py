@@ -1,0 +1,164 @@
+"""``squall top``: Storm UI's component table in the terminal, from the processes' ``/metrics``,
+refreshed every second.
+
+The URLs are ``/metrics`` of a topology's processes: a local ``squall run``'s (read from its run
+directory, where it lists them) or a pod's through ``kubectl port-forward``. Rates are the difference
+of two scrapes ``--interval`` apart; latencies are the means over that interval.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from squall.errors import SquallError
+from squall.metrics.scrape import fetch
+from squall.process.supervisor import PROCESSES_FILE
+from squall.system import ACKER_COMPONENT
+
+COUNTERS = {"squall_emitted_total": "emitted", "squall_transferred_total": "transferred",
+            "squall_executed_total": "executed", "squall_acked_total": "acked", "squall_failed_total": "failed",
+            "squall_busy_seconds_total": "busy", "squall_errors_total": "errors",
+            "squall_execute_latency_seconds_sum": "execute_sum", "squall_execute_latency_seconds_count": "execute_n",
+            "squall_process_latency_seconds_sum": "process_sum", "squall_process_latency_seconds_count": "process_n"}
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("top", help="a live component table of a running topology, from its /metrics")
+    p.add_argument("urls", nargs="*", metavar="URL",
+                   help="/metrics URLs of the topology's processes (default: those of the local `squall run` "
+                        "in --run-dir), e.g. http://localhost:9090/metrics through kubectl port-forward")
+    p.add_argument("--run-dir", default=".squall/run", help="the run directory of a local `squall run`")
+    p.add_argument("--interval", type=float, default=1.0, help="seconds between two frames (default 1)")
+    p.add_argument("--once", action="store_true", help="print one frame and exit")
+    p.set_defaults(func=top)
+
+
+@dataclass
+class Snapshot:
+    """One scrape of every URL: counters summed per component (and per executor for busy time)."""
+
+    at: float
+    up: int = 0
+    topology: str = ""
+    counters: defaultdict[str, defaultdict[str, float]] = field(
+        default_factory=lambda: defaultdict(lambda: defaultdict(float)))
+    busy: dict[tuple[str, str, str], float] = field(default_factory=dict)  # (url, component, executor) → s
+    pending: defaultdict[str, float] = field(default_factory=lambda: defaultdict(float))
+    lag: float | None = None
+    last_error: dict[str, tuple[float, str]] = field(default_factory=dict)
+
+    def add(self, url: str, text: str) -> None:
+        self.up += 1
+        spouts: set[str] = set()
+        for family in text_string_to_metric_families(text):
+            for s in family.samples:
+                comp = s.labels.get("component", "")
+                self.topology = s.labels.get("topology", self.topology)
+                if s.name in COUNTERS:
+                    self.counters[comp][COUNTERS[s.name]] += s.value
+                    if s.name == "squall_busy_seconds_total":
+                        self.busy[(url, comp, s.labels["executor"])] = s.value
+                elif s.name == "squall_pending_trees" and comp != ACKER_COMPONENT:
+                    self.pending[comp] += s.value
+                elif s.name == "squall_max_spout_pending":
+                    spouts.add(comp)
+                elif s.name == "squall_spout_lag_records":
+                    self.lag = (self.lag or 0.0) + s.value
+                elif s.name == "squall_last_error_timestamp_seconds" and s.value > self.last_error.get(comp, (0,))[0]:
+                    self.last_error[comp] = (s.value, s.labels.get("error", ""))
+        for comp in spouts:
+            self.counters[comp]["is_spout"] = 1.0
+
+
+def scrape(urls: list[str]) -> Snapshot:
+    snap = Snapshot(at=time.monotonic())
+    for url in urls:
+        try:
+            snap.add(url, fetch(url))
+        except OSError:
+            pass  # a process restarting: the header counts it as down
+    return snap
+
+
+def _rate(cur: Snapshot, prev: Snapshot, comp: str, name: str) -> float:
+    return max(0.0, cur.counters[comp][name] - prev.counters[comp][name]) / max(cur.at - prev.at, 1e-9)
+
+
+def _mean_ms(cur: Snapshot, prev: Snapshot, comp: str, kind: str) -> str:
+    n = cur.counters[comp][f"{kind}_n"] - prev.counters[comp][f"{kind}_n"]
+    if n <= 0:
+        return "-"
+    return f"{(cur.counters[comp][f'{kind}_sum'] - prev.counters[comp][f'{kind}_sum']) / n * 1000:.2f}"
+
+
+def _capacity(cur: Snapshot, prev: Snapshot, comp: str) -> str:
+    shares = [(v - prev.busy[key]) / max(cur.at - prev.at, 1e-9) for key, v in cur.busy.items()
+              if key[1] == comp and key in prev.busy]
+    return f"{min(1.0, max(shares)):.3f}" if shares else "-"
+
+
+def frame(prev: Snapshot, cur: Snapshot, *, expected: int) -> str:
+    """The header and the component table for the interval between two snapshots."""
+    spouts = [c for c in sorted(cur.counters) if cur.counters[c]["is_spout"]]
+    acked = sum(_rate(cur, prev, c, "acked") for c in spouts)
+    failed = sum(_rate(cur, prev, c, "failed") for c in spouts)
+    header = (f"topology {cur.topology or '?'}   processes {cur.up}/{expected}   trees acked {acked:,.1f}/s   "
+              f"failed {failed:,.1f}/s   pending {sum(cur.pending[c] for c in spouts):,.0f}"
+              + (f"   lag {cur.lag:,.0f}" if cur.lag is not None else ""))
+    rows = [("component", "emitted/s", "transferred/s", "executed/s", "acked/s", "failed/s", "execute ms",
+             "process ms", "capacity", "errors", "last error")]
+    for comp in sorted(c for c in cur.counters if c and c != ACKER_COMPONENT):
+        spout = comp in spouts
+        error = cur.last_error.get(comp)
+        rows.append((comp, *(f"{_rate(cur, prev, comp, n):,.1f}" for n in ("emitted", "transferred")),
+                     "-" if spout else f"{_rate(cur, prev, comp, 'executed'):,.1f}",
+                     *(f"{_rate(cur, prev, comp, n):,.1f}" for n in ("acked", "failed")),
+                     "-" if spout else _mean_ms(cur, prev, comp, "execute"),
+                     "-" if spout else _mean_ms(cur, prev, comp, "process"),
+                     "-" if spout else _capacity(cur, prev, comp),
+                     f"{cur.counters[comp]['errors']:,.0f}",
+                     f"{error[1][:60]} ({time.time() - error[0]:,.0f} s ago)" if error else ""))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(cell.ljust(w) if i in (0, len(widths) - 1) else cell.rjust(w)
+                       for i, (cell, w) in enumerate(zip(row, widths, strict=True))).rstrip() for row in rows]
+    return "\n".join([header, "", *lines])
+
+
+def _urls(args: argparse.Namespace) -> list[str]:
+    if args.urls:
+        return list(args.urls)
+    listed = Path(args.run_dir) / PROCESSES_FILE
+    try:
+        return list(json.loads(listed.read_text()).values())
+    except FileNotFoundError:
+        raise SquallError(f"no {listed}: start `squall run` first, or give the /metrics URLs (e.g. "
+                          "kubectl port-forward pod/NAME-worker-0 9090:9090, then http://localhost:9090/metrics)"
+                          ) from None
+
+
+def top(args: argparse.Namespace) -> int:
+    if args.interval <= 0:
+        raise SquallError(f"--interval {args.interval}: use a positive number of seconds")
+    urls = _urls(args)
+    tty = sys.stdout.isatty() and not args.once
+    prev = scrape(urls)
+    if not prev.up:
+        raise SquallError(f"none of {', '.join(urls)} answered: is the topology running (and port-forwarded)?")
+    while True:
+        time.sleep(args.interval)  # the refresh period
+        cur = scrape(urls)
+        text = frame(prev, cur, expected=len(urls))
+        print(("\x1b[H\x1b[2J" if tty else "") + text, flush=True)  # clear the screen between frames
+        if args.once:
+            return 0
+        if not tty:
+            print()
+        prev = cur
