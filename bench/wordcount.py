@@ -15,7 +15,7 @@ much the machine's speed drifted meanwhile. Latency percentiles come from every 
 (an HDR histogram: within 0.8 % above the true value). Acker bytes per tree: the bytes of acker
 messages and verdicts that crossed processes, from the transport's byte counters.
 
-    python bench/wordcount.py [--seconds 10] [--cases ceiling,local,1w1a,2w2a,80pct] [--pin]
+    python bench/wordcount.py [--seconds 10] [--cases ceiling,local,1w1a,2w2a,2w2a-plain,80pct] [--pin]
 """
 
 from __future__ import annotations
@@ -200,12 +200,12 @@ def transport_counts(sup: Supervisor) -> np.ndarray:
 
 
 def processes(label: str, seconds: float, *, workers: int, ackers: int, rate: float | None = None,
-              pin: bool = False, profile: Path | None = None) -> Result:
+              pin: bool = False, profile: Path | None = None, insecure: bool = False) -> Result:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "bench.yaml"
         path.write_text(yaml.safe_dump(spec(workers=workers, ackers=ackers, rate=rate)))
         sup = Supervisor(spec_path=path, spec=TopologySpec.from_dict(spec(workers=workers, ackers=ackers)),
-                         run_dir=Path(tmp) / "run")
+                         run_dir=Path(tmp) / "run", insecure=insecure)
         sup.start()
         try:
             if pin:  # as `taskset -p`: each process on one core, round robin
@@ -287,6 +287,10 @@ def targets(by: dict[str, Result]) -> None:
     if local and two:
         r = two.cpu_us / local.cpu_us
         line("CPU µs/tree: 2 workers + 2 ackers ÷ in-process", r, "≤ 1.6", r <= 1.6)
+    plain = by.get("2w2a-plain")
+    if plain and two:
+        r = two.cpu_us / plain.cpu_us
+        print(f"  {'CPU µs/tree: 2 workers + 2 ackers, mutual TLS ÷ plaintext':<62} {r:6.2f}  (what TLS costs)")
     if one and two:
         r = two.rate / one.rate
         line("trees/s: 2 workers + 2 ackers ÷ 1 worker + 1 acker", r, "≥ 1.0", r >= 1.0)
@@ -297,7 +301,7 @@ def targets(by: dict[str, Result]) -> None:
         line("p50 ms at 80 % of 1 worker + 1 acker's maximum", p50, "≤ 5", p50 <= 5)
 
 
-CASES = ("ceiling", "local", "1w1a", "2w2a", "80pct")
+CASES = ("ceiling", "local", "1w1a", "2w2a", "2w2a-plain", "80pct")
 
 
 def main() -> None:
@@ -331,6 +335,9 @@ def main() -> None:
     if "2w2a" in cases:
         by["2w2a"] = processes("2 workers + 2 ackers", args.seconds, workers=2, ackers=2, pin=args.pin,
                                profile=args.profile)
+    if "2w2a-plain" in cases:  # the cost of mutual TLS, side by side
+        by["2w2a-plain"] = processes("2w + 2a, plaintext gRPC", args.seconds, workers=2, ackers=2, pin=args.pin,
+                                     insecure=True)
     if "80pct" in cases:
         rate = 0.8 * by["1w1a"].rate
         by["80pct"] = processes(f"1w + 1a at 80 % ({rate:,.0f}/s)", args.seconds, workers=1, ackers=1, rate=rate,

@@ -111,3 +111,17 @@ def test_wiring_says_who_runs_what_and_who_talks_to_whom():
         assert a.senders == {"worker-0", "worker-1"} and not a.spout_tasks | a.bolt_tasks
     with pytest.raises(ValueError, match="no worker 2: the topology has 2 worker"):
         assignment.wiring(WORKER, 2)
+
+
+def test_tls_files_come_from_squall_tls_dir(spec_file, tmp_path):
+    from squall.transport.tls import issue
+
+    env = {"SQUALL_TOPOLOGY": spec_file, "SQUALL_WORKER_INDEX": "0"}
+    assert ProcessConfig.from_env(WORKER, env).tls is None  # plaintext, as squall run --insecure
+    tls = issue("wc")
+    tls.write(tmp_path / "tls")
+    assert ProcessConfig.from_env(WORKER, {**env, "SQUALL_TLS_DIR": str(tmp_path / "tls")}).tls == tls
+    assert (tmp_path / "tls" / "tls.key").stat().st_mode & 0o077 == 0  # the key is its owner's only
+    with pytest.raises(ConfigError, match=r"cannot read the topology's TLS files from .*nowhere.*ca\.crt, tls\.crt "
+                                          r"and tls\.key"):
+        ProcessConfig.from_env(WORKER, {**env, "SQUALL_TLS_DIR": str(tmp_path / "nowhere")})

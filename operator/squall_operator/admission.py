@@ -3,20 +3,19 @@ messages ``squall validate`` prints.
 
 kopf serves it (``on.validate``) over HTTPS with a self-signed certificate it makes at start-up, and
 keeps a ValidatingWebhookConfiguration named ``squall.dev`` pointing at it, CA bundle included. The
-certificate is built with ``cryptography`` here (kopf's own builder needs ``certbuilder``/``oscrypto``,
-which cannot load OpenSSL 3).
+certificate comes from :func:`squall.transport.tls.self_signed` (kopf's own builder needs
+``certbuilder``/``oscrypto``, which cannot load OpenSSL 3).
 """
 
 from __future__ import annotations
 
-import datetime
-import ipaddress
 from collections.abc import Callable, Collection
 from typing import Any
 
 import kopf
 
 from squall.errors import TopologyError
+from squall.transport.tls import self_signed
 from squall_operator import resource
 from squall_operator.settings import Settings
 
@@ -29,37 +28,7 @@ class SelfSignedServer(kopf.WebhookServer):
 
     @staticmethod
     def build_certificate(hostnames: Collection[str], password: str | None = None) -> tuple[bytes, bytes]:
-        from cryptography import x509
-        from cryptography.hazmat.primitives import hashes, serialization
-        from cryptography.hazmat.primitives.asymmetric import rsa
-        from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
-
-        names: list[x509.GeneralName] = []
-        for host in dict.fromkeys(hostnames):
-            try:
-                address = ipaddress.ip_address(host)
-            except ValueError:
-                names.append(x509.DNSName(host))
-            else:
-                if not address.is_unspecified:  # 0.0.0.0 is where it listens, never whom one asks
-                    names.append(x509.IPAddress(address))
-        common = next((str(n.value) for n in names if isinstance(n, x509.DNSName)), str(names[0].value))
-        key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-        subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common)])
-        now = datetime.datetime.now(datetime.UTC)
-        cert = (x509.CertificateBuilder().subject_name(subject).issuer_name(subject).public_key(key.public_key())
-                .serial_number(x509.random_serial_number())
-                .not_valid_before(now - datetime.timedelta(minutes=5))
-                .not_valid_after(now + datetime.timedelta(days=CERT_DAYS))
-                .add_extension(x509.SubjectAlternativeName(names), critical=False)
-                .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-                .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-                .sign(key, hashes.SHA256()))
-        encryption: Any = (serialization.BestAvailableEncryption(password.encode()) if password
-                           else serialization.NoEncryption())
-        return (cert.public_bytes(serialization.Encoding.PEM),
-                key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.TraditionalOpenSSL,
-                                  encryption))
+        return self_signed(hostnames, days=CERT_DAYS, password=password)
 
 
 def configure(kopf_settings: kopf.OperatorSettings, settings: Settings) -> None:

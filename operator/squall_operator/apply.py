@@ -33,6 +33,8 @@ Manifest = dict[str, Any]
 # kind -> (API class, the snake_case name in its read_namespaced_<x> methods); other kinds are custom objects
 _TYPED: dict[tuple[str, str], tuple[type, str]] = {
     ("v1", "ConfigMap"): (client.CoreV1Api, "config_map"),
+    ("v1", "Secret"): (client.CoreV1Api, "secret"),
+    ("networking.k8s.io/v1", "NetworkPolicy"): (client.NetworkingV1Api, "network_policy"),
     ("v1", "Service"): (client.CoreV1Api, "service"),
     ("v1", "ServiceAccount"): (client.CoreV1Api, "service_account"),
     ("v1", "Pod"): (client.CoreV1Api, "pod"),

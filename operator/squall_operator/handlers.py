@@ -29,11 +29,12 @@ from kubernetes.client.exceptions import ApiException
 from squall.errors import TopologyError
 from squall.metrics.http import MetricsServer
 from squall.topology.spec import TopologySpec
+from squall.transport.tls import Credentials, issue
 from squall_operator import admission, resource, status
 from squall_operator.apply import ApplyError, Kube, Manifest, Ref, apply
 from squall_operator.cluster import Features, install_cel
 from squall_operator.metrics import OperatorMetrics
-from squall_operator.render import MANAGED_BY, Names, child_refs, render, resolve_image
+from squall_operator.render import MANAGED_BY, Names, child_refs, credentials, render, resolve_image
 from squall_operator.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -110,6 +111,12 @@ class Operator:
             return self.kube.serves("monitoring.coreos.com", "v1", "podmonitors")
         return self.settings.podmonitor == "true"
 
+    def _credentials(self, namespace: str, name: str) -> Credentials:
+        """The topology's TLS credentials: those of its Secret, or new ones if it has none (the first
+        reconcile, or someone deleted the Secret to rotate them: the new CA then rolls the pods)."""
+        secret = self.kube.get(Ref("v1", "Secret", namespace, Names(name).tls))
+        return credentials(secret) or issue(name)
+
     def _pods(self, namespace: str, spec: TopologySpec) -> list[Manifest]:
         """The topology's worker and acker pods that exist (StatefulSet pods are named ``<set>-<ordinal>``)."""
         names = Names(spec.name)
@@ -170,7 +177,9 @@ class Operator:
                                                               at=status.now()))
                 return
             manifests = render(spec, namespace=namespace, image=image, podmonitor=self._podmonitor(),
-                               monitor_labels=dict(self.settings.podmonitor_labels), pdb_api=self.features.pdb_api)
+                               monitor_labels=dict(self.settings.podmonitor_labels), pdb_api=self.features.pdb_api,
+                               tls=self._credentials(namespace, spec.name) if self.settings.tls else None,
+                               metrics_from=self.settings.metrics_from)
             kopf.adopt(manifests, owner=topology)
             try:
                 prune = [Ref(v, k, namespace, n) for v, k, n in child_refs(name, pdb_api=self.features.pdb_api)]
@@ -294,6 +303,7 @@ def register(registry: kopf.OperatorRegistry, *, settings: Settings, api: client
             operator.refresh(namespace, name)
 
     @kopf.on.event("", "v1", "configmaps", labels=managed, registry=registry, id="configmaps")
+    @kopf.on.event("", "v1", "secrets", labels=managed, registry=registry, id="secrets")
     @kopf.on.event("", "v1", "services", labels=managed, registry=registry, id="services")
     def child_changed(event: kopf.RawEvent, body: kopf.Body, namespace: str, logger: logging.Logger,
                       **_: Any) -> None:

@@ -8,8 +8,9 @@ renders with what it reads back.
 
 from __future__ import annotations
 
+import base64
 import json
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,8 +18,9 @@ import yaml
 
 from squall.errors import TopologyError
 from squall.process import contract
-from squall.process.contract import ACKER, GRPC_PORT, METRICS_PORT, SPEC_DIR, SPEC_FILE, WORKER
+from squall.process.contract import ACKER, GRPC_PORT, METRICS_PORT, SPEC_DIR, SPEC_FILE, TLS_MOUNT, WORKER
 from squall.topology.spec import TopologySpec
+from squall.transport.tls import CA_FILE, CERT_FILE, KEY_FILE, Credentials
 from squall_operator import pods
 
 Manifest = dict[str, Any]
@@ -27,6 +29,8 @@ SPARK_DRIVER_PORT = 7078
 SPARK_BLOCK_MANAGER_PORT = 7079
 EXECUTOR_TEMPLATE_FILE = "executor-pod-template.yaml"
 SPEC_HASH = "squall.dev/spec-hash"
+TLS_CA = "squall.dev/tls-ca"  # the fingerprint of the CA the pods trust: a new CA rolls them
+NAMESPACE_NAME = "kubernetes.io/metadata.name"  # every namespace's own name, as a label (Kubernetes 1.21+)
 RUN_AS = 10001  # the image's non-root user
 DEFAULT_RESOURCES = {"requests": {"cpu": "100m", "memory": "256Mi"}}
 # Kubernetes' own client and service address, as seen from any pod
@@ -67,6 +71,14 @@ class Names:
     def pod_monitor(self) -> str:
         return self.topology
 
+    @property
+    def tls(self) -> str:
+        return f"{self.topology}-tls"
+
+    @property
+    def network_policy(self) -> str:
+        return self.topology
+
 
 def labels(topology: str, *, component: str) -> dict[str, str]:
     """The standard ``app.kubernetes.io/*`` labels of every object of a topology."""
@@ -76,8 +88,12 @@ def labels(topology: str, *, component: str) -> dict[str, str]:
 
 def selector(topology: str, *, component: str) -> dict[str, str]:
     """The labels a Service or StatefulSet selects its pods by (never changed once created)."""
-    return {"app.kubernetes.io/name": "squall", "app.kubernetes.io/instance": topology,
-            "app.kubernetes.io/component": component}
+    return {**instance(topology), "app.kubernetes.io/component": component}
+
+
+def instance(topology: str) -> dict[str, str]:
+    """The labels every pod of a topology carries, whatever its component."""
+    return {"app.kubernetes.io/name": "squall", "app.kubernetes.io/instance": topology}
 
 
 def resolve_image(spec: TopologySpec, default: str | None) -> str:
@@ -90,22 +106,30 @@ def resolve_image(spec: TopologySpec, default: str | None) -> str:
 
 
 def render(spec: TopologySpec, *, namespace: str, image: str, podmonitor: bool = False,
-           monitor_labels: Mapping[str, str] | None = None, pdb_api: str | None = PDB_API) -> list[Manifest]:
+           monitor_labels: Mapping[str, str] | None = None, pdb_api: str | None = PDB_API,
+           tls: Credentials | None = None, metrics_from: Collection[str] | None = None) -> list[Manifest]:
     """Every object of the topology, in the order they are applied.
 
     ``spec`` must be valid (:func:`squall_operator.resource.check_spec`); ``image`` comes from
     :func:`resolve_image`; ``podmonitor`` adds a prometheus-operator PodMonitor, with ``monitor_labels``
     besides its own (``release: ...`` for kube-prometheus-stack's selector); ``pdb_api`` is the
-    PodDisruptionBudget apiVersion the cluster serves (None: no budgets).
+    PodDisruptionBudget apiVersion the cluster serves (None: no budgets). ``tls``: the topology's
+    credentials, in a Secret its pods mount for mutual TLS (None: plaintext gRPC). ``metrics_from``:
+    a NetworkPolicy lets in only the topology's own pods, and these namespaces on the metrics port
+    (None: no NetworkPolicy).
     """
     out = [config_map(spec, namespace=namespace), service_account(spec, namespace=namespace)]
+    if tls is not None:
+        out.append(tls_secret(spec, namespace=namespace, tls=tls))
+    if metrics_from is not None:
+        out.append(network_policy(spec, namespace=namespace, metrics_from=metrics_from))
     if spec.spark is not None:
         out += [spark_role(spec, namespace=namespace), spark_role_binding(spec, namespace=namespace)]
     out += [service(spec, WORKER, namespace=namespace),
-            stateful_set(spec, WORKER, namespace=namespace, image=image)]
+            stateful_set(spec, WORKER, namespace=namespace, image=image, tls=tls)]
     if spec.num_ackers:
         out += [service(spec, ACKER, namespace=namespace),
-                stateful_set(spec, ACKER, namespace=namespace, image=image)]
+                stateful_set(spec, ACKER, namespace=namespace, image=image, tls=tls)]
     if spec.disruption_budget is not None and pdb_api is not None:
         out += [disruption_budget(spec, role, namespace=namespace, api_version=pdb_api)
                 for role in (WORKER, ACKER) if role == WORKER or spec.num_ackers]
@@ -120,6 +144,7 @@ def child_refs(topology: str, *, pdb_api: str | None = PDB_API) -> list[tuple[st
     names = Names(topology)
     budgets = [(pdb_api, "PodDisruptionBudget", name) for name in (names.worker, names.acker)] if pdb_api else []
     return [("v1", "ConfigMap", names.config_map), ("v1", "ServiceAccount", names.service_account),
+            ("v1", "Secret", names.tls), ("networking.k8s.io/v1", "NetworkPolicy", names.network_policy),
             ("rbac.authorization.k8s.io/v1", "Role", names.spark_role),
             ("rbac.authorization.k8s.io/v1", "RoleBinding", names.spark_role),
             ("v1", "Service", names.worker), ("apps/v1", "StatefulSet", names.worker),
@@ -178,6 +203,38 @@ def spark_role_binding(spec: TopologySpec, *, namespace: str) -> Manifest:
             "subjects": [{"kind": "ServiceAccount", "name": names.service_account, "namespace": namespace}]}
 
 
+def tls_secret(spec: TopologySpec, *, namespace: str, tls: Credentials) -> Manifest:
+    """The topology's CA certificate and the certificate and key all its processes present."""
+    data = {CA_FILE: tls.ca, CERT_FILE: tls.cert, KEY_FILE: tls.key}
+    return {"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
+            "metadata": _meta(Names(spec.name).tls, namespace=namespace, topology=spec.name, component="tls"),
+            "data": {key: base64.b64encode(value).decode() for key, value in data.items()}}
+
+
+def credentials(secret: Manifest | None) -> Credentials | None:
+    """The credentials in a topology's TLS Secret as read from the API (None: missing or incomplete)."""
+    data = (secret or {}).get("data") or {}
+    try:
+        return Credentials(*(base64.b64decode(data[key], validate=True) for key in (CA_FILE, CERT_FILE, KEY_FILE)))
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def network_policy(spec: TopologySpec, *, namespace: str, metrics_from: Collection[str]) -> Manifest:
+    """Ingress to the topology's pods: anything from its own pods (gRPC, and Spark's driver and
+    executors), the metrics port from the ``metrics_from`` namespaces, nothing else."""
+    own = {"matchLabels": instance(spec.name)}
+    ingress: list[dict[str, Any]] = [{"from": [{"podSelector": own}]}]
+    if metrics_from:
+        ingress.append({"from": [{"namespaceSelector": {"matchExpressions": [
+            {"key": NAMESPACE_NAME, "operator": "In", "values": sorted(set(metrics_from))}]}}],
+            "ports": [{"port": METRICS_PORT, "protocol": "TCP"}]})
+    return {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+            "metadata": _meta(Names(spec.name).network_policy, namespace=namespace, topology=spec.name,
+                              component="network"),
+            "spec": {"podSelector": own, "policyTypes": ["Ingress"], "ingress": ingress}}
+
+
 def _ports(spec: TopologySpec, role: str) -> list[tuple[str, int]]:
     ports = [("grpc", GRPC_PORT), ("metrics", METRICS_PORT)]
     if role == WORKER and spec.spark is not None:  # Spark executors connect back to their driver
@@ -226,6 +283,9 @@ def spark_conf(spec: TopologySpec, *, namespace: str, image: str) -> dict[str, s
         "spark.executor.cores": str(spark.executor_cores),
         "spark.executor.memory": spark.executor_memory,
         "spark.driver.memory": spark.driver_memory,
+        # the topology's NetworkPolicy lets in its own pods: the executors are among them
+        **{f"spark.kubernetes.executor.label.{k}": v
+           for k, v in selector(spec.name, component="spark-executor").items()},
     }
     if spec.pod_template is not None and spec.pod_template.spark_executors is not None:
         conf["spark.kubernetes.executor.podTemplateFile"] = f"{SPEC_DIR}/{EXECUTOR_TEMPLATE_FILE}"
@@ -233,7 +293,8 @@ def spark_conf(spec: TopologySpec, *, namespace: str, image: str) -> dict[str, s
     return {**conf, **spark.conf}
 
 
-def environment(spec: TopologySpec, role: str, *, namespace: str, image: str) -> list[dict[str, Any]]:
+def environment(spec: TopologySpec, role: str, *, namespace: str, image: str,
+                tls: bool = False) -> list[dict[str, Any]]:
     """The process environment of the pod contract (:mod:`squall.process.contract`). The index is not
     set: each process takes it from its StatefulSet hostname (``<topology>-worker-3``); every topology
     setting comes from the mounted spec file."""
@@ -245,6 +306,8 @@ def environment(spec: TopologySpec, role: str, *, namespace: str, image: str) ->
         {"name": contract.GRPC_PORT_VAR, "value": str(GRPC_PORT)},
         {"name": contract.METRICS_PORT_VAR, "value": str(METRICS_PORT)},
     ]
+    if tls:
+        env.append({"name": contract.TLS_DIR, "value": TLS_MOUNT})
     if role == WORKER and spec.spark is not None:
         env += [{"name": contract.POD_NAME, "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
                 {"name": contract.SPARK_CONF,
@@ -270,7 +333,8 @@ def probes(spec: TopologySpec) -> dict[str, Any]:
             "readinessProbe": _probe("/readyz", period=5, failures=2)}
 
 
-def stateful_set(spec: TopologySpec, role: str, *, namespace: str, image: str) -> Manifest:
+def stateful_set(spec: TopologySpec, role: str, *, namespace: str, image: str,
+                 tls: Credentials | None = None) -> Manifest:
     """The worker (``spec.workers`` pods) or acker (``ackers``, or one per worker) StatefulSet."""
     names = Names(spec.name)
     name = getattr(names, role)
@@ -279,7 +343,7 @@ def stateful_set(spec: TopologySpec, role: str, *, namespace: str, image: str) -
         "name": role,
         "image": image,
         "command": ["squall", role],
-        "env": environment(spec, role, namespace=namespace, image=image),
+        "env": environment(spec, role, namespace=namespace, image=image, tls=tls is not None),
         "ports": [{"name": n, "containerPort": p, "protocol": "TCP"} for n, p in _ports(spec, role)],
         **probes(spec),
         "resources": pods.resources(spec, ROLES[role], DEFAULT_RESOURCES),
@@ -290,6 +354,16 @@ def stateful_set(spec: TopologySpec, role: str, *, namespace: str, image: str) -
         "volumeMounts": [{"name": "spec", "mountPath": SPEC_DIR, "readOnly": True},
                          {"name": "tmp", "mountPath": "/tmp"}],
     }
+    volumes: list[dict[str, Any]] = [
+        # mounted as a directory (never subPath), so ConfigMap updates reach running pods
+        {"name": "spec", "configMap": {"name": names.config_map, "items": [
+            {"key": key, "path": key} for key in sorted(config_map(spec, namespace=namespace)["data"])]}},
+        {"name": "tmp", "emptyDir": {}}]
+    annotations = {SPEC_HASH: spec.fingerprint()}
+    if tls is not None:
+        container["volumeMounts"].append({"name": "tls", "mountPath": TLS_MOUNT, "readOnly": True})
+        volumes.append({"name": "tls", "secret": {"secretName": names.tls, "defaultMode": 0o440}})
+        annotations[TLS_CA] = tls.fingerprint()
     if spec.image_pull_policy:
         container["imagePullPolicy"] = spec.image_pull_policy
     return {
@@ -303,8 +377,7 @@ def stateful_set(spec: TopologySpec, role: str, *, namespace: str, image: str) -
             "updateStrategy": {"type": "RollingUpdate"},
             "selector": {"matchLabels": selector(spec.name, component=role)},
             "template": pods.customise({
-                "metadata": {"labels": labels(spec.name, component=role),
-                             "annotations": {SPEC_HASH: spec.fingerprint()}},
+                "metadata": {"labels": labels(spec.name, component=role), "annotations": annotations},
                 "spec": {
                     "serviceAccountName": names.service_account,
                     # only a Spark driver talks to the API server
@@ -315,10 +388,7 @@ def stateful_set(spec: TopologySpec, role: str, *, namespace: str, image: str) -
                                         "fsGroup": RUN_AS, "seccompProfile": {"type": "RuntimeDefault"}},
                     "containers": [container],
                     **spreading(spec.name, role=role),
-                    # mounted as a directory (never subPath), so ConfigMap updates reach running pods
-                    "volumes": [{"name": "spec", "configMap": {"name": names.config_map, "items": [
-                        {"key": key, "path": key} for key in sorted(config_map(spec, namespace=namespace)["data"])]}},
-                                {"name": "tmp", "emptyDir": {}}],
+                    "volumes": volumes,
                 },
             }, pods.templates(spec).get(ROLES[role])),
         },

@@ -30,6 +30,17 @@ class Settings:
     webhook_failure_policy: FailurePolicy = "Fail"
     resync_seconds: float = 60.0  # every Topology is reconciled this often (drift repair)
     metrics_port: int = 9090  # the operator's /metrics
+    tls: bool = True  # mutual TLS between a topology's pods, with a CA of its own in a Secret
+    network_policy: bool = True  # a NetworkPolicy per Topology
+    metrics_namespaces: tuple[str, ...] = ()  # besides the operator's own: may scrape the topologies' pods
+    own_namespace: str | None = None  # where the operator runs (it reads the pods' /errors)
+
+    @property
+    def metrics_from(self) -> tuple[str, ...] | None:
+        """The namespaces a topology's NetworkPolicy lets reach its metrics port (None: no NetworkPolicy)."""
+        if not self.network_policy:
+            return None
+        return tuple(dict.fromkeys((*self.metrics_namespaces, *([self.own_namespace] if self.own_namespace else []))))
 
     @property
     def clusterwide(self) -> bool:
@@ -39,7 +50,7 @@ class Settings:
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
         """Read ``SQUALL_OPERATOR_*``; raise :class:`ConfigError` naming the variable on a bad value."""
         env = os.environ if env is None else env
-        namespaces = tuple(ns.strip() for ns in env.get("SQUALL_OPERATOR_NAMESPACES", "").split(",") if ns.strip())
+        namespaces = _names(env, "SQUALL_OPERATOR_NAMESPACES")
         level = env.get("SQUALL_OPERATOR_LOG_LEVEL", "INFO").strip().upper()
         if level not in LOG_LEVELS:
             raise ConfigError(f"SQUALL_OPERATOR_LOG_LEVEL={level!r}: use one of {', '.join(LOG_LEVELS)}")
@@ -58,7 +69,10 @@ class Settings:
         policy = env.get("SQUALL_OPERATOR_WEBHOOK_FAILURE_POLICY", "Fail").strip().capitalize()
         if policy not in ("Fail", "Ignore"):
             raise ConfigError(f"SQUALL_OPERATOR_WEBHOOK_FAILURE_POLICY={policy!r}: use Fail or Ignore")
-        return cls(namespaces=namespaces, image=env.get("SQUALL_OPERATOR_IMAGE", "").strip() or None,
+        return cls(tls=_flag(env, "SQUALL_OPERATOR_TLS"), network_policy=_flag(env, "SQUALL_OPERATOR_NETWORK_POLICY"),
+                   metrics_namespaces=_names(env, "SQUALL_OPERATOR_METRICS_NAMESPACES"),
+                   own_namespace=env.get("SQUALL_OPERATOR_POD_NAMESPACE", "").strip() or None,
+                   namespaces=namespaces, image=env.get("SQUALL_OPERATOR_IMAGE", "").strip() or None,
                    log_level=level, podmonitor=podmonitor,  # type: ignore[arg-type]  # checked above
                    podmonitor_labels=tuple(monitor_labels),
                    liveness=env.get("SQUALL_OPERATOR_LIVENESS", "").strip() or cls.liveness,
@@ -84,3 +98,17 @@ def _number(env: Mapping[str, str], name: str, default: float, *, integer: bool 
     if value <= 0:
         raise ConfigError(f"{name}={raw!r}: use a positive {'integer' if integer else 'number'}")
     return value
+
+
+def _names(env: Mapping[str, str], name: str) -> tuple[str, ...]:
+    """A comma-separated list of names."""
+    return tuple(n.strip() for n in env.get(name, "").split(",") if n.strip())
+
+
+def _flag(env: Mapping[str, str], name: str, default: bool = True) -> bool:
+    raw = env.get(name, "").strip().lower()
+    if not raw:
+        return default
+    if raw not in ("true", "false"):
+        raise ConfigError(f"{name}={raw!r}: use true or false")
+    return raw == "true"

@@ -45,5 +45,8 @@ def render(values: dict[str, Any] | None = None, *, namespace: str = NAMESPACE) 
 
 
 def deployment_env(rendered: Rendered) -> dict[str, str]:
-    (container,) = rendered.one("Deployment")["spec"]["template"]["spec"]["containers"]
-    return {e["name"]: e["value"] for e in container["env"]}
+    deployment = rendered.one("Deployment")
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    downward = {"metadata.namespace": deployment["metadata"]["namespace"]}  # what the kubelet fills in
+    return {e["name"]: e["value"] if "value" in e else downward[e["valueFrom"]["fieldRef"]["fieldPath"]]
+            for e in container["env"]}

@@ -147,7 +147,8 @@ def operator_calls(monkeypatch) -> set[Permission]:
     with_monitors = handlers.Operator(settings=Settings(image="squall:test", podmonitor="auto"), kube=Kube(api))
     with_monitors.reconcile(NAMESPACE, "wordcount", log)  # creates everything, Spark RBAC and PodMonitor included
     kinds = {obj["kind"] for obj in api.objects.values()}
-    assert {"ConfigMap", "ServiceAccount", "Role", "RoleBinding", "Service", "StatefulSet", "PodMonitor"} <= kinds
+    assert {"ConfigMap", "ServiceAccount", "Role", "RoleBinding", "Service", "StatefulSet", "PodMonitor", "Secret",
+            "NetworkPolicy"} <= kinds
     with_monitors.reconcile(NAMESPACE, "wordcount", log)  # nothing to change
     for obj in api.objects.values():  # someone edits every object by hand: the operator patches them back
         if obj["kind"] != resource.KIND:
@@ -156,9 +157,11 @@ def operator_calls(monkeypatch) -> set[Permission]:
     assert all(obj["metadata"]["labels"]["app.kubernetes.io/name"] == "squall" for obj in api.objects.values()
                if obj["kind"] != resource.KIND)
     api.objects[path]["spec"] = {**spec, "ackers": 0}
-    without = handlers.Operator(settings=Settings(image="squall:test", podmonitor="false"), kube=Kube(api))
-    without.reconcile(NAMESPACE, "wordcount", log)  # prunes the Spark RBAC, the ackers and the PodMonitor
-    assert {obj["kind"] for obj in api.objects.values()} == kinds - {"Role", "RoleBinding", "PodMonitor"}
+    without = handlers.Operator(settings=Settings(image="squall:test", podmonitor="false", tls=False,
+                                                  network_policy=False), kube=Kube(api))
+    without.reconcile(NAMESPACE, "wordcount", log)  # prunes Spark's RBAC, the ackers, the PodMonitor, TLS, policy
+    assert {obj["kind"] for obj in api.objects.values()} == kinds - {"Role", "RoleBinding", "PodMonitor", "Secret",
+                                                                     "NetworkPolicy"}
     without.refresh(NAMESPACE, "wordcount")
     api.objects[path]["spec"] = {**spec, "workers": 0}
     without.reconcile(NAMESPACE, "wordcount", log)  # invalid: only the status is written

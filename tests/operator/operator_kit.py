@@ -61,9 +61,12 @@ STATEFULSETS = "apps/v1/statefulsets"
 CONFIGMAPS = "v1/configmaps"
 SERVICES = "v1/services"
 PODS = "v1/pods"
+SECRETS = "v1/secrets"
+NETWORK_POLICIES = "networking.k8s.io/v1/networkpolicies"
 PODMONITORS = "monitoring.coreos.com/v1/podmonitors"
 # what a Topology's children are made of, for counting the writes to them
-CHILD_PLURALS = {"configmaps", "services", "serviceaccounts", "statefulsets", "roles", "rolebindings", "podmonitors"}
+CHILD_PLURALS = {"configmaps", "services", "serviceaccounts", "statefulsets", "roles", "rolebindings", "podmonitors",
+                 "secrets", "networkpolicies"}
 WRITES = {kmock.method.POST, kmock.method.PATCH, kmock.method.PUT, kmock.method.DELETE}
 
 SPEC: dict[str, Any] = {
@@ -150,7 +153,7 @@ def declare_resources(api: ApiServer) -> None:
     api.resources["v1/namespaces"] = kmock.ResourceInfo(kind="Namespace", singular="namespace", namespaced=False,
                                                         verbs={"get", "list", "watch"})
     api.resources["v1/events"] = kmock.ResourceInfo(kind="Event", singular="event", namespaced=True, verbs=verbs)
-    for res, kind in ((CONFIGMAPS, "ConfigMap"), (SERVICES, "Service")):  # watched for drift repair
+    for res, kind in ((CONFIGMAPS, "ConfigMap"), (SERVICES, "Service"), (SECRETS, "Secret")):  # watched: drift repair
         api.resources[res] = kmock.ResourceInfo(kind=kind, singular=kind.lower(), namespaced=True, verbs=verbs)
     api.resources[PODS] = kmock.ResourceInfo(kind="Pod", singular="pod", namespaced=True, subresources={"status"},
                                              verbs=verbs)

@@ -17,6 +17,7 @@ from squall.errors import ConfigError
 from squall.topology.spec import load_spec
 from squall_operator.handlers import kopf_settings
 from squall_operator.resource import parse_spec
+from squall_operator.render import credentials
 from squall_operator.settings import Settings
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -24,8 +25,13 @@ WORDCOUNT = REPO / "examples" / "wordcount.yaml"
 
 
 def test_render_prints_what_the_operator_creates(capsys):
-    assert main(["render", str(WORDCOUNT), "-n", "prod", "--image", "squall:1", "--podmonitor"]) == 0
+    assert main(["render", str(WORDCOUNT), "-n", "prod", "--image", "squall:1", "--podmonitor",
+                 "--metrics-from", "monitoring"]) == 0
     docs = list(yaml.safe_load_all(capsys.readouterr().out))
+    secret, policy = docs.pop(2), docs.pop(2)
+    assert credentials(secret) is not None  # a CA of its own, as the operator makes
+    assert policy["spec"]["ingress"][1]["from"][0]["namespaceSelector"]["matchExpressions"][0]["values"] == [
+        "monitoring"]
     assert [(d["kind"], d["metadata"]["name"]) for d in docs] == [
         ("ConfigMap", "wordcount-spec"), ("ServiceAccount", "wordcount"), ("Service", "wordcount-worker"),
         ("StatefulSet", "wordcount-worker"), ("Service", "wordcount-acker"), ("StatefulSet", "wordcount-acker"),
@@ -34,6 +40,14 @@ def test_render_prints_what_the_operator_creates(capsys):
     assert {d["metadata"]["namespace"] for d in docs} == {"prod"}
     assert docs[3]["spec"]["template"]["spec"]["containers"][0]["image"] == "squall:1"
     assert load_spec(WORDCOUNT).to_dict() == yaml.safe_load(docs[0]["data"]["topology.yaml"])
+
+
+def test_render_insecure_has_no_tls_secret(capsys):
+    assert main(["render", str(WORDCOUNT), "--image", "squall:1", "--insecure"]) == 0
+    docs = list(yaml.safe_load_all(capsys.readouterr().out))
+    assert not {"Secret", "NetworkPolicy"} & {d["kind"] for d in docs}
+    assert "SQUALL_TLS_DIR" not in {e["name"] for d in docs if d["kind"] == "StatefulSet"
+                                    for e in d["spec"]["template"]["spec"]["containers"][0]["env"]}
 
 
 def test_render_needs_an_image_and_a_valid_topology(tmp_path, capsys):
@@ -86,6 +100,16 @@ def test_settings_from_the_environment():
     assert labelled.podmonitor_labels == (("release", "kps"), ("team", "data"))
     with pytest.raises(ConfigError, match="SQUALL_OPERATOR_PODMONITOR_LABELS: 'release' is not key=value"):
         Settings.from_env({"SQUALL_OPERATOR_PODMONITOR_LABELS": "release"})
+
+
+def test_tls_and_network_policy_settings():
+    assert Settings().tls and Settings().metrics_from == ()
+    s = Settings.from_env({"SQUALL_OPERATOR_TLS": "False", "SQUALL_OPERATOR_METRICS_NAMESPACES": "monitoring, obs",
+                           "SQUALL_OPERATOR_POD_NAMESPACE": "squall-system"})
+    assert not s.tls and s.metrics_from == ("monitoring", "obs", "squall-system")
+    assert Settings.from_env({"SQUALL_OPERATOR_NETWORK_POLICY": "false"}).metrics_from is None  # no NetworkPolicy
+    with pytest.raises(ConfigError, match="SQUALL_OPERATOR_TLS='yes': use true or false"):
+        Settings.from_env({"SQUALL_OPERATOR_TLS": "yes"})
 
 
 def test_kopf_runs_standalone_and_keeps_its_state_in_annotations():

@@ -13,6 +13,7 @@ import yaml
 from squall.errors import TopologyError
 from squall.process.pod import ProcessConfig
 from squall.topology.spec import TopologySpec, load_spec
+from squall.transport.tls import issue
 from squall_operator.render import child_refs, render, resolve_image
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -32,6 +33,7 @@ SPARK = {**BASE, "ackers": 1, "image": "squall:1", "imagePullPolicy": "IfNotPres
          "resources": {"requests": {"cpu": "500m", "memory": "2Gi"}, "limits": {"memory": "2Gi"}},
          "spark": {"executors": 3, "executorMemory": "2g", "conf": {"spark.sql.shuffle.partitions": "8"}}}
 NO_ACKERS = {**BASE, "ackers": 0}
+SECURE = {"tls": issue("wc"), "metrics_from": ("monitoring",)}  # the operator's defaults
 
 
 def spec(doc: dict) -> TopologySpec:
@@ -61,7 +63,8 @@ SPECS = {**{f"example {p.stem}": load_spec(p) for p in EXAMPLES},
 @pytest.mark.parametrize("name", SPECS)
 @pytest.mark.parametrize("podmonitor", [False, True])
 def test_every_manifest_is_valid_kubernetes(name, podmonitor):
-    manifests = render(SPECS[name], namespace=NS, image="squall:test", podmonitor=podmonitor)
+    manifests = render(SPECS[name], namespace=NS, image="squall:test", podmonitor=podmonitor, **SECURE)
+    assert {"Secret", "NetworkPolicy"} <= {m["kind"] for m in manifests}
     for manifest in manifests:
         if manifest["kind"] == "PodMonitor":  # kubernetes-validate has no schema for prometheus-operator CRDs
             assert manifest["apiVersion"] == "monitoring.coreos.com/v1"
@@ -83,7 +86,7 @@ def test_no_nulls_or_empty_values_that_the_api_server_would_drop(name):
             assert value, path
             for i, sub in enumerate(value):
                 walk(sub, f"{path}[{i}]")
-    for manifest in render(SPECS[name], namespace=NS, image="squall:test", podmonitor=True):
+    for manifest in render(SPECS[name], namespace=NS, image="squall:test", podmonitor=True, **SECURE):
         walk(manifest, f"{manifest['kind']}/{manifest['metadata']['name']}")
 
 
@@ -99,7 +102,7 @@ def test_objects_names_and_labels():
             "app.kubernetes.io/name": "squall", "app.kubernetes.io/instance": "wc",
             "app.kubernetes.io/part-of": "squall", "app.kubernetes.io/managed-by": "squall-operator"}
         assert (m["apiVersion"], m["kind"], m["metadata"]["name"]) in child_refs("wc")
-    spark = render(spec(SPARK), namespace=NS, image="squall:test", podmonitor=True)
+    spark = render(spec(SPARK), namespace=NS, image="squall:test", podmonitor=True, **SECURE)
     assert {(m["apiVersion"], m["kind"], m["metadata"]["name"]) for m in spark} == set(child_refs("wc"))
 
 
@@ -234,6 +237,10 @@ def test_spark_driver_and_executors():
         "spark.executor.memory": "2g",
         "spark.driver.memory": "1g",
         "spark.sql.shuffle.partitions": "8",
+        # the executors carry the topology's labels, so its NetworkPolicy lets them reach their driver
+        "spark.kubernetes.executor.label.app.kubernetes.io/name": "squall",
+        "spark.kubernetes.executor.label.app.kubernetes.io/instance": "wc",
+        "spark.kubernetes.executor.label.app.kubernetes.io/component": "spark-executor",
     }
     assert "SQUALL_SPARK_CONF" not in env(acker) and "SQUALL_POD_NAME" not in {e["name"] for e in env_list(acker)}
     assert worker["spec"]["template"]["spec"]["automountServiceAccountToken"] is True

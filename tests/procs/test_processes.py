@@ -12,6 +12,8 @@ import pytest
 import yaml
 from procs_support import COMPONENTS, spout_report, topology, wait_for
 
+from squall.process.contract import TLS_DIR
+
 
 def test_every_tree_is_acked_across_processes(cluster, tmp_path):
     sup = cluster(count=3000, workers=2, ackers=2)
@@ -98,12 +100,16 @@ def test_summary_and_exit_of_squall_run(tmp_path, monkeypatch):
 
 
 
-def _send_raw(port: int, frames: list[bytes], plan: str, lane: str = "data"):
+def _send_raw(port: int, frames: list[bytes], plan: str, lane: str = "data", *, tls=None):
+    """Stream ``frames`` to a process as a peer named "intruder" would; ``tls``: the credentials it presents."""
     import grpc
 
     from squall.proto.squall_pb2 import TransferSummary
+    from squall.transport.tls import SERVER_NAME
 
-    with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+    address = f"127.0.0.1:{port}"
+    with (grpc.secure_channel(address, tls.channel(), options=[("grpc.ssl_target_name_override", SERVER_NAME)])
+          if tls else grpc.insecure_channel(address)) as channel:
         call = channel.stream_unary("/squall.v1.Squall/Transfer", request_serializer=None,
                                     response_deserializer=TransferSummary.FromString)
         with pytest.raises(grpc.RpcError) as err:
@@ -112,21 +118,32 @@ def _send_raw(port: int, frames: list[bytes], plan: str, lane: str = "data"):
     return err.value
 
 
-def test_a_malformed_or_oversized_frame_closes_only_its_stream(cluster, tmp_path):
+def test_a_peer_without_the_certificate_is_refused_and_a_bad_frame_closes_only_its_stream(cluster, tmp_path):
     import grpc
 
     from squall.metrics.scrape import fetch
+    from squall.transport.tls import Credentials, issue
 
     sup = cluster(count=-1, workers=1, ackers=1, config={"test.rate": 500})
     wait_for(lambda t: t.acked["a-numbers"] >= 100, timeout=60, sup=sup, what="the topology to run")
     worker = sup.child("worker-0")
     plan = sup.spec.fingerprint()
-    bad = _send_raw(worker.grpc_port, [b"\x0a\x05garbage-that-is-not-msgpack"], plan)
+    frame = b"\x0a\x05garbage-that-is-not-msgpack"
+    # Without a certificate of this topology's CA (none, or another topology's), the TLS handshake
+    # fails: nothing reaches the decoder.
+    for stranger in (None, issue("another-topology")):
+        refused = _send_raw(worker.grpc_port, [frame], plan, tls=stranger)
+        assert refused.code() == grpc.StatusCode.UNAVAILABLE, refused.details()
+    assert 'squall_transport_malformed_frames_total{topology="proc-test"} 0.0' in fetch(
+        f"http://127.0.0.1:{worker.metrics_port}/metrics")
+    # A peer holding the topology's certificate is checked frame by frame all the same.
+    tls = Credentials.load(sup.env[TLS_DIR])
+    bad = _send_raw(worker.grpc_port, [frame], plan, tls=tls)
     assert bad.code() == grpc.StatusCode.INVALID_ARGUMENT and "malformed frame" in bad.details()
-    huge = _send_raw(worker.grpc_port, [b"\x0a" + b"\xff" * 5 + b"\x01" + b"x" * (17 * 2**20)], plan)
+    huge = _send_raw(worker.grpc_port, [b"\x0a" + b"\xff" * 5 + b"\x01" + b"x" * (17 * 2**20)], plan, tls=tls)
     assert huge.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
     # A sender routing by another plan (another spec, W or A: a rolling update) is refused up front.
-    other = _send_raw(worker.grpc_port, [b""], "0123456789abcdef")
+    other = _send_raw(worker.grpc_port, [b""], "0123456789abcdef", tls=tls)
     assert other.code() == grpc.StatusCode.FAILED_PRECONDITION and "runs plan 0123456789abcdef" in other.details()
     # The process kept serving its real peers: trees keep completing, nothing failed.
     before = sup.scrape().acked["a-numbers"]
@@ -147,13 +164,15 @@ def test_an_acker_refuses_an_init_for_a_bolt_task_and_keeps_serving(cluster):
     from squall.metrics.scrape import fetch
     from squall.topology.assignment import layout
     from squall.transport.codec import encode_acker
+    from squall.transport.tls import Credentials
 
     sup = cluster(count=-1, workers=1, ackers=1, config={"test.rate": 500})
     wait_for(lambda t: t.acked["a-numbers"] >= 100, timeout=60, sup=sup, what="the topology to run")
     acker = sup.child("acker-0")
     bolt_task = layout(sup.spec).component_tasks["b-double"][0]
     frame = encode_acker([AckerMessage(INIT, 12345, 1, bolt_task)])
-    refused = _send_raw(acker.grpc_port, [frame], sup.spec.fingerprint(), lane="control")
+    refused = _send_raw(acker.grpc_port, [frame], sup.spec.fingerprint(), lane="control",
+                        tls=Credentials.load(sup.env[TLS_DIR]))
     assert refused.code() == grpc.StatusCode.INVALID_ARGUMENT and "not a spout task" in refused.details()
     before = sup.scrape().acked["a-numbers"]
     after = wait_for(lambda t: t.acked["a-numbers"] >= before + 200, timeout=30, sup=sup, what="more acks")

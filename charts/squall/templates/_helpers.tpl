@@ -116,6 +116,15 @@ needs it (operator/squall_operator/); tests/chart/test_chart_rbac.py checks them
 - apiGroups: [""]
   resources: [serviceaccounts]
   verbs: [get, create, patch]
+# apply.apply of render.tls_secret (pruned when tls is turned off); watched like ConfigMaps, so a
+# Secret deleted to rotate the CA is re-issued at once
+- apiGroups: [""]
+  resources: [secrets]
+  verbs: [get, list, watch, create, patch, delete]
+# apply.apply of render.network_policy (pruned when networkPolicy.enabled is false)
+- apiGroups: [networking.k8s.io]
+  resources: [networkpolicies]
+  verbs: [get, create, patch, delete]
 # apply.apply of render.service; the ackers' Service is pruned when ackers becomes 0; kopf watches
 # Services as it does ConfigMaps
 - apiGroups: [""]

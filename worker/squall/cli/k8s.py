@@ -25,6 +25,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("-n", "--namespace", default="default", help="the namespace they go to (default: default)")
     p.add_argument("--image", help="container image when the spec has none (the operator's SQUALL_OPERATOR_IMAGE)")
     p.add_argument("--podmonitor", action="store_true", help="include the prometheus-operator PodMonitor")
+    p.add_argument("--insecure", action="store_true",
+                   help="plaintext gRPC between the pods: no TLS Secret (default: a new CA, as the operator makes)")
+    p.add_argument("--metrics-from", action="append", metavar="NAMESPACE", default=None,
+                   help="include the NetworkPolicy, letting this namespace reach the metrics port (repeatable)")
     p.set_defaults(func=run_render)
 
     p = subparsers.add_parser("submit", help="check a topology as squall validate does, and write its Topology "
@@ -53,12 +57,14 @@ def _dump(docs: list[dict[str, Any]]) -> str:
 
 
 def run_render(args: argparse.Namespace) -> int:
+    from squall.transport.tls import issue
     from squall_operator.render import render, resolve_image
 
     spec = load_spec(args.topology)
     check(spec, imports=False)
     manifests = render(spec, namespace=args.namespace, image=resolve_image(spec, args.image),
-                       podmonitor=args.podmonitor)
+                       podmonitor=args.podmonitor, tls=None if args.insecure else issue(spec.name),
+                       metrics_from=args.metrics_from)
     print("# The operator also sets each object's ownerReferences to the Topology.")
     print(_dump(manifests), end="")
     return 0

@@ -28,6 +28,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--in-process", action="store_true",
                    help="run every executor in this process (LocalCluster) instead of worker/acker processes")
     p.add_argument("--run-dir", default=".squall/run", help="where process logs go (default .squall/run)")
+    p.add_argument("--insecure", action="store_true",
+                   help="plaintext gRPC between the processes (default: mutual TLS with a CA made for this run)")
     p.set_defaults(func=run)
 
 
@@ -138,8 +140,10 @@ def _totals(cluster: LocalCluster) -> Totals:
 
 def _processes(spec: TopologySpec, args: argparse.Namespace, progress: Progress,
                stop_requested: Callable[[], bool]) -> int:
-    sup = Supervisor(spec_path=args.topology, spec=spec, run_dir=Path(args.run_dir))
-    print(f"running {spec.name!r}: {spec.workers} worker(s) and {spec.num_ackers} acker(s) on 127.0.0.1; "
+    sup = Supervisor(spec_path=args.topology, spec=spec, run_dir=Path(args.run_dir), insecure=args.insecure)
+    security = "plaintext gRPC" if args.insecure else "mutual TLS"
+    print(f"running {spec.name!r}: {spec.workers} worker(s) and {spec.num_ackers} acker(s) on 127.0.0.1 "
+          f"({security}); "
           f"logs in {sup.run_dir}/; Ctrl-C to stop", file=sys.stderr)
     sup.start()
     totals = Totals()

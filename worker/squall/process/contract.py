@@ -16,6 +16,7 @@ METRICS_PORT = 9090  # /metrics, /healthz, /errors
 SPEC_DIR = "/etc/squall"  # where pods mount the topology spec (a ConfigMap, as a directory)
 SPEC_FILE = "topology.yaml"
 SPEC_PATH = f"{SPEC_DIR}/{SPEC_FILE}"
+TLS_MOUNT = "/etc/squall-tls"  # where pods mount the topology's TLS Secret (squall.transport.tls)
 
 # The environment of a process. The spec file is the only carrier of the topology's own values.
 TOPOLOGY = "SQUALL_TOPOLOGY"  # path of the spec file (required)
@@ -25,6 +26,7 @@ ACKER_PEERS = "SQUALL_ACKER_PEERS"
 GRPC_PORT_VAR = "SQUALL_GRPC_PORT"
 METRICS_PORT_VAR = "SQUALL_METRICS_PORT"
 BIND_HOST = "SQUALL_BIND_HOST"
+TLS_DIR = "SQUALL_TLS_DIR"  # the topology's ca.crt, tls.crt and tls.key; unset: plaintext gRPC
 FINAL_METRICS_FILE = "SQUALL_FINAL_METRICS_FILE"  # squall run: where a process writes its last counts
 POD_NAME = "SQUALL_POD_NAME"  # a Spark driver's own pod, for its executors' owner
 SPARK_CONF = "SQUALL_SPARK_CONF"  # JSON of spark.* properties for a worker that is a Spark driver

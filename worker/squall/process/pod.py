@@ -31,6 +31,7 @@ from squall.topology.plan import Plan
 from squall.topology.spec import TopologySpec, load_spec
 from squall.transport import Transport
 from squall.transport.codec import Decoder
+from squall.transport.tls import Credentials
 
 log = logging.getLogger("squall.process")
 
@@ -95,6 +96,7 @@ class ProcessConfig:
     grpc_port: int
     metrics_port: int
     final_metrics_file: Path | None = None
+    tls: Credentials | None = None  # None: plaintext gRPC (squall run --insecure)
 
     @classmethod
     def from_env(cls, role: str, env: Mapping[str, str] | None = None) -> ProcessConfig:
@@ -113,11 +115,13 @@ class ProcessConfig:
                               namespace=namespace, var=contract.peers_var(r))
             for r, n in ((WORKER, spec.workers), (ACKER, spec.num_ackers))}
         final = env.get(contract.FINAL_METRICS_FILE)
+        tls = env.get(contract.TLS_DIR)
         return cls(role=role, index=index, spec=spec, spec_path=Path(path), worker_addresses=addresses[WORKER],
                    acker_addresses=addresses[ACKER], bind_host=env.get(contract.BIND_HOST, "0.0.0.0"),
                    grpc_port=_int(env, contract.GRPC_PORT_VAR) or contract.GRPC_PORT,
                    metrics_port=_int(env, contract.METRICS_PORT_VAR) or contract.METRICS_PORT,
-                   final_metrics_file=Path(final) if final else None)
+                   final_metrics_file=Path(final) if final else None,
+                   tls=Credentials.load(tls) if tls else None)
 
     @property
     def name(self) -> str:
@@ -140,7 +144,7 @@ class Process:
                                    ackers=wiring.ackers, addresses=addresses, senders=wiring.senders,
                                    decoder=decoder, bind=f"{cfg.bind_host}:{cfg.grpc_port}",
                                    batch_size=t.batch_size, flush_interval=t.flush_interval_ms / 1000,
-                                   max_frame=t.max_frame_bytes, queue_frames=8)
+                                   max_frame=t.max_frame_bytes, queue_frames=8, tls=cfg.tls)
         self.runtime = Runtime(plan, executors=wiring.executors, acker_tasks=wiring.acker_tasks,
                                remote=self.transport)
         registry = self.registry = process_registry()

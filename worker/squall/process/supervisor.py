@@ -19,6 +19,7 @@ from squall.metrics.scrape import Totals, fetch, latency_path, parse, parse_late
 from squall.process import contract
 from squall.process.contract import ACKER, WORKER
 from squall.topology.spec import TopologySpec
+from squall.transport.tls import issue
 
 log = logging.getLogger("squall.supervisor")
 
@@ -63,7 +64,9 @@ class Supervisor:
     """Starts and watches the processes of one topology on this machine."""
 
     def __init__(self, *, spec_path: str | Path, spec: TopologySpec, run_dir: str | Path,
-                 env: dict[str, str] | None = None) -> None:
+                 env: dict[str, str] | None = None, insecure: bool = False) -> None:
+        """``insecure``: plaintext gRPC on loopback; else the processes use mutual TLS with a CA issued
+        for this run (as the operator does for pods), so no other local program can join or feed them."""
         self.spec_path = Path(spec_path).resolve()
         self.spec = spec
         self.run_dir = Path(run_dir)
@@ -83,6 +86,9 @@ class Supervisor:
             **{contract.peers_var(role): ",".join(f"127.0.0.1:{c.grpc_port}" for c in self.children if c.role == role)
                for role in contract.ROLES},
         }
+        if not insecure:
+            tls = issue(spec.name).write(self.run_dir / "tls")
+            self.env[contract.TLS_DIR] = str(tls)
         self.stopping = False
 
     def _spawn(self, child: Child) -> None:

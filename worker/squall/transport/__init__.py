@@ -14,6 +14,7 @@ from squall.transport.codec import Decoder, encode_acker, encode_tuples, encode_
 from squall.transport.ingress import Ingress
 from squall.transport.links import CONTROL, DATA, PeerLink
 from squall.transport.server import Receiver
+from squall.transport.tls import Credentials
 from squall.tuples import Tuple
 
 __all__ = ["Transport"]
@@ -29,7 +30,7 @@ class Transport:
 
     def __init__(self, *, name: str, plan: str, owner: dict[int, str], ackers: frozenset[str],
                  addresses: dict[str, str], senders: frozenset[str], decoder: Decoder, bind: str, batch_size: int,
-                 flush_interval: float, max_frame: int, queue_frames: int,
+                 flush_interval: float, max_frame: int, queue_frames: int, tls: Credentials | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.name = name
         self.plan = plan
@@ -46,7 +47,7 @@ class Transport:
         self.lost: deque[tuple[int, int]] = deque()
         self.links = {(p, lane): PeerLink(peer=p, address=addresses[p], lane=lane, sender=name, plan=plan,
                                           max_frame=max_frame, queue_frames=queue_frames, wake=self.wake,
-                                          dropped=self._dropped)
+                                          dropped=self._dropped, tls=tls)
                       for p in peers for lane in (DATA, CONTROL)}
         self._buffers: dict[tuple[str, str], list[Any]] = {key: [] for key in self.links}
         self._since: dict[tuple[str, str], float] = {}
@@ -54,7 +55,7 @@ class Transport:
         self._ackers = ackers
         self.ingress: Ingress | None = None
         self.receiver: Receiver | None = None
-        self._decoder, self._bind, self._max_frame = decoder, bind, max_frame
+        self._decoder, self._bind, self._max_frame, self._tls = decoder, bind, max_frame, tls
         self._streams = 2 * len(peers) + 2
 
     def wake(self) -> None:
@@ -72,7 +73,7 @@ class Transport:
         self._wake = wake
         self.ingress = Ingress(try_deliver=try_deliver, wake=wake, frames=frames)
         self.receiver = Receiver(decoder=self._decoder, ingress=self.ingress, bind=self._bind, plan=self.plan,
-                                 max_frame=self._max_frame, streams=self._streams)
+                                 max_frame=self._max_frame, streams=self._streams, tls=self._tls)
         self.receiver.start()
         for link in self.links.values():
             link.start()

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 import grpc
 
 from squall.proto.squall_pb2 import TransferSummary
+from squall.transport.tls import SERVER_NAME, Credentials
 
 log = logging.getLogger("squall.transport")
 
@@ -76,7 +77,8 @@ class PeerLink:
     """Streams frames to ``address`` on ``lane``, reconnecting for as long as the process lives."""
 
     def __init__(self, *, peer: str, address: str, lane: str, sender: str, plan: str, max_frame: int,
-                 queue_frames: int, wake: Callable[[], None], dropped: Callable[[bytes], None]) -> None:
+                 queue_frames: int, wake: Callable[[], None], dropped: Callable[[bytes], None],
+                 tls: Credentials | None = None) -> None:
         self.peer, self.address, self.lane, self.sender, self.plan = peer, address, lane, sender, plan
         self.stats = LinkStats()
         self._frames: queue.Queue[bytes] = queue.Queue(queue_frames)
@@ -85,7 +87,12 @@ class PeerLink:
         self._closed = threading.Event()
         self.connected = threading.Event()
         self.ever_connected = False
-        self._channel = grpc.insecure_channel(address, options=channel_options(max_frame))
+        options = channel_options(max_frame)
+        if tls:  # peers are checked against the topology's CA, not the address dialled (pod IPs change)
+            self._channel = grpc.secure_channel(address, tls.channel(),
+                                                options=[*options, ("grpc.ssl_target_name_override", SERVER_NAME)])
+        else:
+            self._channel = grpc.insecure_channel(address, options=options)
         self._thread = threading.Thread(target=self._run, name=f"link-{peer}-{lane}", daemon=True)
 
     def start(self) -> None:

@@ -12,6 +12,7 @@ from squall.proto.squall_pb2 import TransferSummary
 from squall.transport.codec import Decoder, FrameError
 from squall.transport.ingress import Ingress
 from squall.transport.links import CONTROL, DATA, PLAN_KEY, server_options
+from squall.transport.tls import Credentials
 
 log = logging.getLogger("squall.transport")
 
@@ -27,7 +28,7 @@ class ReceiveStats:
 
 class Receiver:
     def __init__(self, *, decoder: Decoder, ingress: Ingress, bind: str, plan: str, max_frame: int,
-                 streams: int) -> None:
+                 streams: int, tls: Credentials | None = None) -> None:
         self.decoder = decoder
         self.plan = plan
         self.ingress = ingress
@@ -42,7 +43,9 @@ class Receiver:
                                                         response_serializer=TransferSummary.SerializeToString)
         self.server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(
             "squall.v1.Squall", {"Transfer": handler}),))
-        self.port = self.server.add_insecure_port(bind)
+        # With TLS, a client without a certificate of this topology fails the handshake: it never
+        # reaches _transfer, let alone the decoder.
+        self.port = self.server.add_secure_port(bind, tls.server()) if tls else self.server.add_insecure_port(bind)
         if not self.port:
             raise OSError(f"cannot listen on {bind} for gRPC; is the port in use?")
 

@@ -1,0 +1,86 @@
+"""Each Topology's own CA in a Secret its pods mount (mutual TLS), and a NetworkPolicy that lets in
+only its own pods, and its metrics port only from named namespaces: kopf against kmock."""
+
+from __future__ import annotations
+
+import pytest
+from operator_kit import (
+    NETWORK_POLICIES,
+    SECRETS,
+    SPEC,
+    STATEFULSETS,
+    create_topology,
+    eventually,
+    obj,
+    roll_out,
+    status,
+)
+
+from squall.process.contract import TLS_DIR, TLS_MOUNT
+from squall_operator.render import TLS_CA, credentials
+
+pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(60)]
+
+
+def ca_annotation(sts: dict) -> str | None:
+    return sts["spec"]["template"]["metadata"]["annotations"].get(TLS_CA)
+
+
+async def test_each_topology_has_its_own_ca_which_its_pods_mount(api, start_operator):
+    await start_operator()
+    await create_topology(api, "wc", SPEC)
+    await create_topology(api, "other", SPEC)
+    await eventually("both Secrets", lambda: obj(api, SECRETS, "wc-tls") and obj(api, SECRETS, "other-tls"))
+    secret = obj(api, SECRETS, "wc-tls")
+    assert secret["type"] == "kubernetes.io/tls"
+    assert secret["metadata"]["ownerReferences"][0]["name"] == "wc"
+    tls, others = credentials(secret), credentials(obj(api, SECRETS, "other-tls"))
+    assert tls is not None and others is not None and tls.ca != others.ca
+    await eventually("the acker StatefulSet", lambda: obj(api, STATEFULSETS, "wc-acker"))
+    for sts in (obj(api, STATEFULSETS, "wc-worker"), obj(api, STATEFULSETS, "wc-acker")):
+        pod = sts["spec"]["template"]["spec"]
+        container = pod["containers"][0]
+        assert {"name": TLS_DIR, "value": TLS_MOUNT} in container["env"]
+        assert {"name": "tls", "mountPath": TLS_MOUNT, "readOnly": True} in container["volumeMounts"]
+        assert {"name": "tls", "secret": {"secretName": "wc-tls", "defaultMode": 0o440}} in pod["volumes"]
+        assert ca_annotation(sts) == tls.fingerprint()
+
+
+async def test_a_deleted_secret_is_issued_again_and_the_new_ca_rolls_the_pods(api, start_operator):
+    from test_drift import delete
+
+    await start_operator()
+    await create_topology(api, "wc", SPEC)
+    await eventually("the Secret and the acker StatefulSet",
+                     lambda: obj(api, SECRETS, "wc-tls") and obj(api, STATEFULSETS, "wc-acker"))
+    old = credentials(obj(api, SECRETS, "wc-tls"))
+    for sts in ("wc-worker", "wc-acker"):
+        await roll_out(api, sts)
+    await eventually("Running", lambda: status(api, "wc").get("phase") == "Running")
+    await delete(api, SECRETS, "wc-tls")  # how the CA is rotated (docs/operations.md)
+    new = await eventually("a new CA", lambda: (s := obj(api, SECRETS, "wc-tls")) and
+                           (c := credentials(s)) and c.ca != old.ca and c)
+    for name in ("wc-worker", "wc-acker"):
+        await eventually(f"{name} trusts the new CA",
+                         lambda name=name: ca_annotation(obj(api, STATEFULSETS, name)) == new.fingerprint())
+
+
+async def test_the_network_policy_lets_in_the_topologys_pods_and_named_namespaces_on_metrics(api, start_operator):
+    await start_operator(metrics_namespaces=("monitoring",), own_namespace="squall-system")
+    await create_topology(api, "wc", SPEC)
+    policy = await eventually("the NetworkPolicy", lambda: obj(api, NETWORK_POLICIES, "wc"))
+    own = {"matchLabels": {"app.kubernetes.io/name": "squall", "app.kubernetes.io/instance": "wc"}}
+    assert policy["spec"] == {"podSelector": own, "policyTypes": ["Ingress"], "ingress": [
+        {"from": [{"podSelector": own}]},
+        {"from": [{"namespaceSelector": {"matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "In",
+                                                                "values": ["monitoring", "squall-system"]}]}}],
+         "ports": [{"port": 9090, "protocol": "TCP"}]}]}
+
+
+async def test_tls_and_the_network_policy_can_be_turned_off(api, start_operator):
+    await start_operator(tls=False, network_policy=False)
+    await create_topology(api, "wc", SPEC)
+    sts = await eventually("the worker StatefulSet", lambda: obj(api, STATEFULSETS, "wc-worker"))
+    assert ca_annotation(sts) is None
+    assert TLS_DIR not in {e["name"] for e in sts["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert obj(api, SECRETS, "wc-tls") is None and obj(api, NETWORK_POLICIES, "wc") is None
