@@ -16,8 +16,8 @@ from squall.cli import main
 from squall.errors import ConfigError
 from squall.topology.spec import load_spec
 from squall_operator.handlers import kopf_settings
-from squall_operator.resource import parse_spec
 from squall_operator.render import credentials
+from squall_operator.resource import parse_spec
 from squall_operator.settings import Settings
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
