@@ -5,11 +5,17 @@ kopf serves it (``on.validate``) over HTTPS with a self-signed certificate it ma
 keeps a ValidatingWebhookConfiguration named ``squall.dev`` pointing at it, CA bundle included. The
 certificate comes from :func:`squall.transport.tls.self_signed` (kopf's own builder needs
 ``certbuilder``/``oscrypto``, which cannot load OpenSSL 3).
+
+A host of the form ``<name>.<namespace>.svc`` is a Service of the cluster, and the configuration names
+that Service rather than a URL: the API server then finds the Service's address itself. With a URL it
+would ask its own resolver, which on most clusters (kind's, kubeadm's, k8s-local's) does not know
+cluster names, and every ``kubectl apply`` would fail with "no such host".
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
+import re
+from collections.abc import AsyncIterator, Callable, Collection
 from typing import Any
 
 import kopf
@@ -21,14 +27,33 @@ from squall_operator.settings import Settings
 
 CONFIGURATION = resource.GROUP  # the ValidatingWebhookConfiguration's name
 CERT_DAYS = 3650  # the certificate lives as long as the operator's pod; a restart makes a new one
+_LABEL = r"[a-z0-9](?:[-a-z0-9]*[a-z0-9])?"  # a DNS-1123 label: a Service's or a namespace's name
+SERVICE_HOST = re.compile(rf"^(?P<name>{_LABEL})\.(?P<namespace>{_LABEL})\.svc$")
 
 
 class SelfSignedServer(kopf.WebhookServer):
-    """kopf's HTTPS webhook server, with its self-signed certificate built by ``cryptography``."""
+    """kopf's HTTPS webhook server, with its self-signed certificate built by ``cryptography``; reached
+    through a Service when its host is a Service's name."""
 
     @staticmethod
     def build_certificate(hostnames: Collection[str], password: str | None = None) -> tuple[bytes, bytes]:
         return self_signed(hostnames, days=CERT_DAYS, password=password)
+
+    async def __call__(self, fn: kopf.WebhookFn) -> AsyncIterator[kopf.WebhookClientConfig]:
+        async for config in super().__call__(fn):
+            yield client_config(config, host=self.host, port=self.port)
+
+
+def client_config(config: kopf.WebhookClientConfig, *, host: str | None,
+                  port: int | None) -> kopf.WebhookClientConfig:
+    """``config`` with its URL replaced by a reference to the Service ``host`` names, if it names one.
+    The API server verifies the certificate against ``<name>.<namespace>.svc``, the host it was made for."""
+    service = SERVICE_HOST.match(host or "")
+    if service is None or port is None:
+        return config
+    reference = kopf.WebhookClientConfigService(namespace=service["namespace"], name=service["name"], port=port,
+                                                path="")
+    return kopf.WebhookClientConfig(**{k: v for k, v in config.items() if k != "url"}, service=reference)
 
 
 def configure(kopf_settings: kopf.OperatorSettings, settings: Settings) -> None:

@@ -51,9 +51,20 @@ def declare_cluster_scoped(api: kmock.KubernetesEmulator, res: str, kind: str) -
                                             verbs={"get", "list", "watch", "create", "patch", "update"})
 
 
+def address(client_config: dict) -> tuple[str, str | None]:
+    """Where the API server would POST: the URL, or the Service's path on loopback with the Service's host
+    name for the certificate check (the operator runs here, not behind a Service)."""
+    if "url" in client_config:
+        return client_config["url"], None
+    service = client_config["service"]
+    return (f"https://127.0.0.1:{service['port']}{service['path']}",
+            f"{service['name']}.{service['namespace']}.svc")
+
+
 async def review(config: dict, operation: str, spec: dict, *, old: dict | None = None) -> dict:
     """POST an AdmissionReview to the webhook the configuration points at, trusting only its CA bundle."""
     hook = config["webhooks"][0]
+    url, server_hostname = address(hook["clientConfig"])
     context = ssl.create_default_context(cadata=base64.b64decode(hook["clientConfig"]["caBundle"]).decode())
     body = {"apiVersion": resource.API_VERSION, "kind": resource.KIND,
             "metadata": {"name": "wc", "namespace": NAMESPACE}, "spec": spec}
@@ -63,7 +74,7 @@ async def review(config: dict, operation: str, spec: dict, *, old: dict | None =
                "userInfo": {"username": "alice"}, "object": body,
                "oldObject": None if old is None else {**body, "spec": old}}
     async with aiohttp.ClientSession() as session, session.post(
-            hook["clientConfig"]["url"], ssl=context,
+            url, ssl=context, server_hostname=server_hostname,
             json={"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}) as response:
         assert response.status == 200, await response.text()
         return (await response.json())["response"]
@@ -101,6 +112,24 @@ async def test_the_webhook_refuses_what_squall_validate_refuses_with_the_same_me
     assert (await review(config, "CREATE", SPEC))["allowed"] is True
     # a Topology stored before the webhook existed: metadata writes (kopf's own) still pass
     assert (await review(config, "UPDATE", BROKEN, old=BROKEN))["allowed"] is True
+
+
+@pytest.mark.asyncio
+async def test_a_webhook_on_a_service_is_reached_through_the_service_not_a_url(api, start_operator):
+    # the API server resolves a URL's host with its own resolver, which knows no cluster names
+    declare_cluster_scoped(api, WEBHOOKS, "ValidatingWebhookConfiguration")
+    port = free_port()
+    await start_operator(webhook_host="squall-webhook.squall-system.svc", webhook_port=port)
+    config = await eventually("the managed webhook configuration",
+                              lambda: (obj(api, WEBHOOKS, "squall.dev", namespace=None) or {}).get("webhooks"))
+    config = obj(api, WEBHOOKS, "squall.dev", namespace=None)
+    client_config = config["webhooks"][0]["clientConfig"]
+    assert "url" not in client_config
+    assert client_config["service"] == {"namespace": "squall-system", "name": "squall-webhook", "port": port,
+                                        "path": "/topology"}
+    # its certificate is good for the name the API server checks, and the path is the handler's
+    assert (await review(config, "CREATE", BROKEN))["allowed"] is False
+    assert (await review(config, "CREATE", SPEC))["allowed"] is True
 
 
 @pytest.mark.asyncio

@@ -174,7 +174,7 @@ handlers.kopf_settings turns kopf's scanning off, and kopf reads nothing cluster
   verbs: [get, patch]
 {{- if include "squall.webhook" . }}
 # kopf (admission.configuration_manager) creates the ValidatingWebhookConfiguration squall.dev and
-# patches its webhooks: CA bundle, URL, rules
+# patches its webhooks: CA bundle, service reference, rules
 - apiGroups: [admissionregistration.k8s.io]
   resources: [validatingwebhookconfigurations]
   verbs: [create, patch]
@@ -187,7 +187,7 @@ handlers.kopf_settings turns kopf's scanning off, and kopf reads nothing cluster
 {{- if and .Values.webhook.enabled (not .Values.watchNamespaces) -}}true{{- end -}}
 {{- end -}}
 
-{{/* The webhook Service's DNS name: the host of the URL kopf writes into the webhook configuration. */}}
+{{/* The webhook Service's DNS name: the operator names this Service in the webhook configuration. */}}
 {{- define "squall.webhookHost" -}}
 {{- printf "%s-webhook.%s.svc" (include "squall.fullname" .) .Release.Namespace -}}
 {{- end -}}
