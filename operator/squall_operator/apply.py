@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
@@ -28,6 +29,7 @@ from squall_operator import resource
 MERGE_PATCH = "application/merge-patch+json"
 APPLY_PATCH = "application/apply-patch+yaml"
 FIELD_MANAGER = "squall-operator"
+EVENT_MESSAGE_CHARS = 1024  # the API server refuses longer Event messages
 Manifest = dict[str, Any]
 
 # kind -> (API class, the snake_case name in its read_namespaced_<x> methods); other kinds are custom objects
@@ -124,6 +126,20 @@ class Kube:
                 return False
             raise
         return True
+
+    def event(self, owner: Manifest, *, type: str, reason: str, message: str) -> None:
+        """Post a core/v1 Event about ``owner`` (what ``kubectl describe`` shows), from any thread: kopf's own
+        posting works only inside its handlers, and a resync or a rebalance step runs outside them."""
+        meta = owner["metadata"]
+        at = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        body = {"apiVersion": "v1", "kind": "Event",
+                "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
+                "involvedObject": {"apiVersion": owner["apiVersion"], "kind": owner["kind"], "name": meta["name"],
+                                   "namespace": meta["namespace"], "uid": meta.get("uid")},
+                "type": type, "reason": reason, "message": message[:EVENT_MESSAGE_CHARS],
+                "source": {"component": FIELD_MANAGER}, "reportingComponent": FIELD_MANAGER,
+                "firstTimestamp": at, "lastTimestamp": at, "count": 1}
+        client.CoreV1Api(self.api).create_namespaced_event(meta["namespace"], body, _preload_content=False)
 
     def serves(self, group: str, version: str, plural: str) -> bool:
         """Whether the API server serves ``plural`` (e.g. whether a CRD is installed), by discovery."""

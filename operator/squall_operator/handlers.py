@@ -17,29 +17,48 @@ import asyncio
 import json
 import logging
 import threading
+import time
 import urllib.request
 from collections import defaultdict
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
 from typing import Any
 
 import kopf
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from squall.errors import TopologyError
+from squall.errors import CommandError, TopologyError
 from squall.metrics.http import MetricsServer
+from squall.process.contract import ACKER, WORKER
+from squall.process.control import ControlClient, ProcessState
 from squall.topology.spec import TopologySpec
 from squall.transport.tls import Credentials, issue
-from squall_operator import admission, resource, status
+from squall_operator import admission, rebalance, resource, status
 from squall_operator.apply import ApplyError, Kube, Manifest, Ref, apply
 from squall_operator.cluster import Features, install_cel
 from squall_operator.metrics import OperatorMetrics
-from squall_operator.render import MANAGED_BY, Names, child_refs, credentials, render, resolve_image
+from squall_operator.render import (
+    MANAGED_BY,
+    ROLES,
+    TEMPLATE_HASH,
+    Names,
+    child_refs,
+    credentials,
+    render,
+    resolve_image,
+    template_hash,
+)
 from squall_operator.settings import Settings
 
 log = logging.getLogger(__name__)
 RETRY_DELAY = 10.0  # seconds before kopf retries a reconcile the API server refused
 ERRORS_TIMEOUT = 2.0  # seconds to wait for a pod's GET /errors
+ANSWER_TIMEOUT = 2.0  # seconds to wait for a process's answer to a rebalance's command
+ASKING = 8  # pods asked at once
+RECHECK = 0.5  # seconds before a rebalance under way is looked at again
+COMPONENT = "app.kubernetes.io/component"
 
 
 def kopf_settings(operator: Settings) -> kopf.OperatorSettings:
@@ -71,22 +90,44 @@ class Operator:
         self._locks: defaultdict[tuple[str, str], threading.Lock] = defaultdict(threading.Lock)
         self._locks_guard = threading.Lock()
         self.known: set[tuple[str, str]] = set()  # (namespace, name) of the Topologies seen, for resync()
+        self._due: dict[tuple[str, str], float] = {}  # Topologies to reconcile again soon: monotonic deadline
+        self._due_lock = threading.Lock()
+        self.resync_task: asyncio.Task[None] | None = None
+
+    def later(self, namespace: str, name: str, delay: float) -> None:
+        """Reconcile the Topology again in ``delay`` seconds (a rebalance step under way); thread-safe."""
+        with self._due_lock:
+            at = time.monotonic() + delay
+            self._due[(namespace, name)] = min(at, self._due.get((namespace, name), at))
 
     async def resync(self) -> None:
         """Reconcile every known Topology each ``settings.resync_seconds``, for ever: drift repair whatever
-        happened meanwhile, and the components' own errors for the status.
+        happened meanwhile, and the components' own errors for the status; and each Topology that asked
+        for it with :meth:`later` when its time comes.
 
         Not a kopf timer: kopf puts a finalizer on every resource with a timer, and a Topology must
         go at once when deleted, even while the operator is down."""
+        every = time.monotonic() + self.settings.resync_seconds
         while True:
-            await asyncio.sleep(self.settings.resync_seconds)
-            for namespace, name in sorted(self.known):
-                try:
-                    await asyncio.to_thread(self.reconcile, namespace, name, log, read_errors=True)
-                except kopf.TemporaryError:
-                    pass  # refused by the API server: reported in the status and an Event, retried next time
-                except Exception:  # one Topology's trouble must not stop the others' repair
-                    log.exception("resync of Topology %s/%s failed", namespace, name)
+            await asyncio.sleep(min(RECHECK, max(0.0, every - time.monotonic())))
+            now = time.monotonic()
+            if now >= every:
+                every = now + self.settings.resync_seconds
+                await self._reconcile_all(sorted(self.known), read_errors=True)
+            with self._due_lock:
+                due = sorted(key for key, at in self._due.items() if at <= now)
+                for key in due:
+                    del self._due[key]
+            await self._reconcile_all(due, read_errors=False)
+
+    async def _reconcile_all(self, topologies: list[tuple[str, str]], *, read_errors: bool) -> None:
+        for namespace, name in topologies:
+            try:
+                await asyncio.to_thread(self.reconcile, namespace, name, log, read_errors=read_errors)
+            except kopf.TemporaryError:
+                pass  # refused by the API server: reported in the status and an Event, retried next time
+            except Exception:  # one Topology's trouble must not stop the others' repair
+                log.exception("reconcile of Topology %s/%s failed", namespace, name)
 
     def discover(self, logger: logging.Logger | logging.LoggerAdapter) -> None:
         """Find what the cluster supports, write accordingly, and add the CEL rules to the CRD where
@@ -117,25 +158,71 @@ class Operator:
         secret = self.kube.get(Ref("v1", "Secret", namespace, Names(name).tls))
         return credentials(secret) or issue(name)
 
-    def _pods(self, namespace: str, spec: TopologySpec) -> list[Manifest]:
-        """The topology's worker and acker pods that exist (StatefulSet pods are named ``<set>-<ordinal>``)."""
-        names = Names(spec.name)
-        wanted = [f"{names.worker}-{i}" for i in range(spec.workers)] + \
-                 [f"{names.acker}-{i}" for i in range(spec.num_ackers)]
-        return [pod for pod in (self.kube.get(Ref("v1", "Pod", namespace, n)) for n in wanted) if pod is not None]
+    def _pods(self, namespace: str, topology: str, counts: Mapping[str, int]) -> list[tuple[str, int, Manifest]]:
+        """(role, ordinal, pod) of the topology's worker and acker pods that exist, up to ``counts`` of each
+        role (StatefulSet pods are named ``<set>-<ordinal>``)."""
+        names = Names(topology)
+        wanted = [(role, i, f"{getattr(names, role)}-{i}") for role in ROLES for i in range(counts.get(role, 0))]
+        return [(role, i, pod) for role, i, pod in
+                ((role, i, self.kube.get(Ref("v1", "Pod", namespace, n))) for role, i, n in wanted) if pod is not None]
 
     @staticmethod
-    def _reported(pods: list[Manifest]) -> list[dict[str, Any]]:
+    def _address(pod: Manifest, port_name: str) -> str | None:
+        """``ip:port`` of a running pod's named container port (None: not running, or no such port)."""
+        ip = (pod.get("status") or {}).get("podIP")
+        port = next((p.get("containerPort") for c in pod.get("spec", {}).get("containers", ())
+                     for p in c.get("ports") or () if p.get("name") == port_name), None)
+        if not ip or not port or (pod.get("status") or {}).get("phase") != "Running":
+            return None
+        return f"{ip}:{port}"
+
+    def _found(self, pods: list[tuple[str, int, Manifest]], tls: Credentials | None) -> list[rebalance.Pod]:
+        """The pods with what each one's process says of itself (asked all at once: a silent one costs
+        :data:`ANSWER_TIMEOUT` at most)."""
+        def ask(pod: Manifest) -> ProcessState | None:
+            address = self._address(pod, "grpc")
+            if address is None:
+                return None
+            try:
+                with ControlClient(address, tls=tls, timeout=ANSWER_TIMEOUT) as client:
+                    return client.status()
+            except CommandError:
+                return None  # starting, stopping or unreachable: its readiness tells the rest
+
+        with ThreadPoolExecutor(max_workers=ASKING) as pool:
+            states = list(pool.map(ask, [pod for _, _, pod in pods]))
+        return [rebalance.Pod(name=pod["metadata"]["name"], role=role, ordinal=i, state=state,
+                              template=(pod["metadata"].get("annotations") or {}).get(TEMPLATE_HASH))
+                for (role, i, pod), state in zip(pods, states, strict=True)]
+
+    def _carry_out(self, decision: rebalance.Decision, pods: list[tuple[str, int, Manifest]], *, namespace: str,
+                   spec: TopologySpec, tls: Credentials | None, logger: logging.Logger | logging.LoggerAdapter,
+                   commands: tuple[str, ...]) -> None:
+        """Send a rebalance's commands (``commands``: which of deactivate, switch, activate) and delete the
+        pods it replaces. A command that fails is retried at the next reconcile."""
+        by_name = {pod["metadata"]["name"]: pod for _, _, pod in pods}
+        for command in commands:
+            for name in getattr(decision, command):
+                address = self._address(by_name[name], "grpc")
+                if address is None:
+                    continue
+                try:
+                    with ControlClient(address, tls=tls, timeout=ANSWER_TIMEOUT) as client:
+                        client.switch(spec) if command == "switch" else getattr(client, command)()
+                except CommandError as exc:
+                    logger.warning("rebalance: %s %s failed (retried): %s", command, name, exc)
+        for name in decision.delete:
+            self.kube.delete(Ref("v1", "Pod", namespace, name))
+
+    def _reported(self, pods: list[Manifest]) -> list[dict[str, Any]]:
         """The components' recent errors, from ``GET /errors`` on the metrics port of each running pod."""
         reported: dict[str, list[dict[str, Any]]] = {}
         for pod in pods:
-            ip = (pod.get("status") or {}).get("podIP")
-            port = next((p.get("containerPort") for c in pod.get("spec", {}).get("containers", ())
-                         for p in c.get("ports") or () if p.get("name") == "metrics"), None)
-            if not ip or not port or (pod.get("status") or {}).get("phase") != "Running":
+            address = self._address(pod, "metrics")
+            if address is None:
                 continue
             try:
-                with urllib.request.urlopen(f"http://{ip}:{port}/errors", timeout=ERRORS_TIMEOUT) as response:
+                with urllib.request.urlopen(f"http://{address}/errors", timeout=ERRORS_TIMEOUT) as response:
                     errors = json.loads(response.read())
             except (OSError, ValueError):
                 continue  # a pod that does not answer: its readiness and container state tell why
@@ -144,11 +231,12 @@ class Operator:
         return status.component_errors(reported)
 
     def _status(self, spec: TopologySpec, namespace: str, *, workers: Manifest | None, ackers: Manifest | None,
-                previous: dict[str, Any], generation: int | None, read_errors: bool) -> dict[str, Any]:
-        pods = self._pods(namespace, spec)
+                previous: dict[str, Any], generation: int | None, read_errors: bool,
+                rebalancing: dict[str, Any] | None = status.KEEP) -> dict[str, Any]:
+        pods = [pod for _, _, pod in self._pods(namespace, spec.name, {WORKER: spec.workers, ACKER: spec.num_ackers})]
         return status.compute(spec, workers=workers, ackers=ackers, previous=previous, generation=generation,
                               at=status.now(), problems=status.pod_problems(pods),
-                              reported=self._reported(pods) if read_errors else None)
+                              reported=self._reported(pods) if read_errors else None, rebalance=rebalancing)
 
     def reconcile(self, namespace: str, name: str, logger: logging.Logger | logging.LoggerAdapter, *,
                   read_errors: bool = False) -> None:
@@ -176,28 +264,48 @@ class Operator:
                 self._write(topology, previous, status.failed(previous, str(exc), generation=generation,
                                                               at=status.now()))
                 return
+            tls = self._credentials(namespace, spec.name) if self.settings.tls else None
+            own = (self.settings.own_namespace,) if self.settings.own_namespace else ()
             manifests = render(spec, namespace=namespace, image=image, podmonitor=self._podmonitor(),
                                monitor_labels=dict(self.settings.podmonitor_labels), pdb_api=self.features.pdb_api,
-                               tls=self._credentials(namespace, spec.name) if self.settings.tls else None,
-                               metrics_from=self.settings.metrics_from)
+                               tls=tls, metrics_from=self.settings.metrics_from, control_from=own)
             kopf.adopt(manifests, owner=topology)
-            try:
-                prune = [Ref(v, k, namespace, n) for v, k, n in child_refs(name, pdb_api=self.features.pdb_api)]
-                applied = apply(self.kube, manifests, prune=prune,
-                                owned=lambda live: _owned(live, topology))
-            except ApplyError as exc:
-                self._write(topology, previous, {**previous, "errors": status.with_error(
-                    previous.get("errors") or [], str(exc), at=status.now())})
-                kopf.warn(topology, reason="ApplyFailed", message=str(exc))
-                raise kopf.TemporaryError(str(exc), delay=RETRY_DELAY) from exc
-            self.metrics.applied(applied)
-            logger.info("reconciled: %s", applied.summary())
-            if applied.changed:
-                kopf.event(topology, type="Normal", reason="Applied", message=applied.summary())
             names = Names(name)
-            current = self._status(spec, namespace, workers=applied.live.get(("StatefulSet", names.worker)),
-                                   ackers=applied.live.get(("StatefulSet", names.acker)), previous=previous,
-                                   generation=generation, read_errors=read_errors)
+            live = {role: self.kube.get(Ref("apps/v1", "StatefulSet", namespace, getattr(names, role)))
+                    for role in ROLES}
+            wanted = {WORKER: spec.workers, ACKER: spec.num_ackers}
+            pods = self._pods(namespace, name, {role: max(wanted[role], ((sts or {}).get("spec") or {}).get(
+                "replicas") or 0) for role, sts in live.items()})
+            decision = rebalance.decide(
+                spec=spec, pods=self._found(pods, tls), previous=previous.get("rebalance"), now=datetime.now(UTC),
+                templates={m["metadata"]["labels"][COMPONENT]: template_hash(m) for m in manifests
+                           if m["kind"] == "StatefulSet"})
+            self._carry_out(decision, pods, namespace=namespace, spec=spec, tls=tls, logger=logger,
+                            commands=("deactivate",))
+            if decision.apply:
+                try:
+                    prune = [Ref(v, k, namespace, n) for v, k, n in child_refs(name, pdb_api=self.features.pdb_api)]
+                    applied = apply(self.kube, manifests, prune=prune, owned=lambda live: _owned(live, topology))
+                except ApplyError as exc:
+                    self._write(topology, previous, {**previous, "errors": status.with_error(
+                        previous.get("errors") or [], str(exc), at=status.now())})
+                    self._event(topology, "Warning", "ApplyFailed", str(exc))
+                    raise kopf.TemporaryError(str(exc), delay=RETRY_DELAY) from exc
+                self.metrics.applied(applied)
+                logger.info("reconciled: %s", applied.summary())
+                if applied.changed:
+                    self._event(topology, "Normal", "Applied", applied.summary())
+                live = {role: applied.live.get(("StatefulSet", getattr(names, role))) for role in ROLES}
+                self._carry_out(decision, pods, namespace=namespace, spec=spec, tls=tls, logger=logger,
+                                commands=("switch", "activate"))
+            for kind, reason, message in decision.events:
+                logger.info("rebalance: %s: %s", reason, message)
+                self._event(topology, kind, reason, message)
+            if decision.again:
+                self.later(namespace, name, RECHECK)
+            current = self._status(spec, namespace, workers=live[WORKER], ackers=live[ACKER] if spec.num_ackers
+                                   else None, previous=previous, generation=generation, read_errors=read_errors,
+                                   rebalancing=decision.rebalance)
             self._write(topology, previous, current)
 
     def refresh(self, namespace: str, name: str) -> None:
@@ -227,6 +335,12 @@ class Operator:
                                                          previous=previous, generation=generation, read_errors=False))
             return True
 
+    def _event(self, topology: Manifest, kind: str, reason: str, message: str) -> None:
+        try:
+            self.kube.event(topology, type=kind, reason=reason, message=message)
+        except ApiException as exc:  # an Event lost is no reason to stop a reconcile
+            log.warning("posting the %s Event %s failed: %s %s", kind, reason, exc.status, exc.reason)
+
     def _write(self, topology: Manifest, previous: dict[str, Any], current: dict[str, Any]) -> None:
         """Write the status if it changed, and post an Event if the phase did."""
         meta = topology["metadata"]
@@ -243,7 +357,7 @@ class Operator:
         event = status.transition(previous, current)
         if event is not None:
             kind, reason, message = event
-            kopf.event(topology, type=kind, reason=reason, message=message)
+            self._event(topology, kind, reason, message)
 
 
 def _owned(live: Manifest, topology: Mapping[str, Any]) -> bool:
@@ -280,6 +394,11 @@ def register(registry: kopf.OperatorRegistry, *, settings: Settings, api: client
     @kopf.on.startup(registry=registry)
     def discover(logger: logging.Logger, **_: Any) -> None:
         operator.discover(logger)
+
+    @kopf.on.startup(registry=registry, id="resync")
+    async def start_resync(**_: Any) -> None:
+        # started here, it runs in kopf's context, so its reconciles may post Events like the handlers'
+        operator.resync_task = asyncio.create_task(operator.resync(), name="resync")
 
     @kopf.on.resume(**topologies, id="reconcile")
     @kopf.on.create(**topologies, id="reconcile")
@@ -333,11 +452,11 @@ async def operate(*, settings: Settings, api: client.ApiClient, registry: kopf.O
     metrics = MetricsServer(registry=operator.metrics.registry, host="0.0.0.0", port=settings.metrics_port,
                             healthy=ready.is_set)
     metrics.start()
-    resync = asyncio.create_task(operator.resync(), name="resync")
     try:
         await kopf.operator(registry=registry, settings=kopf_settings(settings), standalone=True,
                             clusterwide=settings.clusterwide, namespaces=list(settings.namespaces),
                             liveness_endpoint=settings.liveness, stop_flag=stop_flag, ready_flag=ready)
     finally:
-        resync.cancel()
+        if operator.resync_task is not None:
+            operator.resync_task.cancel()
         metrics.stop()

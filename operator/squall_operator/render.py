@@ -9,6 +9,7 @@ renders with what it reads back.
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
@@ -28,7 +29,7 @@ Manifest = dict[str, Any]
 SPARK_DRIVER_PORT = 7078
 SPARK_BLOCK_MANAGER_PORT = 7079
 EXECUTOR_TEMPLATE_FILE = "executor-pod-template.yaml"
-SPEC_HASH = "squall.dev/spec-hash"
+TEMPLATE_HASH = "squall.dev/template-hash"  # on the pod template: pods made from another template are replaced
 TLS_CA = "squall.dev/tls-ca"  # the fingerprint of the CA the pods trust: a new CA rolls them
 NAMESPACE_NAME = "kubernetes.io/metadata.name"  # every namespace's own name, as a label (Kubernetes 1.21+)
 RUN_AS = 10001  # the image's non-root user
@@ -107,7 +108,8 @@ def resolve_image(spec: TopologySpec, default: str | None) -> str:
 
 def render(spec: TopologySpec, *, namespace: str, image: str, podmonitor: bool = False,
            monitor_labels: Mapping[str, str] | None = None, pdb_api: str | None = PDB_API,
-           tls: Credentials | None = None, metrics_from: Collection[str] | None = None) -> list[Manifest]:
+           tls: Credentials | None = None, metrics_from: Collection[str] | None = None,
+           control_from: Collection[str] = ()) -> list[Manifest]:
     """Every object of the topology, in the order they are applied.
 
     ``spec`` must be valid (:func:`squall_operator.resource.check_spec`); ``image`` comes from
@@ -116,13 +118,14 @@ def render(spec: TopologySpec, *, namespace: str, image: str, podmonitor: bool =
     PodDisruptionBudget apiVersion the cluster serves (None: no budgets). ``tls``: the topology's
     credentials, in a Secret its pods mount for mutual TLS (None: plaintext gRPC). ``metrics_from``:
     a NetworkPolicy lets in only the topology's own pods, and these namespaces on the metrics port
-    (None: no NetworkPolicy).
+    (None: no NetworkPolicy), and ``control_from`` (the operator's) on the gRPC port, for a rebalance's
+    commands.
     """
     out = [config_map(spec, namespace=namespace), service_account(spec, namespace=namespace)]
     if tls is not None:
         out.append(tls_secret(spec, namespace=namespace, tls=tls))
     if metrics_from is not None:
-        out.append(network_policy(spec, namespace=namespace, metrics_from=metrics_from))
+        out.append(network_policy(spec, namespace=namespace, metrics_from=metrics_from, control_from=control_from))
     if spec.spark is not None:
         out += [spark_role(spec, namespace=namespace), spark_role_binding(spec, namespace=namespace)]
     out += [service(spec, WORKER, namespace=namespace),
@@ -220,15 +223,18 @@ def credentials(secret: Manifest | None) -> Credentials | None:
         return None
 
 
-def network_policy(spec: TopologySpec, *, namespace: str, metrics_from: Collection[str]) -> Manifest:
+def network_policy(spec: TopologySpec, *, namespace: str, metrics_from: Collection[str],
+                   control_from: Collection[str] = ()) -> Manifest:
     """Ingress to the topology's pods: anything from its own pods (gRPC, and Spark's driver and
-    executors), the metrics port from the ``metrics_from`` namespaces, nothing else."""
+    executors), the metrics port from the ``metrics_from`` namespaces, the gRPC port (a rebalance's
+    commands) from the ``control_from`` namespaces, nothing else."""
     own = {"matchLabels": instance(spec.name)}
     ingress: list[dict[str, Any]] = [{"from": [{"podSelector": own}]}]
-    if metrics_from:
-        ingress.append({"from": [{"namespaceSelector": {"matchExpressions": [
-            {"key": NAMESPACE_NAME, "operator": "In", "values": sorted(set(metrics_from))}]}}],
-            "ports": [{"port": METRICS_PORT, "protocol": "TCP"}]})
+    for port, namespaces in ((METRICS_PORT, metrics_from), (GRPC_PORT, control_from)):
+        if namespaces:
+            ingress.append({"from": [{"namespaceSelector": {"matchExpressions": [
+                {"key": NAMESPACE_NAME, "operator": "In", "values": sorted(set(namespaces))}]}}],
+                "ports": [{"port": port, "protocol": "TCP"}]})
     return {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
             "metadata": _meta(Names(spec.name).network_policy, namespace=namespace, topology=spec.name,
                               component="network"),
@@ -359,40 +365,53 @@ def stateful_set(spec: TopologySpec, role: str, *, namespace: str, image: str,
         {"name": "spec", "configMap": {"name": names.config_map, "items": [
             {"key": key, "path": key} for key in sorted(config_map(spec, namespace=namespace)["data"])]}},
         {"name": "tmp", "emptyDir": {}}]
-    annotations = {SPEC_HASH: spec.fingerprint()}
+    annotations: dict[str, str] = {}
     if tls is not None:
         container["volumeMounts"].append({"name": "tls", "mountPath": TLS_MOUNT, "readOnly": True})
         volumes.append({"name": "tls", "secret": {"secretName": names.tls, "defaultMode": 0o440}})
         annotations[TLS_CA] = tls.fingerprint()
     if spec.image_pull_policy:
         container["imagePullPolicy"] = spec.image_pull_policy
+    template = pods.customise({
+        "metadata": {"labels": labels(spec.name, component=role), "annotations": annotations},
+        "spec": {
+            "serviceAccountName": names.service_account,
+            # only a Spark driver talks to the API server
+            "automountServiceAccountToken": spark_driver,
+            # SIGTERM drains: spouts stop, pending trees finish within the message timeout
+            "terminationGracePeriodSeconds": spec.message_timeout_seconds + 15,
+            "securityContext": {"runAsNonRoot": True, "runAsUser": RUN_AS, "runAsGroup": RUN_AS,
+                                "fsGroup": RUN_AS, "seccompProfile": {"type": "RuntimeDefault"}},
+            "containers": [container],
+            **spreading(spec.name, role=role),
+            "volumes": volumes,
+        },
+    }, pods.templates(spec).get(ROLES[role]))
+    template["metadata"].setdefault("annotations", {})[TEMPLATE_HASH] = _digest(template)
     return {
         "apiVersion": "apps/v1", "kind": "StatefulSet",
         "metadata": _meta(name, namespace=namespace, topology=spec.name, component=role),
         "spec": {
             "replicas": spec.workers if role == WORKER else spec.num_ackers,
             "serviceName": name,
-            # all pods start (and restart on a rebalance) together: they wait for each other anyway
+            # pods are added and removed together: they wait for each other anyway
             "podManagementPolicy": "Parallel",
-            "updateStrategy": {"type": "RollingUpdate"},
+            # the operator replaces pods itself, after draining them (squall_operator.rebalance): a rolling
+            # update would wait for each new pod to be ready, which it is not until its peers run its plan
+            "updateStrategy": {"type": "OnDelete"},
             "selector": {"matchLabels": selector(spec.name, component=role)},
-            "template": pods.customise({
-                "metadata": {"labels": labels(spec.name, component=role), "annotations": annotations},
-                "spec": {
-                    "serviceAccountName": names.service_account,
-                    # only a Spark driver talks to the API server
-                    "automountServiceAccountToken": spark_driver,
-                    # SIGTERM drains: spouts stop, pending trees finish within the message timeout
-                    "terminationGracePeriodSeconds": spec.message_timeout_seconds + 15,
-                    "securityContext": {"runAsNonRoot": True, "runAsUser": RUN_AS, "runAsGroup": RUN_AS,
-                                        "fsGroup": RUN_AS, "seccompProfile": {"type": "RuntimeDefault"}},
-                    "containers": [container],
-                    **spreading(spec.name, role=role),
-                    "volumes": volumes,
-                },
-            }, pods.templates(spec).get(ROLES[role])),
+            "template": template,
         },
     }
+
+
+def template_hash(stateful_set: Manifest) -> str | None:
+    """The hash of the pod template a rendered (or live) StatefulSet makes its pods from."""
+    return stateful_set["spec"]["template"]["metadata"].get("annotations", {}).get(TEMPLATE_HASH)
+
+
+def _digest(value: Any) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def disruption_budget(spec: TopologySpec, role: str, *, namespace: str, api_version: str) -> Manifest:

@@ -21,7 +21,9 @@ PENDING, RUNNING, SUSPENDED, FAILED = "Pending", "Running", "Suspended", "Failed
 KEEP_ERRORS = 5
 MESSAGE_CHARS = 400  # of a termination message or a component's error, in the status
 # Status keys that describe pods; an invalid spec leaves the last known values in place.
-POD_KEYS = ("workers", "readyWorkers", "ackers", "readyAckers", "ready", "selector", "specHash", "componentErrors")
+POD_KEYS = ("workers", "readyWorkers", "ackers", "readyAckers", "ready", "selector", "specHash", "componentErrors",
+            "rebalance")
+KEEP: Any = object()  # compute(rebalance=KEEP): the rebalance in progress stays as the previous status says
 # A container waiting for one of these will not start by itself: someone must act
 STUCK = {"CrashLoopBackOff", "ImagePullBackOff", "ErrImagePull", "InvalidImageName", "CreateContainerConfigError",
          "CreateContainerError", "RunContainerError"}
@@ -94,7 +96,7 @@ class Rollout:
     replicas: int = 0
     ready: int = 0
     updated: int = 0
-    done: bool = False  # every pod runs the current template, as far as the controller has seen
+    done: bool = False  # every pod runs the current template and the wanted count, as far as the controller has seen
 
     @classmethod
     def of(cls, sts: dict[str, Any] | None, wanted: int) -> Rollout:
@@ -104,10 +106,9 @@ class Rollout:
         status = sts.get("status") or {}
         replicas, ready, updated = (int(status.get(k) or 0) for k in ("replicas", "readyReplicas", "updatedReplicas"))
         observed = int(status.get("observedGeneration") or 0) >= int(sts.get("metadata", {}).get("generation") or 0)
-        # the controller moves currentRevision to updateRevision once every pod is updated and ready
-        revisions = status.get("currentRevision") == status.get("updateRevision")
-        done = (observed and revisions and sts.get("spec", {}).get("replicas") == wanted
-                and replicas == wanted and updated == wanted)
+        # updated: pods made from the current template (the operator replaces the others: OnDelete, where
+        # the controller never moves currentRevision on)
+        done = observed and sts.get("spec", {}).get("replicas") == wanted and replicas == wanted and updated == wanted
         return cls(wanted=wanted, replicas=replicas, ready=ready, updated=updated, done=done)
 
     @property
@@ -163,14 +164,17 @@ def failed(previous: dict[str, Any], message: str, *, generation: int | None, at
 
 def compute(spec: TopologySpec, *, workers: dict[str, Any] | None, ackers: dict[str, Any] | None,
             previous: dict[str, Any], generation: int | None, at: str, problems: Sequence[PodProblem] = (),
-            reported: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+            reported: list[dict[str, Any]] | None = None, rebalance: dict[str, Any] | None = KEEP) -> dict[str, Any]:
     """The status of a valid Topology whose worker and acker StatefulSets read as ``workers``/``ackers``.
 
     ``previous`` is the current status (for the phase history, transition times and errors);
     ``generation`` is the spec generation the operator has acted on; ``problems`` are its pods'
     (:func:`pod_problems`), ``reported`` the components' own errors (:func:`component_errors`; None:
-    not read this time, the previous ones stay).
+    not read this time, the previous ones stay), ``rebalance`` the rebalance in progress
+    (:mod:`squall_operator.rebalance`; None: none; by default the previous status's).
     """
+    if rebalance is KEEP:
+        rebalance = previous.get("rebalance")
     w, a = Rollout.of(workers, spec.workers), Rollout.of(ackers, spec.num_ackers)
     all_ready, done = w.all_ready and a.all_ready, w.done and a.done
     was_running = previous.get("phase") == RUNNING
@@ -181,14 +185,18 @@ def compute(spec: TopologySpec, *, workers: dict[str, Any] | None, ackers: dict[
         return _condition(kind, status=status, reason=reason, message=message, generation=generation,
                           previous=conditions, at=at)
 
-    if not done:
+    if rebalance:
+        progressing = cond("Progressing", True, rebalance["step"],
+                           f"{rebalance['step'].lower()} to plan {rebalance['target']} since {rebalance['started']} "
+                           f"(upgradeStrategy {rebalance['strategy']})")
+    elif not done:
         progressing = cond("Progressing", True, "RollingOut",
                            f"rolling out: {w.updated}/{w.wanted} workers and {a.updated}/{a.wanted} ackers updated")
     elif not all_ready and not was_running:
         progressing = cond("Progressing", True, "Starting", counts)
     else:
         progressing = cond("Progressing", False, "RolloutComplete", "every pod runs the current spec")
-    degraded = done and not all_ready and was_running
+    degraded = done and not all_ready and was_running and not rebalance  # a rebalance's pods are unready on purpose
     degraded_reason, degraded_message = ("PodsNotReady", counts) if degraded else ("AsExpected", counts)
     errors = list(previous.get("errors") or [])
     if problems and not all_ready:
@@ -219,6 +227,8 @@ def compute(spec: TopologySpec, *, workers: dict[str, Any] | None, ackers: dict[
         ],
         "errors": errors,
     }
+    if rebalance:
+        out["rebalance"] = rebalance
     kept = previous.get("componentErrors") if reported is None else reported
     if kept:
         out["componentErrors"] = kept

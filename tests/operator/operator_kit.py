@@ -298,7 +298,7 @@ async def roll_out(api: ApiServer, name: str, *, ready: int | None = None) -> No
     sts = obj(api, STATEFULSETS, name)
     assert sts is not None, f"no StatefulSet {name}"
     replicas = sts["spec"]["replicas"]
-    revision = f"{name}-{sts['spec']['template']['metadata']['annotations']['squall.dev/spec-hash']}"
+    revision = f"{name}-{sts['spec']['template']['metadata']['annotations']['squall.dev/template-hash']}"
     await patch(api, STATEFULSETS, name, {"status": {
         "observedGeneration": sts["metadata"]["generation"], "replicas": replicas,
         "readyReplicas": replicas if ready is None else ready, "updatedReplicas": replicas,
@@ -307,13 +307,19 @@ async def roll_out(api: ApiServer, name: str, *, ready: int | None = None) -> No
 
 
 async def put_pod(api: ApiServer, name: str, topology: str, pod_status: dict[str, Any], *,
-                  metrics_port: int = 9090) -> None:
-    """Create or replace pod ``name`` of ``topology`` with the status a kubelet would report."""
+                  metrics_port: int = 9090, grpc_port: int | None = None) -> None:
+    """Create or replace pod ``name`` of ``topology`` with the status a kubelet would report, made from its
+    StatefulSet's template as it is now (its annotations), as the StatefulSet controller would."""
     labels = {"app.kubernetes.io/name": "squall", "app.kubernetes.io/instance": topology,
               "app.kubernetes.io/managed-by": "squall-operator"}
-    body = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": NAMESPACE, "labels": labels},
-            "spec": {"containers": [{"name": "worker", "image": "squall:test",
-                                     "ports": [{"name": "metrics", "containerPort": metrics_port}]}]},
+    sts = obj(api, STATEFULSETS, name.rsplit("-", 1)[0])
+    annotations = sts["spec"]["template"]["metadata"].get("annotations", {}) if sts else {}
+    ports = [{"name": "metrics", "containerPort": metrics_port}]
+    if grpc_port is not None:
+        ports.append({"name": "grpc", "containerPort": grpc_port})
+    body = {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": NAMESPACE, "labels": labels, "annotations": annotations},
+            "spec": {"containers": [{"name": "worker", "image": "squall:test", "ports": ports}]},
             "status": pod_status}
     if obj(api, PODS, name) is None:
         response = await api.post(f"/api/v1/namespaces/{NAMESPACE}/pods", json=body)

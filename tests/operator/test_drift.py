@@ -10,7 +10,6 @@ import time
 
 import aiohttp.web
 import kmock
-import kopf
 import pytest
 from kubernetes import client
 from operator_kit import (
@@ -23,6 +22,7 @@ from operator_kit import (
     OperatorThread,
     condition,
     create_topology,
+    events,
     eventually,
     logged,
     obj,
@@ -94,6 +94,7 @@ async def test_the_resync_repairs_unwatched_drift_and_reads_component_errors(api
         await start_operator(resync_seconds=0.3)
         await create_topology(api, "wc", SPEC)
         await eventually("the ServiceAccount", lambda: obj(api, "v1/serviceaccounts", "wc"))
+        await eventually("the worker StatefulSet", lambda: obj(api, STATEFULSETS, "wc-worker"))
         # a pod that serves /errors (the real pods serve it on their metrics port)
         await put_pod(api, "wc-worker-0", "wc", {"phase": "Running", "podIP": "127.0.0.1"}, metrics_port=port)
         rows = await eventually("the component errors", lambda: status(api, "wc").get("componentErrors"))
@@ -136,10 +137,10 @@ async def test_disruption_budgets_use_the_policy_version_the_cluster_serves(api,
 
 
 @pytest.mark.parametrize("gone", ["wc-worker", "wc-acker"])
-async def test_a_status_refresh_that_finds_a_statefulset_gone_puts_it_back(api, gone, monkeypatch):
+async def test_a_status_refresh_that_finds_a_statefulset_gone_puts_it_back(api, gone):
     """Without an operator watching (no event for the deletion), a refresh (what a pod event starts)
     recreates the StatefulSet instead of reporting a rollout of nothing. The refresh runs outside
-    kopf here, where kopf cannot post Events (they need its running context): those are recorded."""
+    kopf here: the operator posts its Events itself all the same."""
     op = OperatorThread(str(api.url), Settings(image="squall:test"))
     await op.start()
     await create_topology(api, "wc", SPEC)
@@ -150,11 +151,10 @@ async def test_a_status_refresh_that_finds_a_statefulset_gone_puts_it_back(api, 
     await op.stop()
 
     await delete(api, STATEFULSETS, gone)
-    posted: list[str] = []
-    monkeypatch.setattr(kopf, "event", lambda *_, reason, **__: posted.append(reason))
+    applied = len(events(api, "Applied"))
     operator = Operator(settings=Settings(image="squall:test"),
                         kube=Kube(client.ApiClient(client.Configuration(host=str(api.url)))))
     await asyncio.to_thread(operator.refresh, NAMESPACE, "wc")
     assert obj(api, STATEFULSETS, gone) is not None
     assert condition(api, "wc", "Progressing")["reason"] == "RollingOut"  # the new one, rolling out
-    assert "Applied" in posted
+    assert len(events(api, "Applied")) == applied + 1

@@ -13,7 +13,7 @@ from test_render import BASE, K8S_VERSION, NS, SPARK, by_kind, container, env
 
 from squall.errors import TopologyError
 from squall_operator.pods import merge
-from squall_operator.render import render
+from squall_operator.render import render, template_hash
 from squall_operator.resource import check_spec
 
 WORKERS = {
@@ -40,9 +40,9 @@ TEMPLATED = {**BASE, "resources": {"requests": {"cpu": "250m"}}, "podTemplate": 
 
 
 def pod_of(manifests: list[dict], role: str) -> dict:
-    """A StatefulSet's pod template, less the spec hash (which any spec change changes)."""
+    """A StatefulSet's pod template, less its hash (which any change to it changes)."""
     pod = copy.deepcopy(by_kind(manifests)["StatefulSet", f"wc-{role}"]["spec"]["template"])
-    del pod["metadata"]["annotations"]["squall.dev/spec-hash"]
+    del pod["metadata"]["annotations"]["squall.dev/template-hash"]
     return pod
 
 
@@ -72,14 +72,14 @@ def test_a_workers_template_merges_over_the_rendered_pod_and_leaves_the_ackers_a
         kubernetes_validate.validate(manifest, K8S_VERSION, strict=True)
 
 
-def test_a_template_change_rolls_that_role():
+def test_a_template_change_replaces_the_pods_of_that_role_only():
     changed = copy.deepcopy(TEMPLATED)
     changed["podTemplate"]["workers"]["spec"]["nodeSelector"] = {"disk": "nvme"}
-    before = by_kind(render(check_spec("wc", TEMPLATED), namespace=NS, image="x"))["StatefulSet", "wc-worker"]
-    after = by_kind(render(check_spec("wc", changed), namespace=NS, image="x"))["StatefulSet", "wc-worker"]
-    assert after["spec"]["template"]["spec"]["nodeSelector"] == {"disk": "nvme"}
-    assert after["spec"]["template"]["metadata"]["annotations"]["squall.dev/spec-hash"] != \
-        before["spec"]["template"]["metadata"]["annotations"]["squall.dev/spec-hash"]
+    before = by_kind(render(check_spec("wc", TEMPLATED), namespace=NS, image="x"))
+    after = by_kind(render(check_spec("wc", changed), namespace=NS, image="x"))
+    assert after["StatefulSet", "wc-worker"]["spec"]["template"]["spec"]["nodeSelector"] == {"disk": "nvme"}
+    assert template_hash(after["StatefulSet", "wc-worker"]) != template_hash(before["StatefulSet", "wc-worker"])
+    assert template_hash(after["StatefulSet", "wc-acker"]) == template_hash(before["StatefulSet", "wc-acker"])
 
 
 def test_strategic_merge():

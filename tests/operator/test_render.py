@@ -14,7 +14,7 @@ from squall.errors import TopologyError
 from squall.process.pod import ProcessConfig
 from squall.topology.spec import TopologySpec, load_spec
 from squall.transport.tls import issue
-from squall_operator.render import child_refs, render, resolve_image
+from squall_operator.render import child_refs, render, resolve_image, template_hash
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((REPO / "examples").glob("*.yaml"))
@@ -195,16 +195,23 @@ def test_suspending_changes_only_the_config_map():
     assert changed == ["ConfigMap"]
 
 
-@pytest.mark.parametrize("change", [
-    {"workers": 3}, {"ackers": 1}, {"messageTimeoutSeconds": 60}, {"image": "squall:2"},
-    {"bolts": [{**BASE["bolts"][0], "parallelism": 3}]}, {"config": {"key": "value"}},
+@pytest.mark.parametrize("change, plan, pods", [
+    # what processes agree on: a new plan, the pods switched to it in place (no new template)
+    ({"workers": 3}, True, False), ({"ackers": 1}, True, False),
+    ({"bolts": [{**BASE["bolts"][0], "parallelism": 3}]}, True, False), ({"config": {"key": "value"}}, True, False),
+    # how pods are made: new pods, the same plan
+    ({"imagePullPolicy": "Always"}, False, True), ({"resources": {"requests": {"cpu": "2"}}}, False, True),
+    ({"upgradeStrategy": "Recreate"}, False, False),
+    # both: the timeout is the processes' and the pods' termination grace period
+    ({"messageTimeoutSeconds": 60}, True, True),
 ])
-def test_every_other_spec_change_rolls_both_statefulsets(change):
+def test_a_spec_change_makes_a_new_plan_new_pod_templates_or_both(change, plan, pods):
     before = by_kind(render(spec(BASE), namespace=NS, image="x"))
     after = by_kind(render(spec({**BASE, **change}), namespace=NS, image="x"))
-    assert spec(BASE).fingerprint() != spec({**BASE, **change}).fingerprint()
+    assert (spec(BASE).fingerprint() != spec({**BASE, **change}).fingerprint()) == plan
     for sts in ("wc-worker", "wc-acker"):
-        assert before["StatefulSet", sts]["spec"]["template"] != after["StatefulSet", sts]["spec"]["template"]
+        assert (before["StatefulSet", sts]["spec"]["template"] != after["StatefulSet", sts]["spec"]["template"]) == pods
+        assert (template_hash(before["StatefulSet", sts]) != template_hash(after["StatefulSet", sts])) == pods
 
 
 def test_no_ackers():

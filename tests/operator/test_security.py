@@ -65,7 +65,8 @@ async def test_a_deleted_secret_is_issued_again_and_the_new_ca_rolls_the_pods(ap
                          lambda name=name: ca_annotation(obj(api, STATEFULSETS, name)) == new.fingerprint())
 
 
-async def test_the_network_policy_lets_in_the_topologys_pods_and_named_namespaces_on_metrics(api, start_operator):
+async def test_the_network_policy_lets_in_the_topologys_pods_named_namespaces_on_metrics_and_the_operator(
+        api, start_operator):
     await start_operator(metrics_namespaces=("monitoring",), own_namespace="squall-system")
     await create_topology(api, "wc", SPEC)
     policy = await eventually("the NetworkPolicy", lambda: obj(api, NETWORK_POLICIES, "wc"))
@@ -74,7 +75,11 @@ async def test_the_network_policy_lets_in_the_topologys_pods_and_named_namespace
         {"from": [{"podSelector": own}]},
         {"from": [{"namespaceSelector": {"matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "In",
                                                                 "values": ["monitoring", "squall-system"]}]}}],
-         "ports": [{"port": 9090, "protocol": "TCP"}]}]}
+         "ports": [{"port": 9090, "protocol": "TCP"}]},
+        # the operator's namespace on the gRPC port too: a rebalance's commands
+        {"from": [{"namespaceSelector": {"matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "In",
+                                                                "values": ["squall-system"]}]}}],
+         "ports": [{"port": 7070, "protocol": "TCP"}]}]}
 
 
 async def test_tls_and_the_network_policy_can_be_turned_off(api, start_operator):

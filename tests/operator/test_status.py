@@ -39,7 +39,10 @@ def test_rollout_reads_a_statefulset():
     assert Rollout.of(sts(replicas=2), 2).all_ready
     assert not Rollout.of(sts(replicas=2, observed=None), 2).done  # a fresh one: the controller is behind
     assert not Rollout.of(sts(replicas=2, generation=2, observed=1), 2).done
-    assert not Rollout.of(sts(replicas=2, revisions=("r1", "r2")), 2).done  # rolling
+    # a new template, pods not replaced yet; OnDelete: the controller never moves currentRevision on, so
+    # the pods made from the update revision are what counts
+    assert not Rollout.of(sts(replicas=2, updated=1, revisions=("r1", "r2")), 2).done
+    assert Rollout.of(sts(replicas=2, revisions=("r1", "r2")), 2).done
     assert not Rollout.of(sts(replicas=2), 3).done  # not scaled yet
     lost = Rollout.of(sts(replicas=2, ready=1), 2)
     assert lost.done and not lost.all_ready and (lost.ready, lost.updated) == (1, 2)

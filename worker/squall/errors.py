@@ -13,6 +13,10 @@ class ConfigError(SquallError):
     """A configuration value (environment, CLI flag, setting) is invalid."""
 
 
+class CommandError(SquallError):
+    """A rebalance's command to a process (:mod:`squall.process.control`) was refused, or did not reach it."""
+
+
 class EmitError(SquallError):
     """An emit was refused: wrong arity, an unsupported value type, or a bad target task."""
 

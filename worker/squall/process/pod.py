@@ -12,13 +12,14 @@ import logging
 import os
 import re
 import signal
+import threading
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from prometheus_client import generate_latest
 
-from squall.errors import ConfigError, SquallError
+from squall.errors import CommandError, ConfigError, SquallError
 from squall.executor.runtime import Runtime
 from squall.metrics.collector import RuntimeCollector, recorded_latency
 from squall.metrics.http import MetricsServer
@@ -26,6 +27,7 @@ from squall.metrics.registry import process_registry
 from squall.metrics.scrape import latency_path
 from squall.process import contract
 from squall.process.contract import ACKER, WORKER
+from squall.proto.squall_pb2 import ControlRequest, ProcessState
 from squall.topology.assignment import assign
 from squall.topology.plan import Plan
 from squall.topology.spec import TopologySpec, load_spec
@@ -36,6 +38,7 @@ from squall.transport.tls import Credentials
 log = logging.getLogger("squall.process")
 
 HEALTHY_WITHIN = 10.0  # seconds since the scheduler loop last ran
+COMMAND_WAIT = 5.0  # seconds a rebalance's command waits for the scheduler loop to carry it out
 # A draining process with nothing pending of its own stays up until it has been idle this long:
 # its bolts and acker may still be serving trees of other workers' spouts.
 DRAIN_QUIET = 1.0
@@ -68,7 +71,8 @@ def _ordinal(env: Mapping[str, str], role: str) -> int:
 
 
 def peer_addresses(template: str, count: int, *, topology: str, namespace: str, var: str) -> list[str]:
-    """Addresses of ``count`` peers from a template with ``{i}`` or a comma-separated list."""
+    """Addresses of ``count`` peers from a template with ``{i}`` or a comma-separated list (which may name
+    more: the processes a rescale may add)."""
     if "{i}" in template:
         try:
             return [template.format(i=i, topology=topology, namespace=namespace) for i in range(count)]
@@ -76,10 +80,10 @@ def peer_addresses(template: str, count: int, *, topology: str, namespace: str, 
             raise ConfigError(f"{var}: bad template {template!r} ({exc}); use {{i}}, {{topology}}, "
                               "{namespace}") from None
     addresses = [a.strip() for a in template.split(",") if a.strip()]
-    if len(addresses) != count:
+    if len(addresses) < count:
         raise ConfigError(f"{var} lists {len(addresses)} address(es) but there are {count}; give one per "
                           "process or a template containing {i}")
-    return addresses
+    return addresses[:count]
 
 
 @dataclass(frozen=True)
@@ -97,6 +101,8 @@ class ProcessConfig:
     metrics_port: int
     final_metrics_file: Path | None = None
     tls: Credentials | None = None  # None: plaintext gRPC (squall run --insecure)
+    namespace: str = "default"
+    peers: tuple[tuple[str, str], ...] = ()  # (role, address template or list), for a switch to another spec
 
     @classmethod
     def from_env(cls, role: str, env: Mapping[str, str] | None = None) -> ProcessConfig:
@@ -104,35 +110,48 @@ class ProcessConfig:
         path = env.get(contract.TOPOLOGY)
         if not path:
             raise ConfigError(f"{contract.TOPOLOGY} is not set: point it at the topology YAML file")
-        spec = load_spec(path)
-        index = _ordinal(env, role)
-        count = spec.workers if role == WORKER else spec.num_ackers
-        if index >= count:
-            raise ConfigError(f"{role} index {index} is out of range: the topology has {count} {role}(s)")
-        namespace = env.get(contract.NAMESPACE, "default")
-        addresses = {
-            r: peer_addresses(env.get(contract.peers_var(r)) or contract.peer_template(r), n, topology=spec.name,
-                              namespace=namespace, var=contract.peers_var(r))
-            for r, n in ((WORKER, spec.workers), (ACKER, spec.num_ackers))}
         final = env.get(contract.FINAL_METRICS_FILE)
         tls = env.get(contract.TLS_DIR)
-        return cls(role=role, index=index, spec=spec, spec_path=Path(path), worker_addresses=addresses[WORKER],
-                   acker_addresses=addresses[ACKER], bind_host=env.get(contract.BIND_HOST, "0.0.0.0"),
-                   grpc_port=_int(env, contract.GRPC_PORT_VAR) or contract.GRPC_PORT,
-                   metrics_port=_int(env, contract.METRICS_PORT_VAR) or contract.METRICS_PORT,
-                   final_metrics_file=Path(final) if final else None,
-                   tls=Credentials.load(tls) if tls else None)
+        cfg = cls(role=role, index=_ordinal(env, role), spec=load_spec(path), spec_path=Path(path),
+                  worker_addresses=[], acker_addresses=[], bind_host=env.get(contract.BIND_HOST, "0.0.0.0"),
+                  grpc_port=_int(env, contract.GRPC_PORT_VAR) or contract.GRPC_PORT,
+                  metrics_port=_int(env, contract.METRICS_PORT_VAR) or contract.METRICS_PORT,
+                  final_metrics_file=Path(final) if final else None,
+                  tls=Credentials.load(tls) if tls else None, namespace=env.get(contract.NAMESPACE, "default"),
+                  peers=tuple((r, env.get(contract.peers_var(r)) or contract.peer_template(r)) for r in contract.ROLES))
+        running = cfg.running(cfg.spec)
+        if running is None:
+            raise ConfigError(f"{role} index {cfg.index} is out of range: the topology has "
+                              f"{process_count(cfg.spec, role)} {role}(s)")
+        return running
+
+    def running(self, spec: TopologySpec) -> ProcessConfig | None:
+        """This process's configuration for ``spec``, or None if ``spec`` has no place for it (fewer
+        processes of its role): what a switch to another spec (a rebalance) starts from."""
+        if self.index >= process_count(spec, self.role):
+            return None
+        peers = dict(self.peers)
+        addresses = {r: peer_addresses(peers[r], process_count(spec, r), topology=spec.name, namespace=self.namespace,
+                                       var=contract.peers_var(r)) for r in contract.ROLES}
+        return replace(self, spec=spec, worker_addresses=addresses[WORKER], acker_addresses=addresses[ACKER])
 
     @property
     def name(self) -> str:
         return contract.process_name(self.role, self.index)
 
 
+def process_count(spec: TopologySpec, role: str) -> int:
+    """How many processes of ``role`` ``spec`` runs."""
+    return spec.workers if role == WORKER else spec.num_ackers
+
+
 class Process:
-    """Builds the runtime, transport and metrics of one process, and runs it until SIGTERM."""
+    """Builds the runtime, transport and metrics of one process, and runs it until SIGTERM, or until a
+    rebalance switches it to another spec (:attr:`switch_to`: :func:`main` then builds the next one)."""
 
     def __init__(self, cfg: ProcessConfig) -> None:
         self.cfg = cfg
+        self.plan = cfg.spec.fingerprint()
         plan = Plan(cfg.spec)
         wiring = assign(plan.layout).wiring(cfg.role, cfg.index)
         addresses = {contract.process_name(WORKER, i): a for i, a in enumerate(cfg.worker_addresses)}
@@ -140,11 +159,11 @@ class Process:
         decoder = Decoder(plan, bolt_tasks=wiring.bolt_tasks, spout_tasks=wiring.spout_tasks,
                           acker_tasks=frozenset(wiring.acker_tasks), max_frame=cfg.spec.transfer.max_frame_bytes)
         t = cfg.spec.transfer
-        self.transport = Transport(name=cfg.name, plan=cfg.spec.fingerprint(), owner=wiring.owner,
+        self.transport = Transport(name=cfg.name, plan=self.plan, owner=wiring.owner,
                                    ackers=wiring.ackers, addresses=addresses, senders=wiring.senders,
                                    decoder=decoder, bind=f"{cfg.bind_host}:{cfg.grpc_port}",
                                    batch_size=t.batch_size, flush_interval=t.flush_interval_ms / 1000,
-                                   max_frame=t.max_frame_bytes, queue_frames=8, tls=cfg.tls)
+                                   max_frame=t.max_frame_bytes, queue_frames=8, tls=cfg.tls, control=self.control)
         self.runtime = Runtime(plan, executors=wiring.executors, acker_tasks=wiring.acker_tasks,
                                remote=self.transport)
         registry = self.registry = process_registry()
@@ -152,8 +171,13 @@ class Process:
         self.metrics = MetricsServer(registry=registry, host=cfg.bind_host, port=cfg.metrics_port,
                                      healthy=self.healthy, ready=self.ready, errors=self.recent_errors,
                                      latency=self.latency)
+        self.started = False  # spouts opened and bolts prepared
         self.activated = False
         self.suspended = cfg.spec.suspended
+        self.held = False  # spouts deactivated by a rebalance, until it activates or switches us
+        self.member = True  # False: a rebalance's new spec has no place for this process
+        self.switch_to: ProcessConfig | None = None  # set by a rebalance: run this next
+        self.terminated = False  # SIGTERM: drain and exit, whatever a rebalance says
         self._waiting_logged = float("-inf")
         self.draining_since: float | None = None
         self._spec_mtime = self._mtime()
@@ -168,12 +192,15 @@ class Process:
                 for e in self.runtime.errors.recent()]
 
     def healthy(self) -> bool:
-        return self.runtime.clock() - self.runtime.heartbeat < HEALTHY_WITHIN
+        """Started (spouts opened, bolts prepared: until then the startupProbe waits) and the scheduler
+        loop ran lately (``GET /healthz``)."""
+        return self.started and self.runtime.clock() - self.runtime.heartbeat < HEALTHY_WITHIN
 
     def ready(self) -> bool:
         """Processing: streams to and from every peer are up and the spouts are active (or the topology
-        is suspended); not while waiting for peers, and not while draining (``GET /readyz``)."""
-        return (self.healthy() and self.activated and self.draining_since is None
+        is suspended); not while waiting for peers, not during a rebalance, and not while draining
+        (``GET /readyz``)."""
+        return (self.healthy() and self.activated and not self.held and self.draining_since is None
                 and self.transport.all_connected())
 
     def _pending(self) -> int:
@@ -184,6 +211,9 @@ class Process:
             return self.cfg.spec_path.stat().st_mtime
         except OSError:
             return 0.0
+
+    def _spouts_on(self) -> bool:
+        return not (self.suspended or self.held)
 
     def _check(self) -> None:
         """On the loop, every 50 ms: activate spouts once every peer is reachable."""
@@ -199,29 +229,126 @@ class Process:
             log.info("%s: all peers connected%s", self.cfg.name, "; activating spouts" if self.runtime.spouts else "")
             if self.suspended:
                 log.info("%s: the topology is suspended; spouts stay inactive", self.cfg.name)
-            self.runtime.set_active(not self.suspended)
+            self.runtime.set_active(self._spouts_on())
 
-    def _watch_suspended(self) -> None:
-        """Every second: follow ``suspended`` in the spec file (a mounted ConfigMap in Kubernetes).
+    def _set_spouts(self) -> None:
+        if self.activated and self.draining_since is None:
+            self.runtime.set_active(self._spouts_on())
 
-        Suspending must not restart pods, so it is read live; every other change to the spec is
-        applied by restarting the processes.
+    def _watch_spec(self) -> None:
+        """Every second: follow the spec file (a mounted ConfigMap, which Kubernetes updates in place).
+
+        ``suspended`` is followed live. Any other change is a rebalance's, which the operator carries
+        out with :mod:`squall.process.control`; but a process that cannot reach every peer of its plan
+        switches to the file's spec if that is another: a pod restarted during a rebalance, before its
+        mount caught up with it, joins the others as soon as it has.
         """
         mtime = self._mtime()
-        if mtime == self._spec_mtime:
+        stuck = self.started and not self.transport.all_connected() and self.draining_since is None
+        if mtime == self._spec_mtime and not stuck:
             return
         self._spec_mtime = mtime
         try:
-            suspended = load_spec(self.cfg.spec_path).suspended
+            spec = load_spec(self.cfg.spec_path)
         except SquallError as exc:
             log.warning("%s: ignoring an unreadable spec update: %s", self.cfg.name, exc)
             return
-        if suspended != self.suspended:
-            self.suspended = suspended
-            log.info("%s: topology %s", self.cfg.name, "suspended: deactivating spouts" if suspended
+        if spec.suspended != self.suspended:
+            self.suspended = spec.suspended
+            log.info("%s: topology %s", self.cfg.name, "suspended: deactivating spouts" if spec.suspended
                      else "resumed: activating spouts")
-            if self.activated and self.draining_since is None:
-                self.runtime.set_active(not suspended)
+            self._set_spouts()
+        if stuck and spec.fingerprint() != self.plan and self.member:
+            try:
+                self._switch(spec, why="its peers run the spec file's plan")
+            except CommandError as exc:
+                log.warning("%s: cannot switch to the spec file's plan: %s", self.cfg.name, exc)
+
+    # -- a rebalance's commands (squall.process.control) -----------------------------------------
+
+    def control(self, request: ControlRequest) -> ProcessState:
+        """Carry out a rebalance's command on the scheduler loop (called on a gRPC server thread)."""
+        spec = None
+        if request.command == ControlRequest.SWITCH:
+            try:
+                spec = TopologySpec.from_dict(json.loads(request.spec), source="the spec to switch to")
+            except (ValueError, SquallError) as exc:
+                raise CommandError(str(exc)) from None
+        done = threading.Event()
+        state: list[ProcessState] = []
+        errors: list[CommandError] = []
+
+        def command() -> None:
+            try:
+                state.append(self._command(request.command, spec))
+            except CommandError as exc:
+                errors.append(exc)
+            finally:
+                done.set()
+
+        self.runtime.post(command)
+        if not done.wait(COMMAND_WAIT):
+            raise CommandError(f"{self.cfg.name}: its scheduler loop did not take the command within "
+                               f"{COMMAND_WAIT:g} s (starting, or stopping)")
+        if errors:
+            raise errors[0]
+        return state[0]
+
+    def _command(self, command: int, spec: TopologySpec | None) -> ProcessState:
+        if command == ControlRequest.DEACTIVATE and not self.held:
+            log.info("%s: rebalance: deactivating spouts (%d tree(s) pending here)", self.cfg.name,
+                     self.runtime.pending_trees())
+            self.held = True
+            self.runtime.set_active(False)
+        elif command == ControlRequest.ACTIVATE and self.held and self.member:
+            log.info("%s: rebalance: activating spouts again", self.cfg.name)
+            self.held = False
+            self._set_spouts()
+        elif command == ControlRequest.SWITCH:
+            assert spec is not None
+            self._switch(spec, why="rebalance")
+        return self._state()
+
+    def _switch(self, spec: TopologySpec, *, why: str) -> None:
+        """Leave the loop to run ``spec`` next (:func:`main` builds it); a spec with no place for this
+        process holds its spouts until it is removed; the same plan only lets the spouts go again."""
+        if spec.name != self.cfg.spec.name:
+            raise CommandError(f"the spec to switch to is topology {spec.name!r}; this process runs "
+                               f"{self.cfg.spec.name!r}")
+        if spec.fingerprint() == self.plan:
+            self.held = False
+            self._set_spouts()
+            return
+        try:
+            cfg = self.cfg.running(spec)
+            if cfg is not None:
+                Plan(cfg.spec)  # imports its classes: refuse a spec that cannot run before leaving this one
+        except SquallError as exc:
+            raise CommandError(f"{self.cfg.name} cannot run the spec to switch to: {exc}") from None
+        self.held = True
+        self.runtime.set_active(False)
+        if cfg is None:
+            log.info("%s: %s: the new spec has no %s %d; spouts stay inactive until this process is removed",
+                     self.cfg.name, why, self.cfg.role, self.cfg.index)
+            self.member = False
+            return
+        log.info("%s: %s: switching from plan %s to plan %s (%d tree(s) pending here are dropped)", self.cfg.name,
+                 why, self.plan, spec.fingerprint(), self.runtime.pending_trees())
+        self.switch_to = cfg
+        self.runtime.request_stop()
+
+    def _state(self) -> ProcessState:
+        rt = self.runtime
+        return ProcessState(plan=self.plan, active=any(s.active for s in rt.spouts), held=self.held,
+                            connected=self.transport.all_connected(), pending=rt.pending_trees(),
+                            in_flight=rt.queued() + rt.held() + self.transport.unsent(), member=self.member)
+
+    # -- stopping ----------------------------------------------------------------------------
+
+    def terminate(self) -> None:
+        """SIGTERM (any thread): drain and exit, even if a rebalance is switching this process."""
+        self.terminated = True
+        self.runtime.post(self._drain)
 
     def _drain(self) -> None:
         if self.draining_since is None:
@@ -246,13 +373,13 @@ class Process:
         rt = self.runtime
         self.metrics.start()
         rt.every(0.05, self._check)
-        rt.every(1.0, self._watch_suspended)
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, lambda *_: rt.post(self._drain))
-        log.info("%s of topology %r: grpc :%d, metrics :%d, tasks %s", self.cfg.name, self.cfg.spec.name,
-                 self.cfg.grpc_port, self.metrics.port, sorted(rt.stats) or sorted(a.task_ids[0] for a in rt.ackers))
+        rt.every(1.0, self._watch_spec)
+        log.info("%s of topology %r: grpc :%d, metrics :%d, plan %s, tasks %s", self.cfg.name, self.cfg.spec.name,
+                 self.cfg.grpc_port, self.metrics.port, self.plan,
+                 sorted(rt.stats) or sorted(a.task_ids[0] for a in rt.ackers))
         try:
             rt.start(active=False)  # opens spouts and prepares bolts: user code that may raise
+            self.started = True
             tune_gc()
             rt.run(self._done)
         finally:
@@ -263,7 +390,8 @@ class Process:
             if self.cfg.final_metrics_file:  # squall run reads what each process counted up to its exit
                 self.cfg.final_metrics_file.write_bytes(generate_latest(self.registry))
                 latency_path(self.cfg.final_metrics_file).write_text(json.dumps(self.latency()))
-        log.info("%s stopped (%d tree(s) still pending)", self.cfg.name, left)
+        log.info("%s stopped (%d tree(s) still pending)%s", self.cfg.name, left,
+                 "; starting its new plan" if self.switch_to and not self.terminated else "")
         return 0
 
 
@@ -281,4 +409,20 @@ def tune_gc() -> None:
 
 
 def main(role: str) -> int:
-    return Process(ProcessConfig.from_env(role)).run()
+    """Run the process ``role`` of the pod contract, through every switch a rebalance asks for."""
+    cfg: ProcessConfig | None = ProcessConfig.from_env(role)
+    current: list[Process] = []
+
+    def on_signal(signum: int, _: object) -> None:
+        if not current:
+            raise SystemExit(128 + signum)  # nothing started yet: nothing to drain
+        current[-1].terminate()
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, on_signal)
+    while cfg is not None:
+        current.append(Process(cfg))
+        current[-1].run()
+        cfg = None if current[-1].terminated else current[-1].switch_to
+        current[:-1] = []  # only the latest is kept (and signalled)
+    return 0

@@ -14,10 +14,13 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import yaml
+
 from squall.errors import SquallError
 from squall.metrics.scrape import Totals, fetch, latency_path, parse, parse_latency
 from squall.process import contract
 from squall.process.contract import ACKER, WORKER
+from squall.process.control import ControlClient, drained
 from squall.topology.spec import TopologySpec
 from squall.transport.tls import issue
 
@@ -39,6 +42,17 @@ def free_ports(n: int) -> list[int]:
     finally:
         for s in socks:
             s.close()
+
+
+@dataclass(frozen=True)
+class Rebalanced:
+    """How a :meth:`Supervisor.rebalance` drained: whether every tree finished in time, how long it took,
+    and how many trees were still pending when it switched."""
+
+    drained: bool
+    seconds: float
+    pending: int  # trees pending when the spouts were deactivated
+    left: int  # trees still pending when it switched (0 when drained)
 
 
 @dataclass
@@ -64,17 +78,21 @@ class Supervisor:
     """Starts and watches the processes of one topology on this machine."""
 
     def __init__(self, *, spec_path: str | Path, spec: TopologySpec, run_dir: str | Path,
-                 env: dict[str, str] | None = None, insecure: bool = False) -> None:
+                 env: dict[str, str] | None = None, insecure: bool = False, room: int = 0) -> None:
         """``insecure``: plaintext gRPC on loopback; else the processes use mutual TLS with a CA issued
-        for this run (as the operator does for pods), so no other local program can join or feed them."""
+        for this run (as the operator does for pods), so no other local program can join or feed them.
+        ``room``: how many processes of each role a :meth:`rebalance` may grow to (their ports are
+        reserved now; at least the spec's own counts)."""
         self.spec_path = Path(spec_path).resolve()
         self.spec = spec
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        roles = [(WORKER, i) for i in range(spec.workers)] + [(ACKER, j) for j in range(spec.num_ackers)]
+        counts = {WORKER: max(room, spec.workers), ACKER: max(room, spec.num_ackers)}
+        roles = [(role, i) for role in contract.ROLES for i in range(counts[role])]
         ports = free_ports(2 * len(roles))
-        self.children = [Child(role, i, ports[2 * k], ports[2 * k + 1], self.run_dir / f"{role}-{i}.log")
-                         for k, (role, i) in enumerate(roles)]
+        self.slots = [Child(role, i, ports[2 * k], ports[2 * k + 1], self.run_dir / f"{role}-{i}.log")
+                      for k, (role, i) in enumerate(roles)]
+        self.children = self._members(spec)
         env = env or {}
         pythonpath = os.pathsep.join(p for p in [os.getcwd(), env.get("PYTHONPATH", ""),
                                                  os.environ.get("PYTHONPATH", "")] if p)
@@ -83,13 +101,21 @@ class Supervisor:
             "PYTHONPATH": pythonpath,
             contract.TOPOLOGY: str(self.spec_path),
             contract.BIND_HOST: "127.0.0.1",
-            **{contract.peers_var(role): ",".join(f"127.0.0.1:{c.grpc_port}" for c in self.children if c.role == role)
+            **{contract.peers_var(role): ",".join(f"127.0.0.1:{c.grpc_port}" for c in self.slots if c.role == role)
                for role in contract.ROLES},
         }
-        if not insecure:
-            tls = issue(spec.name).write(self.run_dir / "tls")
-            self.env[contract.TLS_DIR] = str(tls)
+        self.tls = None if insecure else issue(spec.name)
+        if self.tls is not None:
+            self.env[contract.TLS_DIR] = str(self.tls.write(self.run_dir / "tls"))
         self.stopping = False
+
+    def _members(self, spec: TopologySpec) -> list[Child]:
+        counts = {WORKER: spec.workers, ACKER: spec.num_ackers}
+        wanted = [c for c in self.slots if c.index < counts[c.role]]
+        if len(wanted) < sum(counts.values()):
+            raise SquallError(f"this run has room for {len(self.slots) // 2} process(es) of each role, not "
+                              f"{spec.workers} worker(s) and {spec.num_ackers} acker(s): start it with more room")
+        return wanted
 
     def _spawn(self, child: Child) -> None:
         env = {**self.env, contract.index_var(child.role): str(child.index),
@@ -101,13 +127,60 @@ class Supervisor:
                                           stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
 
     def start(self) -> None:
-        # where `squall top` finds the processes' metrics
+        self._list_processes()
+        for child in self.children:
+            self._launch(child)
+
+    def _list_processes(self) -> None:
+        """Where `squall top` finds the processes' metrics."""
         (self.run_dir / PROCESSES_FILE).write_text(json.dumps(
             {c.name: f"http://127.0.0.1:{c.metrics_port}/metrics" for c in self.children}, indent=1) + "\n")
-        for child in self.children:
-            self._final_path(child).unlink(missing_ok=True)
-            latency_path(self._final_path(child)).unlink(missing_ok=True)
-            self._spawn(child)
+
+    def _launch(self, child: Child) -> None:
+        self._final_path(child).unlink(missing_ok=True)
+        latency_path(self._final_path(child)).unlink(missing_ok=True)
+        self._spawn(child)
+
+    def control(self, child: Child) -> ControlClient:
+        """A client for ``child``'s rebalance commands (over its gRPC port, with this run's certificate)."""
+        return ControlClient(f"127.0.0.1:{child.grpc_port}", tls=self.tls)
+
+    def rebalance(self, spec: TopologySpec, *, timeout: float | None = None) -> Rebalanced:
+        """Move the running processes to ``spec`` as the operator moves pods (Storm's ``rebalance -w``):
+        deactivate every spout, wait until no tree is in flight (at most ``timeout``, by default the
+        message timeout), write ``spec`` to the spec file, start the processes it adds, stop those it
+        removes, and switch the others to it; they activate once connected under the new plan."""
+        timeout = self.spec.message_timeout_seconds if timeout is None else timeout
+        members = self._members(spec)
+        began = time.monotonic()
+        clients = {c.name: self.control(c) for c in self.children}
+        try:
+            pending = sum(client.deactivate().pending for client in clients.values())
+            while not (done := drained(states := [c.status() for c in clients.values()])) and \
+                    time.monotonic() - began < timeout:
+                time.sleep(0.05)  # polling other processes' state: there is no event to wait on
+            left = sum(s.pending for s in states)
+            drain_seconds = time.monotonic() - began
+            self.spec_path.write_text(yaml.safe_dump(spec.to_dict(), sort_keys=False))
+            self.spec = spec
+            kept, self.children = self.children, members
+            for child in kept:
+                if child not in self.children:  # removed: it drains (nothing is pending) and exits
+                    child.proc.send_signal(signal.SIGTERM)
+            for child in self.children:
+                if child in kept:
+                    clients[child.name].switch(spec)
+                else:
+                    self._launch(child)
+            self._list_processes()
+        finally:
+            for client in clients.values():
+                client.close()
+        return Rebalanced(drained=done, seconds=drain_seconds, pending=pending, left=left)
+
+    def _started(self) -> list[Child]:
+        """Every process started so far, including those a rebalance removed (they may still drain)."""
+        return [c for c in self.slots if c.proc is not None]
 
     def child(self, name: str) -> Child:
         return next(c for c in self.children if c.name == name)
@@ -140,7 +213,7 @@ class Supervisor:
     def scrape(self) -> Totals:
         """Totals over every process, including what processes that were restarted had counted."""
         total = Totals()
-        for child in self.children:
+        for child in self._started():
             try:
                 last = parse(fetch(f"http://127.0.0.1:{child.metrics_port}/metrics"))
                 last.recorded = parse_latency(fetch(f"http://127.0.0.1:{child.metrics_port}/latency"))
@@ -157,7 +230,7 @@ class Supervisor:
     def final_totals(self) -> Totals:
         """After :meth:`stop`: totals from the metrics each process wrote as it exited."""
         total = Totals()
-        for child in self.children:
+        for child in self._started():
             path = self._final_path(child)
             total.add(child.carried)
             if path.exists():
@@ -182,14 +255,12 @@ class Supervisor:
         """SIGTERM every process (they drain), wait, SIGKILL stragglers. Returns exit codes."""
         self.stopping = True
         timeout = self.spec.message_timeout_seconds + 10 if timeout is None else timeout
-        for child in self.children:
-            if child.proc and child.proc.poll() is None:
+        for child in self._started():
+            if child.proc.poll() is None:
                 child.proc.send_signal(signal.SIGTERM)
         deadline = time.monotonic() + timeout
         codes: dict[str, int | None] = {}
-        for child in self.children:
-            if child.proc is None:
-                continue
+        for child in self._started():
             try:
                 codes[child.name] = child.proc.wait(timeout=max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:

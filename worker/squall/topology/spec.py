@@ -243,6 +243,11 @@ class TopologySpec(_Model):
     disruption_budget: DisruptionBudget | None = Field(default_factory=DisruptionBudget, description=(
         "a PodDisruptionBudget per role; null: none"))
     suspended: bool = Field(default=False, description="true: spouts deactivated, pods kept")
+    upgrade_strategy: Literal["Drain", "Recreate"] = Field(default="Drain", description=(
+        "how a spec change reaches running pods. Drain (Storm's rebalance -w): spouts deactivated, trees in "
+        "flight finished (at most messageTimeoutSeconds), then every kept pod switched to the new spec in place, "
+        "pods added or removed, and pods replaced only if their template changed. Recreate: every pod "
+        "of the old spec replaced at once, without draining (trees in flight are replayed)"))
     startup_timeout_seconds: int = Field(default=300, ge=10, le=86400, description=(
         "how long a pod may take to start (imports, prepare() loading a model) before Kubernetes restarts it: "
         "the startupProbe's budget; liveness is checked only after it"))
@@ -252,9 +257,13 @@ class TopologySpec(_Model):
     # classes defined in a test function) runs in-process without importing them by name.
     _classes: dict[str, type] = PrivateAttr(default_factory=dict)
 
-    #: Fields that running processes follow live from the mounted spec (no restart); a change to any
-    #: other field changes the :meth:`fingerprint`.
+    #: Fields that running processes follow live from the mounted spec (no restart).
     LIVE_FIELDS: ClassVar[frozenset[str]] = frozenset({"suspended"})
+    #: Fields of how the operator builds and replaces pods, which processes never read: a change replaces
+    #: pods (their template changes) but not the plan they agree on.
+    POD_FIELDS: ClassVar[frozenset[str]] = frozenset({
+        "image", "image_pull_policy", "resources", "pod_template", "disruption_budget", "startup_timeout_seconds",
+        "upgrade_strategy"})
 
     @property
     def num_ackers(self) -> int:
@@ -262,14 +271,14 @@ class TopologySpec(_Model):
 
     def fingerprint(self) -> str:
         """A short hash of everything the processes of a topology must agree on: the spec with its
-        worker and acker counts resolved, less the :attr:`LIVE_FIELDS`.
+        worker and acker counts resolved, less the :attr:`LIVE_FIELDS` and :attr:`POD_FIELDS`.
 
-        The operator annotates the pod template with it (a change rolls the pods) and reports it as
-        ``status.specHash``; processes refuse streams from peers with another fingerprint, so old and
-        new pods of a rolling update never exchange tuples routed by different assignments.
+        The operator reports it as ``status.specHash`` and moves pods to a new one with a rebalance;
+        processes refuse streams from peers with another fingerprint, so processes of two plans never
+        exchange tuples routed by different assignments.
         """
-        doc = {key: value for key, value in self.to_dict().items()
-               if key not in {type(self).model_fields[f].alias or f for f in self.LIVE_FIELDS}}
+        left_out = {type(self).model_fields[f].alias or f for f in self.LIVE_FIELDS | self.POD_FIELDS}
+        doc = {key: value for key, value in self.to_dict().items() if key not in left_out}
         doc["ackers"] = self.num_ackers
         return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:16]
 

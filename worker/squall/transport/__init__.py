@@ -10,6 +10,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from squall.proto.squall_pb2 import ControlRequest, ProcessState
 from squall.transport.codec import Decoder, encode_acker, encode_tuples, encode_verdicts, lost_trees
 from squall.transport.ingress import Ingress
 from squall.transport.links import CONTROL, DATA, PeerLink
@@ -25,12 +26,14 @@ class Transport:
 
     ``owner`` maps every task not in this process onto its process name, ``ackers`` names the acker
     processes among them; ``addresses`` maps process names onto ``host:port``. ``plan`` is the spec's
-    fingerprint: streams are refused between processes of different plans.
+    fingerprint: streams are refused between processes of different plans. ``control`` answers a
+    rebalance's commands (:mod:`squall.process.control`), whatever the plan of who sends them.
     """
 
     def __init__(self, *, name: str, plan: str, owner: dict[int, str], ackers: frozenset[str],
                  addresses: dict[str, str], senders: frozenset[str], decoder: Decoder, bind: str, batch_size: int,
                  flush_interval: float, max_frame: int, queue_frames: int, tls: Credentials | None = None,
+                 control: Callable[[ControlRequest], ProcessState] | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.name = name
         self.plan = plan
@@ -55,7 +58,7 @@ class Transport:
         self._ackers = ackers
         self.ingress: Ingress | None = None
         self.receiver: Receiver | None = None
-        self._decoder, self._bind, self._max_frame, self._tls = decoder, bind, max_frame, tls
+        self._decoder, self._bind, self._max_frame, self._tls, self._control = decoder, bind, max_frame, tls, control
         self._streams = 2 * len(peers) + 2
 
     def wake(self) -> None:
@@ -73,7 +76,8 @@ class Transport:
         self._wake = wake
         self.ingress = Ingress(try_deliver=try_deliver, wake=wake, frames=frames)
         self.receiver = Receiver(decoder=self._decoder, ingress=self.ingress, bind=self._bind, plan=self.plan,
-                                 max_frame=self._max_frame, streams=self._streams, tls=self._tls)
+                                 max_frame=self._max_frame, streams=self._streams, tls=self._tls,
+                                 control=self._control)
         self.receiver.start()
         for link in self.links.values():
             link.start()

@@ -1,14 +1,17 @@
-"""The receiving side: a gRPC server whose ``Transfer`` streams feed the ingress."""
+"""The receiving side: a gRPC server whose ``Transfer`` streams feed the ingress, and which answers the
+``Control`` commands of a rebalance (:mod:`squall.process.control`)."""
 
 from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from concurrent import futures
 
 import grpc
 
-from squall.proto.squall_pb2 import TransferSummary
+from squall.errors import CommandError
+from squall.proto.squall_pb2 import ControlRequest, ProcessState, TransferSummary
 from squall.transport.codec import Decoder, FrameError
 from squall.transport.ingress import Ingress
 from squall.transport.links import CONTROL, DATA, PLAN_KEY, server_options
@@ -28,7 +31,8 @@ class ReceiveStats:
 
 class Receiver:
     def __init__(self, *, decoder: Decoder, ingress: Ingress, bind: str, plan: str, max_frame: int,
-                 streams: int, tls: Credentials | None = None) -> None:
+                 streams: int, tls: Credentials | None = None,
+                 control: Callable[[ControlRequest], ProcessState] | None = None) -> None:
         self.decoder = decoder
         self.plan = plan
         self.ingress = ingress
@@ -41,8 +45,13 @@ class Receiver:
                                   options=server_options(max_frame), maximum_concurrent_rpcs=streams + 4)
         handler = grpc.stream_unary_rpc_method_handler(self._transfer, request_deserializer=None,
                                                         response_serializer=TransferSummary.SerializeToString)
-        self.server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(
-            "squall.v1.Squall", {"Transfer": handler}),))
+        handlers = {"Transfer": handler}
+        if control is not None:
+            self._control = control
+            handlers["Control"] = grpc.unary_unary_rpc_method_handler(
+                self._command, request_deserializer=ControlRequest.FromString,
+                response_serializer=ProcessState.SerializeToString)
+        self.server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler("squall.v1.Squall", handlers),))
         # With TLS, a client without a certificate of this topology fails the handshake: it never
         # reaches _transfer, let alone the decoder.
         self.port = self.server.add_secure_port(bind, tls.server()) if tls else self.server.add_insecure_port(bind)
@@ -76,6 +85,12 @@ class Receiver:
         finally:
             with self._lock:
                 self.open_streams.discard(key)
+
+    def _command(self, request: ControlRequest, context: grpc.ServicerContext) -> ProcessState:
+        try:
+            return self._control(request)
+        except CommandError as exc:  # refused, with the reason: the process goes on as it was
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
 
     def _serve(self, frames, context: grpc.ServicerContext, key: tuple[str, str]) -> TransferSummary:
         sender, lane = key

@@ -1,0 +1,133 @@
+"""A spec change carried out as Storm's ``rebalance -w``: deactivate, drain, switch, activate.
+
+:func:`decide` is pure: from the pods (the template each was made from, and what its process says of
+itself over :mod:`squall.process.control`) and the rebalance in progress (``status.rebalance``), it
+says what to do now; the operator does it and comes back a moment later, until no pod is outdated.
+
+A pod is outdated when it was made from another template (image, resources, podTemplate... changed:
+it must be replaced), when its process runs another plan (it can switch in place), or when the new
+spec has no place for it (fewer pods: its StatefulSet removes it when scaled down).
+
+``upgradeStrategy: Drain`` (the default):
+
+1. **Draining.** Every process deactivates its spouts; the operator waits until no tree is in flight
+   anywhere, at most ``messageTimeoutSeconds``. Nothing new is applied meanwhile.
+2. **Switching.** The new children are applied (the spec's ConfigMap, the StatefulSets' replicas and
+   templates); pods whose template changed are deleted (their StatefulSet makes them again at once),
+   the others switch to the new spec in place; pods beyond the new counts go with the scale-down.
+   Each process activates its spouts once connected to every peer of the new plan.
+
+``upgradeStrategy: Recreate``: no drain; every outdated pod is deleted at once and made again.
+
+A pod that does not answer the operator (starting, or its gRPC port unreachable) is not waited for: a
+process that cannot reach its peers under its plan switches to its spec file's by itself
+(:mod:`squall.process.pod`), and Kubernetes updates that file from the ConfigMap.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from squall.process.contract import ACKER, WORKER
+from squall.process.control import ProcessState
+from squall.topology.spec import TopologySpec
+
+DRAIN, RECREATE = "Drain", "Recreate"
+DRAINING, SWITCHING, REPLACING = "Draining", "Switching", "Replacing"
+TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
+
+
+@dataclass(frozen=True)
+class Pod:
+    """One worker or acker pod as the operator found it."""
+
+    name: str
+    role: str
+    ordinal: int
+    template: str | None  # the hash of the template it was made from
+    state: ProcessState | None = None  # what its process said; None: no answer (starting, stopping, unreachable)
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What to do now. ``rebalance`` is the new ``status.rebalance`` (None: none in progress)."""
+
+    rebalance: dict[str, Any] | None
+    apply: bool = True  # write the rendered children (not while draining: the old spec keeps running)
+    deactivate: tuple[str, ...] = ()  # pods whose spouts must stop
+    delete: tuple[str, ...] = ()  # pods to replace
+    switch: tuple[str, ...] = ()  # pods to switch to the new spec in place
+    activate: tuple[str, ...] = ()  # pods whose spouts may go again
+    again: bool = False  # come back soon: a step is under way
+    events: tuple[tuple[str, str, str], ...] = field(default=())  # (type, reason, message) to post
+
+
+def _parse(text: str) -> datetime:
+    return datetime.strptime(text, TIME_FORMAT).replace(tzinfo=UTC)
+
+
+def decide(*, spec: TopologySpec, templates: Mapping[str, str], pods: Sequence[Pod],
+           previous: Mapping[str, Any] | None, now: datetime) -> Decision:
+    """What to do about ``pods`` for ``spec`` (whose pod templates hash to ``templates``, by role), with
+    the rebalance ``previous`` in progress, at ``now``."""
+    target = spec.fingerprint()
+    wanted = {WORKER: spec.workers, ACKER: spec.num_ackers}
+
+    def surplus(pod: Pod) -> bool:
+        return pod.ordinal >= wanted[pod.role]
+
+    def new_template(pod: Pod) -> bool:
+        return pod.template != templates.get(pod.role)
+
+    def other_plan(pod: Pod) -> bool:
+        return pod.state is not None and pod.state.member and pod.state.plan != target
+
+    outdated = [p for p in pods if surplus(p) or new_template(p) or other_plan(p)]
+    current = dict(previous) if previous and previous.get("target") == target else None
+    # a rebalance under way is over when every pod of the new spec exists and none is outdated; one that
+    # does not answer (restarting its engine, starting, unreachable) follows the spec file by itself
+    if not outdated and (current is None or len(pods) >= sum(wanted.values())):
+        events = () if previous is None else (
+            ("Normal", "Rebalanced", f"the pods run plan {target}, "
+                                     f"{(now - _parse(previous['started'])).total_seconds():.0f} s after it began"),)
+        held = tuple(p.name for p in pods if p.state is not None and p.state.held and p.state.member)
+        return Decision(rebalance=None, activate=held, events=events)
+
+    events: list[tuple[str, str, str]] = []
+    if current is None:
+        step = REPLACING if spec.upgrade_strategy == RECREATE else DRAINING
+        current = {"target": target, "strategy": spec.upgrade_strategy, "step": step,
+                   "started": now.strftime(TIME_FORMAT)}
+        if step == DRAINING:
+            events.append(("Normal", DRAINING, f"moving {len(outdated)} outdated pod(s) to plan {target}: spouts "
+                           f"deactivated, waiting for the trees in flight (at most {spec.message_timeout_seconds} s)"))
+        else:
+            events.append(("Normal", REPLACING, f"replacing {len(outdated)} outdated pod(s) at once, without "
+                           "draining (upgradeStrategy Recreate)"))
+    waited = (now - _parse(current["started"])).total_seconds()
+
+    if current["step"] == REPLACING:
+        return Decision(rebalance=current, delete=tuple(p.name for p in outdated if not surplus(p)), again=True,
+                        events=tuple(events))
+
+    if current["step"] == DRAINING:
+        answering = [p for p in pods if p.state is not None]
+        drained = all(p.state.held and p.state.idle for p in answering if p.state is not None)
+        if not drained and waited < spec.message_timeout_seconds:
+            return Decision(rebalance=current, apply=False, again=True, events=tuple(events),
+                            deactivate=tuple(p.name for p in answering if p.state is not None and not p.state.held))
+        current = {**current, "step": SWITCHING}
+        if drained:
+            events.append(("Normal", "Drained", f"no tree in flight after {waited:.0f} s: switching to plan {target}"))
+        else:
+            pending = sum(p.state.pending for p in answering if p.state is not None)
+            events.append(("Warning", "DrainTimedOut", f"{pending} tree(s) still in flight after "
+                           f"{spec.message_timeout_seconds} s: switching anyway; they time out and their spouts "
+                           "replay them"))
+
+    replace = tuple(p.name for p in outdated if new_template(p) and not surplus(p))
+    switch = tuple(p.name for p in outdated if not new_template(p) and not surplus(p) and other_plan(p))
+    return Decision(rebalance=current, delete=replace, switch=switch, again=True, events=tuple(events))

@@ -1,0 +1,120 @@
+"""A spec change as Storm's ``rebalance -w``, decided step by step by a pure function of the pods (their
+template, and what their processes say) and the rebalance in progress."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from squall.process.control import ProcessState
+from squall.topology.spec import TopologySpec
+from squall_operator.rebalance import DRAINING, REPLACING, SWITCHING, TIME_FORMAT, Pod, decide
+
+BASE = {"name": "wc", "workers": 2, "messageTimeoutSeconds": 20, "spouts": [{"name": "s", "className": "m:S"}]}
+OLD, NEW = TopologySpec.from_dict(BASE), TopologySpec.from_dict({**BASE, "workers": 3})
+TEMPLATES = {"worker": "t1", "acker": "t1"}
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def state(plan: str, *, held: bool = False, pending: int = 0, in_flight: int = 0, member: bool = True,
+          active: bool | None = None) -> ProcessState:
+    return ProcessState(plan=plan, active=not held if active is None else active, held=held, connected=True,
+                        pending=pending, in_flight=in_flight, member=member)
+
+
+def pods(spec: TopologySpec, *, template: str = "t1", **kwargs) -> list[Pod]:
+    """The pods of ``spec``, each answering with its plan (``kwargs``: the state's other fields)."""
+    return [Pod(f"wc-{role}-{i}", role, i, template, state(spec.fingerprint(), **kwargs))
+            for role, n in (("worker", spec.workers), ("acker", spec.num_ackers)) for i in range(n)]
+
+
+def at(seconds: float) -> datetime:
+    return T0 + timedelta(seconds=seconds)
+
+
+def test_nothing_to_do_when_every_pod_runs_the_spec_and_its_template():
+    decision = decide(spec=OLD, templates=TEMPLATES, pods=pods(OLD), previous=None, now=T0)
+    assert decision.rebalance is None and decision.apply and not decision.again and not decision.events
+    # a fresh topology, no pod yet: apply
+    assert decide(spec=OLD, templates=TEMPLATES, pods=[], previous=None, now=T0).apply
+
+
+def test_a_rescale_drains_then_switches_the_kept_pods_in_place_and_ends_when_the_new_pods_run():
+    running = pods(OLD, pending=40)
+    first = decide(spec=NEW, templates=TEMPLATES, pods=running, previous=None, now=T0)
+    # step 1: every spout stops, nothing new is applied while the old spec's trees drain
+    assert first.rebalance["step"] == DRAINING and first.rebalance["target"] == NEW.fingerprint()
+    assert not first.apply and first.again and not first.delete and not first.switch
+    assert set(first.deactivate) == {p.name for p in running}
+    assert [e[1] for e in first.events] == [DRAINING]
+
+    held = pods(OLD, held=True, pending=3)
+    waiting = decide(spec=NEW, templates=TEMPLATES, pods=held, previous=first.rebalance, now=at(1))
+    assert waiting.rebalance["step"] == DRAINING and not waiting.apply and not waiting.deactivate
+    assert not waiting.events
+
+    # drained: the new children go out, the kept pods switch; nothing is deleted (same template)
+    drained = decide(spec=NEW, templates=TEMPLATES, pods=pods(OLD, held=True), previous=waiting.rebalance, now=at(2))
+    assert drained.rebalance["step"] == SWITCHING and drained.apply and drained.again
+    assert set(drained.switch) == {p.name for p in held} and not drained.delete
+    assert [e[:2] for e in drained.events] == [("Normal", "Drained")]
+
+    # the kept pods restart their engines (no answer), the new ones are not made yet: not over
+    silent = [Pod(p.name, p.role, p.ordinal, "t1") for p in held]
+    assert decide(spec=NEW, templates=TEMPLATES, pods=silent, previous=drained.rebalance, now=at(3)).again
+    done = decide(spec=NEW, templates=TEMPLATES, pods=pods(NEW), previous=drained.rebalance, now=at(9))
+    assert done.rebalance is None and not done.again and done.apply
+    assert [e[:2] for e in done.events] == [("Normal", "Rebalanced")] and "9 s" in done.events[0][2]
+
+
+def test_a_drain_that_does_not_finish_switches_after_the_message_timeout_with_a_warning():
+    first = decide(spec=NEW, templates=TEMPLATES, pods=pods(OLD, pending=5), previous=None, now=T0)
+    stuck = pods(OLD, held=True, pending=5)
+    assert not decide(spec=NEW, templates=TEMPLATES, pods=stuck, previous=first.rebalance, now=at(19)).apply
+    late = decide(spec=NEW, templates=TEMPLATES, pods=stuck, previous=first.rebalance, now=at(20))
+    assert late.apply and late.rebalance["step"] == SWITCHING
+    assert late.events[0][:2] == ("Warning", "DrainTimedOut") and "20 tree(s)" in late.events[0][2]
+
+
+def test_items_queued_anywhere_keep_the_drain_waiting():
+    first = decide(spec=NEW, templates=TEMPLATES, pods=pods(OLD), previous=None, now=T0)
+    busy = pods(OLD, held=True, in_flight=1)
+    assert not decide(spec=NEW, templates=TEMPLATES, pods=busy, previous=first.rebalance, now=at(1)).apply
+
+
+def test_a_new_template_replaces_pods_after_the_drain_and_a_scale_down_leaves_surplus_pods_to_the_statefulset():
+    smaller = TopologySpec.from_dict({**BASE, "workers": 1, "image": "squall:2"})  # ackers follow: 1
+    new_templates = {"worker": "t2", "acker": "t2"}
+    first = decide(spec=smaller, templates=new_templates, pods=pods(OLD), previous=None, now=T0)
+    assert first.rebalance["step"] == DRAINING
+    switched = decide(spec=smaller, templates=new_templates, pods=pods(OLD, held=True), previous=first.rebalance,
+                      now=at(1))
+    assert switched.apply and not switched.switch
+    assert set(switched.delete) == {"wc-worker-0", "wc-acker-0"}  # -1 of each: the scale-down removes them
+
+
+def test_recreate_replaces_every_outdated_pod_at_once_without_draining():
+    recreate = TopologySpec.from_dict({**BASE, "workers": 3, "upgradeStrategy": "Recreate"})
+    decision = decide(spec=recreate, templates=TEMPLATES, pods=pods(OLD, pending=50), previous=None, now=T0)
+    assert decision.rebalance["step"] == REPLACING and decision.apply and not decision.deactivate
+    assert set(decision.delete) == {p.name for p in pods(OLD)} and not decision.switch
+
+
+def test_an_abandoned_rebalance_lets_the_held_spouts_go_again():
+    """The spec went back to what the pods run while they were draining: nothing to move, spouts resume."""
+    first = decide(spec=NEW, templates=TEMPLATES, pods=pods(OLD), previous=None, now=T0)
+    back = decide(spec=OLD, templates=TEMPLATES, pods=pods(OLD, held=True), previous=first.rebalance, now=at(1))
+    assert back.rebalance is None and set(back.activate) == {p.name for p in pods(OLD)}
+
+
+def test_a_pod_without_the_template_hash_is_outdated():
+    old_pods = [Pod(p.name, p.role, p.ordinal, None, p.state) for p in pods(OLD)]
+    decision = decide(spec=OLD, templates=TEMPLATES, pods=old_pods, previous=None, now=T0)
+    assert decision.rebalance["step"] == DRAINING
+
+
+def test_the_rebalance_in_status_keeps_its_start():
+    first = decide(spec=NEW, templates=TEMPLATES, pods=pods(OLD), previous=None, now=T0)
+    assert first.rebalance["started"] == T0.strftime(TIME_FORMAT)
+    later = decide(spec=NEW, templates=TEMPLATES, pods=pods(OLD, held=True, pending=1), previous=first.rebalance,
+                   now=at(5))
+    assert later.rebalance["started"] == first.rebalance["started"]
