@@ -44,7 +44,7 @@ def plan() -> Plan:
 def decoder(plan: Plan) -> Decoder:
     bolts = frozenset(plan.component_tasks["upper"])
     return Decoder(plan, bolt_tasks=bolts, spout_tasks=frozenset(plan.component_tasks["words"]),
-                   acker_tasks=frozenset(plan.acker_tasks), max_frame=1 << 20)
+                   acker_tasks=frozenset(plan.acker_tasks))
 
 
 def test_tuples_round_trip_with_values_and_anchors(plan):

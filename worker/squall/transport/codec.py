@@ -70,14 +70,13 @@ class Decoder:
     """Turns frames into (task, item) pairs for this process's inboxes."""
 
     def __init__(self, plan: Plan, *, bolt_tasks: frozenset[int], spout_tasks: frozenset[int],
-                 acker_tasks: frozenset[int], max_frame: int) -> None:
+                 acker_tasks: frozenset[int]) -> None:
         self.plan = plan
         self.bolt_tasks = bolt_tasks
         self.spout_tasks = spout_tasks
         self.acker_task = min(acker_tasks) if acker_tasks else None
         # INITs may name any spout task of the topology: the acker sends that task its verdict
         self.all_spout_tasks = np.array(sorted(t for c in plan.spout_names for t in plan.component_tasks[c]), _I32)
-        self.max_frame = max_frame
         self._fields: dict[tuple[int, str], tuple[str, Fields]] = {}
 
     def decode(self, frame: bytes) -> list[tuple[int, Any]]:
