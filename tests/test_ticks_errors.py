@@ -4,10 +4,11 @@ the last few kept."""
 from __future__ import annotations
 
 import logging
+import re
 
 import pytest
 
-from engine_kit import RecordingSpout, one, run_until, run_until_quiet
+from engine_kit import HoldBolt, RecordingSpout, one, run_until, run_until_quiet
 from squall import Bolt, TopologyBuilder
 from squall.executor.reporting import ErrorLog, ErrorReporter
 from squall.testing import LocalCluster
@@ -193,3 +194,123 @@ def test_a_spout_whose_open_raises_and_a_bolt_whose_prepare_raises_are_reported_
         assert cluster.errors("model")[0].error == "RuntimeError: cannot load the model"
     # cleanup is for what prepare built: a bolt whose prepare raised is not cleaned up
     assert "RuntimeError: cleanup of a bolt that was never prepared" not in {e.error for e in cluster.errors("model")}
+
+
+# Every other callback of a spout or bolt: what it raises is reported (logged, counted, recorded up to
+# maxPerInterval) and the topology goes on. The throttle's window is an hour here, so how many errors
+# are recorded never depends on how fast the machine runs the test.
+NO_WINDOW = {"intervalSeconds": 3600}
+
+
+class RaisingVerdicts(RecordingSpout):
+    """Records each verdict, then raises from ``ack`` and ``fail``."""
+
+    def ack(self, msg_id):
+        super().ack(msg_id)
+        raise RuntimeError(f"ack {msg_id} raised")
+
+    def fail(self, msg_id):
+        super().fail(msg_id)
+        raise RuntimeError(f"fail {msg_id} raised")
+
+
+def test_a_spout_whose_ack_and_fail_raise_is_reported_throttled_and_goes_on_emitting(caplog):
+    builder = TopologyBuilder("raising-verdicts")
+    builder.set_spout("spout", RaisingVerdicts, config={"count": 20})
+    # 3 and 7 fail at the bolt; 5 is held and times out: fail is called from the rotation timer too
+    builder.set_bolt("sink", HoldBolt, config={"fail": [[3], [7]], "hold": [[5]]}).shuffle_grouping("spout")
+    spec = builder.build(message_timeout_seconds=1, error_reporting=NO_WINDOW)
+    with caplog.at_level(logging.ERROR, logger="squall.errors"), LocalCluster(spec) as cluster:
+        spout = one(cluster, "spout")
+        run_until_quiet(cluster, spout.settled)
+        assert sorted(spout.failed) == [3, 5, 7]
+        assert sorted(spout.acked) == [i for i in range(20) if i not in (3, 5, 7)]
+        counts = cluster.counts("spout")
+        assert (counts.errors, counts.timed_out, counts.failed, counts.pending) == (20, 1, 2, 0)
+        recorded = [e.error for e in cluster.errors("spout")]
+        assert len(recorded) == 5  # maxPerInterval
+        assert all(re.fullmatch(r"RuntimeError: (ack|fail) \d+ raised", e) for e in recorded)
+        logged = [r.getMessage() for r in caplog.records if r.name == "squall.errors"]
+        assert len(logged) == 20 and all("component spout" in m for m in logged)
+
+
+def test_with_no_ackers_a_spout_whose_ack_raises_at_emit_is_reported_and_goes_on():
+    builder = TopologyBuilder("raising-untracked-acks")
+    builder.set_spout("spout", RaisingVerdicts, config={"count": 8})
+    builder.set_bolt("sink", HoldBolt).shuffle_grouping("spout")
+    with LocalCluster(builder.build(ackers=0, error_reporting=NO_WINDOW)) as cluster:
+        spout = one(cluster, "spout")
+        run_until_quiet(cluster, spout.settled)
+        assert spout.acked == list(range(8))  # acked as emitted, each ack raising
+        assert cluster.counts("spout").errors == 8
+        assert [e.error for e in cluster.errors("spout")] == [f"RuntimeError: ack {i} raised" for i in range(5)]
+
+
+class RaisingSwitch(RecordingSpout):
+    """Counts its activations and deactivations, raising from each."""
+
+    def activate(self):
+        super().activate()
+        raise RuntimeError("activate raised")
+
+    def deactivate(self):
+        super().deactivate()
+        raise RuntimeError("deactivate raised")
+
+
+def test_a_spout_whose_activate_and_deactivate_raise_is_reported_and_still_switches():
+    builder = TopologyBuilder("raising-switch")
+    builder.set_spout("spout", RaisingSwitch, config={"count": 3})
+    builder.set_bolt("sink", HoldBolt).shuffle_grouping("spout")
+    with LocalCluster(builder.build(error_reporting=NO_WINDOW)) as cluster:
+        spout, [executor] = one(cluster, "spout"), cluster.runtime.spouts
+        run_until_quiet(cluster, spout.settled)  # the activation raised; the spout emits all the same
+        assert sorted(spout.acked) == [0, 1, 2]
+        cluster.deactivate()
+        assert not executor.active and spout.deactivations == 1
+        cluster.activate()
+        assert executor.active and spout.activations == 2
+        spout.to_emit += [3, 4]
+        run_until_quiet(cluster, spout.settled)
+        assert sorted(spout.acked) == [0, 1, 2, 3, 4]
+        assert [e.error for e in cluster.errors("spout")] == \
+            ["RuntimeError: activate raised", "RuntimeError: deactivate raised", "RuntimeError: activate raised"]
+
+
+class ClosingSpout(RecordingSpout):
+    """Records that it was closed; raises from ``close`` when ``conf["raise"]``."""
+
+    def close(self):
+        self.closed = True
+        if self.conf.get("raise"):
+            raise RuntimeError("close raised")
+
+
+class CleaningBolt(HoldBolt):
+    """Records that it was cleaned up; raises from ``cleanup`` when ``conf["raise"]``."""
+
+    def cleanup(self):
+        self.cleaned = True
+        if self.conf.get("raise"):
+            raise RuntimeError("cleanup raised")
+
+
+def test_a_spout_whose_close_and_a_prepared_bolt_whose_cleanup_raise_are_reported_and_the_rest_shut_down():
+    builder = TopologyBuilder("raising-shutdown")
+    # the raising ones first: what they raise must not keep the others from closing and cleaning up
+    builder.set_spout("bad-spout", ClosingSpout, config={"count": 5, "raise": True})
+    builder.set_spout("good-spout", ClosingSpout, config={"count": 5})
+    builder.set_bolt("bad-bolt", CleaningBolt, parallelism=2, config={"raise": True}).shuffle_grouping("bad-spout")
+    builder.set_bolt("good-bolt", CleaningBolt).shuffle_grouping("good-spout")
+    with LocalCluster(builder.build(error_reporting=NO_WINDOW)) as cluster:
+        spouts = [one(cluster, "bad-spout"), one(cluster, "good-spout")]
+        bolts = cluster.instances("bad-bolt") + cluster.instances("good-bolt")
+        run_until_quiet(cluster, lambda: all(s.settled() for s in spouts))
+        assert all(sorted(s.acked) == list(range(5)) for s in spouts)
+        assert cluster.errors() == []
+    assert all(s.closed for s in spouts) and all(b.cleaned for b in bolts)
+    assert [e.error for e in cluster.errors("bad-spout")] == ["RuntimeError: close raised"]
+    assert [(e.error, e.task) for e in cluster.errors("bad-bolt")] == \
+        [("RuntimeError: cleanup raised", task) for task in cluster.plan.component_tasks["bad-bolt"]]
+    assert cluster.errors("good-spout") == cluster.errors("good-bolt") == []
+    assert (cluster.counts("bad-spout").errors, cluster.counts("bad-bolt").errors) == (1, 2)

@@ -7,6 +7,7 @@ import time
 
 from engine_kit import HoldBolt, RecordingSpout, one, run_until, run_until_quiet
 from squall import Bolt, TopologyBuilder
+from squall.metrics.collector import RuntimeCollector
 from squall.testing import LocalCluster
 
 
@@ -185,3 +186,30 @@ def test_a_stall_never_shortens_a_message_timeout_on_a_driven_clock():
 
 def test_a_real_stall_never_shortens_a_message_timeout():
     _stalled_run(driven=False)
+
+
+def _expired_trees(cluster: LocalCluster) -> dict[str, float]:
+    """``squall_acker_expired_trees_total`` by acker task, as a scrape would read it."""
+    collector = RuntimeCollector(cluster.runtime, role="worker", index=0)
+    return {s.labels["task"]: s.value for family in collector.collect() for s in family.samples
+            if s.name == "squall_acker_expired_trees_total"}
+
+
+def test_an_acker_forgets_a_tree_on_the_third_rotation_and_the_metric_counts_it():
+    clock = DrivenClock()
+    builder = TopologyBuilder("expired")
+    builder.set_spout("spout", RecordingSpout, config={"msg_ids": ["lost"]})
+    builder.set_bolt("sink", HoldBolt, config={"hold": [["lost"]]}).shuffle_grouping("spout")
+    with LocalCluster(builder.build(message_timeout_seconds=30), clock=clock) as cluster:
+        [acker] = cluster.runtime.ackers
+        task = str(acker.task_ids[0])
+        run_until(cluster, lambda: acker.acker.pending == 1)  # the bolt holds the tuple: no ack ever comes
+        assert _expired_trees(cluster) == {task: 0}  # exported before anything expires
+        for _ in range(2):
+            clock.stall(30)
+            cluster.runtime.step()
+        assert one(cluster, "spout").failed == ["lost"]  # timed out at the spout on the second rotation
+        assert (acker.acker.pending, _expired_trees(cluster)) == (1, {task: 0})
+        clock.stall(30)
+        cluster.runtime.step()
+        assert (acker.acker.pending, _expired_trees(cluster)) == (0, {task: 1})

@@ -23,7 +23,7 @@ from squall.tuples import Fields, Tuple
 
 
 class Words(Spout):
-    outputs = ["word", "meta"]
+    outputs = {"default": ["word", "meta"], "counts": ["n"]}  # no bolt consumes "counts"
 
 
 class Upper(BasicBolt):
@@ -33,18 +33,24 @@ class Upper(BasicBolt):
         collector.emit([tup["word"].upper()])
 
 
+class Last(BasicBolt):
+    def execute(self, tup, collector):
+        pass
+
+
 @pytest.fixture
 def plan() -> Plan:
     builder = TopologyBuilder("wire")
     builder.set_spout("words", Words)
     builder.set_bolt("upper", Upper, parallelism=2).shuffle_grouping("words")
+    builder.set_bolt("last", Last).shuffle_grouping("upper")  # consumes upper only, never words
     return Plan(builder.build())
 
 
 def decoder(plan: Plan) -> Decoder:
-    bolts = frozenset(plan.component_tasks["upper"])
+    bolts = frozenset(plan.component_tasks["upper"] + plan.component_tasks["last"])
     return Decoder(plan, bolt_tasks=bolts, spout_tasks=frozenset(plan.component_tasks["words"]),
-                   acker_tasks=frozenset(plan.acker_tasks), max_frame=1 << 20)
+                   acker_tasks=frozenset(plan.acker_tasks))
 
 
 def test_tuples_round_trip_with_values_and_anchors(plan):
@@ -126,6 +132,25 @@ def test_malformed_frames_are_refused_with_a_reason(plan, case):
     frame = make(plan.component_tasks["upper"][0], plan.component_tasks["words"][0])
     with pytest.raises(FrameError, match=message):
         decoder(plan).decode(frame)
+
+
+def test_a_tuple_on_a_stream_its_bolt_does_not_subscribe_to_is_refused(plan):
+    words, upper, last = (plan.component_tasks[c][0] for c in ("words", "upper", "last"))
+    dec = decoder(plan)
+    with pytest.raises(FrameError, match=rf"tuple on words/default for task {last} of bolt 'last', which does "
+                                         r"not subscribe to it \(it consumes upper/default\)"):
+        dec.decode(_tuples([last, words, "default", ["w", None], []]))
+    with pytest.raises(FrameError, match=rf"tuple on words/counts for task {upper} of bolt 'upper', which does "
+                                         r"not subscribe to it \(it consumes words/default\)"):
+        dec.decode(_tuples([upper, words, "counts", [3], []]))  # a declared stream no bolt consumes
+    # A valid first row does not carry a bad second one, and the routes of the plan still decode.
+    with pytest.raises(FrameError, match="does not subscribe"):
+        dec.decode(_tuples([upper, words, "default", ["w", None], []], [last, words, "default", ["w", None], []]))
+    items = dec.decode(_tuples([last, upper, "default", ["W"], []], [upper, words, "default", ["w", None], []]))
+    assert [(task, t.source_component, t.source_stream) for task, t in items] == \
+        [(last, "upper", "default"), (upper, "words", "default")]
+    with pytest.raises(FrameError, match="does not subscribe"):  # still refused once its source's routes are known
+        dec.decode(_tuples([last, words, "default", ["w", None], []]))
 
 
 def test_generated_proto_code_is_current():
@@ -274,8 +299,55 @@ def test_structured_tuple_frames_decode_or_are_refused(plan, rows):
         items = decoder(plan).decode(Batch(tuples=msgpack.packb(rows)).SerializeToString())
     except FrameError:
         return
-    bolts = set(plan.component_tasks["upper"])
-    assert all(task in bolts and len(tup.values) == len(tup.fields) for task, tup in items)
+    consumes = subscriptions(plan)
+    assert all(len(tup.values) == len(tup.fields) and (tup.source_component, tup.source_stream)
+               in consumes.get(plan.task_component[task], ()) for task, tup in items)
+
+
+def subscriptions(plan: Plan) -> dict[str, set[tuple[str, str]]]:
+    """What each bolt consumes, read from the spec: (source component, stream) of its inputs."""
+    return {bolt.name: {(i.component, i.stream) for i in bolt.inputs} for bolt in plan.spec.bolts}
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_well_formed_tuples_decode_only_on_the_routes_of_the_plan(plan, data):
+    """Tuples of the right arity with valid anchors, between any tasks on any stream: each decodes exactly
+    when it goes to a bolt task of this worker whose bolt subscribes to its source's stream, whatever
+    the same decoder accepted or refused before; a frame decodes when all its tuples do."""
+    local = set(plan.component_tasks["upper"] + plan.component_tasks["last"])
+    consumes = subscriptions(plan)
+    tasks = [*plan.task_component, 999]
+    streams = sorted({s for outputs in plan.outputs.values() for s in outputs}) + ["nope"]
+
+    def arity(source: int, stream: str) -> int:
+        try:
+            return len(plan.stream_fields(plan.task_component[source], stream))
+        except KeyError:
+            return 1
+
+    row = st.tuples(st.sampled_from(tasks), st.sampled_from(tasks), st.sampled_from(streams)).map(
+        lambda r: [*r, [None] * arity(r[1], r[2]), [5, 7]])
+    rows = data.draw(st.lists(row, min_size=1, max_size=8))
+
+    def routed(r: list) -> bool:
+        task, source, stream = r[:3]
+        return task in local and (plan.task_component.get(source), stream) in consumes[plan.task_component[task]]
+
+    dec = decoder(plan)
+    for r in rows:
+        try:
+            [(task, tup)] = dec.decode(_tuples(r))
+        except FrameError:
+            assert not routed(r), r
+        else:
+            assert routed(r) and (task, tup.source_task, tup.source_stream) == tuple(r[:3])
+    try:
+        dec.decode(_tuples(*rows))
+    except FrameError:
+        assert not all(map(routed, rows))
+    else:
+        assert all(map(routed, rows))
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -90,5 +90,8 @@ def test_every_metric_is_exported_labelled_and_moving(cluster):
     acker = fetch(f"http://127.0.0.1:{sup.child('acker-0').metrics_port}/metrics")
     acker_pending = [s for s in samples(acker)["squall_pending_trees"] if s.labels["component"] == "__acker"]
     assert len(acker_pending) == 1
+    expired = samples(acker)["squall_acker_expired_trees_total"]
+    assert [(s.labels["component"], s.labels["task"]) for s in expired] == \
+        [("__acker", acker_pending[0].labels["task"])]
     assert total(acker, "squall_transport_batches_received_total") > 0
     assert fetch(f"http://127.0.0.1:{worker.metrics_port}/healthz") == "ok\n"

@@ -91,6 +91,9 @@ class RuntimeCollector:
                                     labels=["topology", "component", "task"])
         max_pending = GaugeMetricFamily("squall_max_spout_pending", "maxSpoutPending per spout task (0: no limit)",
                                         labels=["topology", "component", "task"])
+        expired = CounterMetricFamily("squall_acker_expired_trees", "Trees an acker forgot undecided, untouched "
+                                      "for three message timeouts (their spouts timed them out already)",
+                                      labels=["topology", "component", "task"])
         plan = rt.plan
         for task, stats in list(rt.stats.items()):
             comp, t = plan.task_component[task], str(task)
@@ -124,8 +127,9 @@ class RuntimeCollector:
                 max_pending.add_metric([topo, spout.component, str(task.task_id)], limit)
         for acker in rt.ackers:
             pending.add_metric([topo, acker.component, str(acker.task_ids[0])], acker.acker.pending)
+            expired.add_metric([topo, acker.component, str(acker.task_ids[0])], acker.acker.expired)
         yield from (emitted, transferred, acked, failed, executed, errors, complete, execute, process,
-                    pending, max_pending)
+                    pending, max_pending, expired)
 
     def _last_errors(self) -> Iterator[Metric]:
         last = GaugeMetricFamily("squall_last_error_timestamp_seconds", "When a component last reported an "

@@ -157,7 +157,7 @@ class Process:
         addresses = {contract.process_name(WORKER, i): a for i, a in enumerate(cfg.worker_addresses)}
         addresses |= {contract.process_name(ACKER, j): a for j, a in enumerate(cfg.acker_addresses)}
         decoder = Decoder(plan, bolt_tasks=wiring.bolt_tasks, spout_tasks=wiring.spout_tasks,
-                          acker_tasks=frozenset(wiring.acker_tasks), max_frame=cfg.spec.transfer.max_frame_bytes)
+                          acker_tasks=frozenset(wiring.acker_tasks))
         t = cfg.spec.transfer
         self.transport = Transport(name=cfg.name, plan=self.plan, owner=wiring.owner,
                                    ackers=wiring.ackers, addresses=addresses, senders=wiring.senders,

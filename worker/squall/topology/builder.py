@@ -22,6 +22,7 @@ from typing import Any
 
 from pydantic.alias_generators import to_camel
 
+from squall.system import DEFAULT_STREAM
 from squall.topology.spec import TopologySpec
 
 
@@ -44,32 +45,32 @@ class BoltDeclarer:
     def __init__(self, doc: dict[str, Any]) -> None:
         self.doc = doc
 
-    def grouping(self, component: str, grouping: dict[str, Any], stream: str = "default") -> BoltDeclarer:
+    def grouping(self, component: str, grouping: dict[str, Any], stream: str = DEFAULT_STREAM) -> BoltDeclarer:
         self.doc["inputs"].append({"component": component, "stream": stream, "grouping": grouping})
         return self
 
-    def shuffle_grouping(self, component: str, stream: str = "default") -> BoltDeclarer:
+    def shuffle_grouping(self, component: str, stream: str = DEFAULT_STREAM) -> BoltDeclarer:
         return self.grouping(component, {"type": "shuffle"}, stream)
 
-    def fields_grouping(self, component: str, fields: list[str], stream: str = "default") -> BoltDeclarer:
+    def fields_grouping(self, component: str, fields: list[str], stream: str = DEFAULT_STREAM) -> BoltDeclarer:
         return self.grouping(component, {"type": "fields", "fields": list(fields)}, stream)
 
-    def all_grouping(self, component: str, stream: str = "default") -> BoltDeclarer:
+    def all_grouping(self, component: str, stream: str = DEFAULT_STREAM) -> BoltDeclarer:
         return self.grouping(component, {"type": "all"}, stream)
 
-    def global_grouping(self, component: str, stream: str = "default") -> BoltDeclarer:
+    def global_grouping(self, component: str, stream: str = DEFAULT_STREAM) -> BoltDeclarer:
         return self.grouping(component, {"type": "global"}, stream)
 
-    def none_grouping(self, component: str, stream: str = "default") -> BoltDeclarer:
+    def none_grouping(self, component: str, stream: str = DEFAULT_STREAM) -> BoltDeclarer:
         return self.grouping(component, {"type": "none"}, stream)
 
-    def direct_grouping(self, component: str, stream: str = "default") -> BoltDeclarer:
+    def direct_grouping(self, component: str, stream: str = DEFAULT_STREAM) -> BoltDeclarer:
         return self.grouping(component, {"type": "direct"}, stream)
 
-    def local_or_shuffle_grouping(self, component: str, stream: str = "default") -> BoltDeclarer:
+    def local_or_shuffle_grouping(self, component: str, stream: str = DEFAULT_STREAM) -> BoltDeclarer:
         return self.grouping(component, {"type": "localOrShuffle"}, stream)
 
-    def custom_grouping(self, component: str, grouping_cls: type, stream: str = "default") -> BoltDeclarer:
+    def custom_grouping(self, component: str, grouping_cls: type, stream: str = DEFAULT_STREAM) -> BoltDeclarer:
         return self.grouping(component, {"type": "custom", "customClass": class_path(grouping_cls)}, stream)
 
 

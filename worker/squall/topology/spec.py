@@ -28,6 +28,7 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 
 from squall.errors import TopologyError
+from squall.system import DEFAULT_STREAM
 
 NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 COMPONENT_PATTERN = r"^[A-Za-z][A-Za-z0-9_.-]*$"
@@ -92,7 +93,7 @@ class Input(_Model):
     """A subscription of a bolt to one stream of another component."""
 
     component: str
-    stream: str = "default"
+    stream: str = DEFAULT_STREAM
     grouping: Grouping = Field(default_factory=lambda: Grouping(type=GroupingType.SHUFFLE))
 
 

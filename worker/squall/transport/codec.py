@@ -70,15 +70,22 @@ class Decoder:
     """Turns frames into (task, item) pairs for this process's inboxes."""
 
     def __init__(self, plan: Plan, *, bolt_tasks: frozenset[int], spout_tasks: frozenset[int],
-                 acker_tasks: frozenset[int], max_frame: int) -> None:
+                 acker_tasks: frozenset[int]) -> None:
         self.plan = plan
-        self.bolt_tasks = bolt_tasks
         self.spout_tasks = spout_tasks
         self.acker_task = min(acker_tasks) if acker_tasks else None
         # INITs may name any spout task of the topology: the acker sends that task its verdict
         self.all_spout_tasks = np.array(sorted(t for c in plan.spout_names for t in plan.component_tasks[c]), _I32)
-        self.max_frame = max_frame
-        self._fields: dict[tuple[int, str], tuple[str, Fields]] = {}
+        # Per bolt task of this process, the (source component, stream) pairs its component subscribes
+        # to: a tuple on any other stream would reach a bolt that never asked for it.
+        subscribed: dict[str, set[tuple[str, str]]] = {}
+        for source, subs in plan.subscribers.items():
+            for sub in subs:
+                subscribed.setdefault(sub.component, set()).add(source)
+        self._subscribed = {task: frozenset(subscribed.get(plan.task_component[task], ())) for task in bolt_tasks}
+        # (task, source task, stream) → (source component, fields): the routes seen so far; only valid ones,
+        # so it holds at most one per local bolt task, source task and subscribed stream
+        self._routes: dict[tuple[int, int, str], tuple[str, Fields]] = {}
 
     def decode(self, frame: bytes) -> list[tuple[int, Any]]:
         try:
@@ -94,16 +101,26 @@ class Decoder:
             out += self._verdicts(batch.verdicts)
         return out
 
-    def _source(self, source_task: Any, stream: Any) -> tuple[str, Fields]:
-        """The component and fields of a source not seen yet (then cached); FrameError if unknown."""
+    def _route(self, task: Any, source_task: Any, stream: Any) -> tuple[str, Fields]:
+        """The source component and fields of a tuple on a route not seen yet: to a bolt task of this
+        process, from a known task, on a stream it declares and the bolt subscribes to (then cached,
+        so the cache only ever holds routes of the plan); FrameError naming what is wrong otherwise."""
+        allowed = self._subscribed.get(task) if type(task) is int else None
+        if allowed is None:
+            raise FrameError(f"tuple for task {task!r}, which is not a bolt task of this worker")
         component = self.plan.task_component.get(source_task) if type(source_task) is int else None
         if component is None or type(stream) is not str:
             raise FrameError(f"tuple from unknown source task {source_task!r}")
         try:
-            found = (component, self.plan.stream_fields(component, stream))
+            fields = self.plan.stream_fields(component, stream)
         except KeyError:
             raise FrameError(f"component {component!r} declares no stream {stream!r}") from None
-        self._fields[(source_task, stream)] = found
+        if (component, stream) not in allowed:
+            consumed = ", ".join(sorted(f"{c}/{s}" for c, s in allowed)) or "nothing"
+            raise FrameError(f"tuple on {component}/{stream} for task {task} of bolt "
+                             f"{self.plan.task_component[task]!r}, which does not subscribe to it (it consumes "
+                             f"{consumed})")
+        self._routes[(task, source_task, stream)] = found = (component, fields)
         return found
 
     def _tuples(self, data: bytes) -> list[tuple[int, Tuple]]:
@@ -116,16 +133,15 @@ class Decoder:
         if type(rows) is not list:
             raise FrameError("tuples must be a msgpack array")
         out = []
-        bolt_tasks, known = self.bolt_tasks, self._fields
+        known = self._routes
         for row in rows:
             if type(row) is not list or len(row) != 5:
                 raise FrameError("each tuple must be [task, source_task, stream, values, anchors]")
             task, source_task, stream, values, flat = row
-            if type(task) is not int or task not in bolt_tasks:
-                raise FrameError(f"tuple for task {task!r}, which is not a bolt task of this worker")
-            # The sources seen before, without a call (type checks first: a list would not hash).
-            found = known.get((source_task, stream)) if type(source_task) is int and type(stream) is str else None
-            component, fields = found or self._source(source_task, stream)
+            # The routes seen before, without a call (type checks first: a list would not hash).
+            found = (known.get((task, source_task, stream))
+                     if type(task) is int and type(source_task) is int and type(stream) is str else None)
+            component, fields = found or self._route(task, source_task, stream)
             if type(values) is not list or len(values) != len(fields):
                 raise FrameError(f"tuple on {component}/{stream} must have {len(fields)} values")
             if type(flat) is not list or len(flat) % 2:
