@@ -1,6 +1,7 @@
 """The operator's /metrics: a real operator (kopf against kmock) scraped by a real Prometheus (Debian's
 package; without it this test fails, not skips), through a Topology's life, a refused write and the
-webhook; then every query of the "Squall operator" dashboard returns series."""
+webhook; then every query of the "Squall operator" dashboard returns series, and the chart's operator
+alert rules evaluate on metrics and labels that exist."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from operator_kit import NAMESPACE, SPEC, create_topology, eventually, free_port
 from prometheus_client.parser import text_string_to_metric_families
 from test_admission import BROKEN, WEBHOOKS, declare_cluster_scoped, review
 from tests.chart.dashboard_queries import REPO, load, panel_targets, variable_queries
+from tests.chart.live_rules import problems, rule_file
 
 from squall.metrics.scrape import fetch
 
@@ -35,7 +37,8 @@ async def test_the_operator_counts_what_it_does_and_its_dashboard_shows_it(api, 
     op = await start_operator(webhook_host="127.0.0.1", webhook_port=free_port())
     port = op.settings.metrics_port
     prometheus = Prometheus(workdir=tmp_path / "prometheus", targets=[Target(
-        f"127.0.0.1:{port}", {"namespace": OPERATOR_NAMESPACE, "pod": "squall-operator-0", "container": "operator"})])
+        f"127.0.0.1:{port}", {"namespace": OPERATOR_NAMESPACE, "pod": "squall-operator-0", "container": "operator"})],
+        rule_files=[rule_file(tmp_path / "rules.yaml", "squall.operator")])
     prometheus.start()
     try:
         samples = scrape(port)
@@ -96,5 +99,7 @@ async def test_the_operator_counts_what_it_does_and_its_dashboard_shows_it(api, 
         assert not empty, "queries without a series:\n" + "\n".join(empty)
         degraded = prometheus.query(f'sum(squall_operator_topology_degraded{{namespace="{OPERATOR_NAMESPACE}"}})')
         assert degraded[0]["value"][1] == "1"
+        found = problems(prometheus)
+        assert not found, "alert rules that cannot work:\n" + "\n".join(found)
     finally:
         prometheus.stop()
