@@ -80,13 +80,17 @@ class Operator:
         go at once when deleted, even while the operator is down."""
         while True:
             await asyncio.sleep(self.settings.resync_seconds)
+            failed = False
             for namespace, name in sorted(self.known):
                 try:
                     await asyncio.to_thread(self.reconcile, namespace, name, log, read_errors=True)
                 except kopf.TemporaryError:
-                    pass  # refused by the API server: reported in the status and an Event, retried next time
+                    failed = True  # refused by the API server: reported in the status and an Event, retried next time
                 except Exception:  # one Topology's trouble must not stop the others' repair
+                    failed = True
                     log.exception("resync of Topology %s/%s failed", namespace, name)
+            if not failed:
+                self.metrics.resynced()
 
     def discover(self, logger: logging.Logger | logging.LoggerAdapter) -> None:
         """Find what the cluster supports, write accordingly, and add the CEL rules to the CRD where
@@ -277,19 +281,24 @@ def register(registry: kopf.OperatorRegistry, *, settings: Settings, api: client
     if settings.webhook_host is not None:
         admission.register(registry, settings, on_review=operator.metrics.admitted)
 
+    counted = operator.metrics.counted  # failures and retries by handler id
+
     @kopf.on.startup(registry=registry)
+    @counted("discover")
     def discover(logger: logging.Logger, **_: Any) -> None:
         operator.discover(logger)
 
     @kopf.on.resume(**topologies, id="reconcile")
     @kopf.on.create(**topologies, id="reconcile")
     @kopf.on.update(**topologies, id="reconcile")
+    @counted("reconcile")
     def reconcile(namespace: str, name: str, logger: logging.Logger, **_: Any) -> None:
         operator.reconcile(namespace, name, logger)
 
     managed = {"app.kubernetes.io/managed-by": MANAGED_BY}
 
     @kopf.on.event("apps", "v1", "statefulsets", labels=managed, registry=registry, id="status")
+    @counted("status")
     def statefulset_changed(event: kopf.RawEvent, body: kopf.Body, namespace: str, logger: logging.Logger,
                             **_: Any) -> None:
         name = _topology_of(body)
@@ -302,9 +311,6 @@ def register(registry: kopf.OperatorRegistry, *, settings: Settings, api: client
         else:
             operator.refresh(namespace, name)
 
-    @kopf.on.event("", "v1", "configmaps", labels=managed, registry=registry, id="configmaps")
-    @kopf.on.event("", "v1", "secrets", labels=managed, registry=registry, id="secrets")
-    @kopf.on.event("", "v1", "services", labels=managed, registry=registry, id="services")
     def child_changed(event: kopf.RawEvent, body: kopf.Body, namespace: str, logger: logging.Logger,
                       **_: Any) -> None:
         name = _topology_of(body)
@@ -312,7 +318,11 @@ def register(registry: kopf.OperatorRegistry, *, settings: Settings, api: client
         if name is not None and event.get("type") in ("MODIFIED", "DELETED"):
             operator.reconcile(namespace, name, logger)
 
+    for plural in ("configmaps", "secrets", "services"):
+        kopf.on.event("", "v1", plural, labels=managed, registry=registry, id=plural)(counted(plural)(child_changed))
+
     @kopf.on.event("", "v1", "pods", labels=managed, registry=registry, id="pods")
+    @counted("pods")
     def pod_changed(body: kopf.Body, namespace: str, **_: Any) -> None:
         # worker and acker pods belong to their StatefulSet; the instance label names the Topology
         name = body.get("metadata", {}).get("labels", {}).get("app.kubernetes.io/instance")
