@@ -138,6 +138,16 @@ class Prometheus:
         """What Grafana's ``label_values(match, label)`` lists."""
         return self._get(f"/api/v1/label/{label}/values", [("match[]", match)])
 
+    def series(self, match: str) -> list[dict[str, str]]:
+        """The label sets of every series ``match`` selects, over all the time Prometheus holds."""
+        return self._get("/api/v1/series", [("match[]", match)])
+
+    def rules(self) -> list[dict[str, Any]]:
+        """The rules of ``rule_files`` as Prometheus evaluates them: ``name``, ``query``, ``health``
+        (``unknown`` until first evaluated, then ``ok`` or ``err``) and ``lastError``, with their group's name."""
+        return [{**rule, "group": group["name"]} for group in self._get("/api/v1/rules", [])["groups"]
+                for rule in group["rules"]]
+
 
 _VARIABLE = re.compile(r"\$\{(\w+)\}|\$(\w+)")
 
@@ -250,8 +260,10 @@ class Run:
 
 
 @contextmanager
-def observed_run(workdir: Path, *, rate: float = 200.0, interval: float = 1.0) -> Iterator[Run]:
-    """Start the producer, the topology's processes and Prometheus; stop them all on exit."""
+def observed_run(workdir: Path, *, rate: float = 200.0, interval: float = 1.0,
+                 rule_files: list[Path] | None = None) -> Iterator[Run]:
+    """Start the producer, the topology's processes and Prometheus (evaluating ``rule_files``); stop them
+    all on exit."""
     log_path = workdir / "log.db"
     log = DurableLog(log_path, create=True)
     log.create_topic(TOPIC, partitions=4)
@@ -264,7 +276,8 @@ def observed_run(workdir: Path, *, rate: float = 200.0, interval: float = 1.0) -
                      env={"PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])})
     targets = [Target(f"127.0.0.1:{c.metrics_port}", {"namespace": NAMESPACE, "pod": f"{TOPOLOGY}-{c.name}",
                                                        "container": c.role}) for c in sup.children]
-    prometheus = Prometheus(workdir=workdir / "prometheus", targets=targets, interval=interval)
+    prometheus = Prometheus(workdir=workdir / "prometheus", targets=targets, interval=interval,
+                            rule_files=rule_files)
     producer = Producer(log_path, rate=rate)
     try:
         producer.start()

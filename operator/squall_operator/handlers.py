@@ -113,21 +113,26 @@ class Operator:
             now = time.monotonic()
             if now >= every:
                 every = now + self.settings.resync_seconds
-                await self._reconcile_all(sorted(self.known), read_errors=True)
+                if await self._reconcile_all(sorted(self.known), read_errors=True):
+                    self.metrics.resynced()
             with self._due_lock:
                 due = sorted(key for key, at in self._due.items() if at <= now)
                 for key in due:
                     del self._due[key]
             await self._reconcile_all(due, read_errors=False)
 
-    async def _reconcile_all(self, topologies: list[tuple[str, str]], *, read_errors: bool) -> None:
+    async def _reconcile_all(self, topologies: list[tuple[str, str]], *, read_errors: bool) -> bool:
+        """Reconcile each of ``topologies``; whether all went without error."""
+        clean = True
         for namespace, name in topologies:
             try:
                 await asyncio.to_thread(self.reconcile, namespace, name, log, read_errors=read_errors)
             except kopf.TemporaryError:
-                pass  # refused by the API server: reported in the status and an Event, retried next time
+                clean = False  # refused by the API server: reported in the status and an Event, retried next time
             except Exception:  # one Topology's trouble must not stop the others' repair
+                clean = False
                 log.exception("reconcile of Topology %s/%s failed", namespace, name)
+        return clean
 
     def discover(self, logger: logging.Logger | logging.LoggerAdapter) -> None:
         """Find what the cluster supports, write accordingly, and add the CEL rules to the CRD where
@@ -391,7 +396,10 @@ def register(registry: kopf.OperatorRegistry, *, settings: Settings, api: client
     if settings.webhook_host is not None:
         admission.register(registry, settings, on_review=operator.metrics.admitted)
 
+    counted = operator.metrics.counted  # failures and retries by handler id
+
     @kopf.on.startup(registry=registry)
+    @counted("discover")
     def discover(logger: logging.Logger, **_: Any) -> None:
         operator.discover(logger)
 
@@ -403,12 +411,14 @@ def register(registry: kopf.OperatorRegistry, *, settings: Settings, api: client
     @kopf.on.resume(**topologies, id="reconcile")
     @kopf.on.create(**topologies, id="reconcile")
     @kopf.on.update(**topologies, id="reconcile")
+    @counted("reconcile")
     def reconcile(namespace: str, name: str, logger: logging.Logger, **_: Any) -> None:
         operator.reconcile(namespace, name, logger)
 
     managed = {"app.kubernetes.io/managed-by": MANAGED_BY}
 
     @kopf.on.event("apps", "v1", "statefulsets", labels=managed, registry=registry, id="status")
+    @counted("status")
     def statefulset_changed(event: kopf.RawEvent, body: kopf.Body, namespace: str, logger: logging.Logger,
                             **_: Any) -> None:
         name = _topology_of(body)
@@ -421,9 +431,6 @@ def register(registry: kopf.OperatorRegistry, *, settings: Settings, api: client
         else:
             operator.refresh(namespace, name)
 
-    @kopf.on.event("", "v1", "configmaps", labels=managed, registry=registry, id="configmaps")
-    @kopf.on.event("", "v1", "secrets", labels=managed, registry=registry, id="secrets")
-    @kopf.on.event("", "v1", "services", labels=managed, registry=registry, id="services")
     def child_changed(event: kopf.RawEvent, body: kopf.Body, namespace: str, logger: logging.Logger,
                       **_: Any) -> None:
         name = _topology_of(body)
@@ -431,7 +438,11 @@ def register(registry: kopf.OperatorRegistry, *, settings: Settings, api: client
         if name is not None and event.get("type") in ("MODIFIED", "DELETED"):
             operator.reconcile(namespace, name, logger)
 
+    for plural in ("configmaps", "secrets", "services"):
+        kopf.on.event("", "v1", plural, labels=managed, registry=registry, id=plural)(counted(plural)(child_changed))
+
     @kopf.on.event("", "v1", "pods", labels=managed, registry=registry, id="pods")
+    @counted("pods")
     def pod_changed(body: kopf.Body, namespace: str, **_: Any) -> None:
         # worker and acker pods belong to their StatefulSet; the instance label names the Topology
         name = body.get("metadata", {}).get("labels", {}).get("app.kubernetes.io/instance")

@@ -1,16 +1,18 @@
 """The operator's own Prometheus metrics, served on ``/metrics`` (``Settings.metrics_port``).
 
 Reconciles (count, errors, duration), the Topologies it knows by phase and which are Degraded, the
-children it wrote, the webhook's admissions and rejections, whether kopf runs, and the process
-collectors every Squall process has. docs/metrics.md lists them.
+children it wrote, the webhook's admissions and rejections, whether kopf runs, its handlers' failures
+and retries, when the resync last reconciled every Topology, and the process collectors every Squall
+process has. docs/metrics.md lists them.
 """
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 from prometheus_client import Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -23,6 +25,7 @@ PHASES = (status.PENDING, status.RUNNING, status.SUSPENDED, status.FAILED)
 ACTIONS = ("created", "patched", "deleted")
 # A reconcile reads, writes a few objects and the status: milliseconds to a few seconds.
 DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+Handler = TypeVar("Handler", bound=Callable[..., Any])
 
 
 class OperatorMetrics:
@@ -47,12 +50,43 @@ class OperatorMetrics:
         self.kopf_ready = Gauge("squall_operator_ready", "1 once kopf runs: logged in, watching, handlers "
                                 "registered", registry=r)
         self.kopf_ready.set_function(lambda: 0.0)
+        self.handler_failures = Counter("squall_operator_handler_failures", "kopf handler calls that raised, by "
+                                        "handler id (kopf retries the reconcile handler's; an event handler's "
+                                        "failure is logged and waits for the next event)", ["handler"], registry=r)
+        self.handler_retries = Counter("squall_operator_handler_retries", "kopf handler calls that retry a failed "
+                                       "one, by handler id", ["handler"], registry=r)
+        self.last_resync = Gauge("squall_operator_last_resync_timestamp_seconds", "When a resync pass last "
+                                 "reconciled every Topology without an error (Unix time; the operator's start "
+                                 "until the first pass)", registry=r)
+        self.last_resync.set_to_current_time()
         self._topologies: dict[tuple[str, str], dict[str, Any]] = {}
         r.register(_TopologyCollector(self))
 
     def watch_ready(self, is_set: Callable[[], bool]) -> None:
         """Report kopf's readiness flag (``is_set``: the flag's ``is_set``) as ``squall_operator_ready``."""
         self.kopf_ready.set_function(lambda: float(is_set()))
+
+    def counted(self, handler: str) -> Callable[[Handler], Handler]:
+        """Decorate a kopf handler registered as ``handler`` (its kopf id): count the calls that raise, and
+        those kopf makes to retry a failed one (its ``retry`` argument is above 0)."""
+        failures, retries = self.handler_failures.labels(handler), self.handler_retries.labels(handler)
+
+        def decorate(fn: Handler) -> Handler:
+            @functools.wraps(fn)
+            def call(*args: Any, retry: int = 0, **kwargs: Any) -> Any:
+                if retry:
+                    retries.inc()
+                try:
+                    return fn(*args, retry=retry, **kwargs)
+                except Exception:
+                    failures.inc()
+                    raise
+            return call  # type: ignore[return-value]  # same signature
+        return decorate
+
+    def resynced(self) -> None:
+        """A resync pass reconciled every Topology without an error."""
+        self.last_resync.set_to_current_time()
 
     @contextmanager
     def reconciling(self) -> Iterator[None]:

@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import helm_python as helm
 import yaml
+from helm_python import _native
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "squall"
 RELEASE, NAMESPACE = "squall", "squall-system"
+# What a cluster with prometheus-operator's CRDs serves (``helm template --api-versions``).
+PODMONITOR_API = "monitoring.coreos.com/v1/PodMonitor"
 
 
 @dataclass(frozen=True)
@@ -30,11 +35,17 @@ class Rendered:
         return found[0]
 
 
-def render(values: dict[str, Any] | None = None, *, namespace: str = NAMESPACE) -> Rendered:
-    """``helm template`` of the chart: what ``helm install`` would apply (the CRD aside, see crds/)."""
+def render(values: dict[str, Any] | None = None, *, namespace: str = NAMESPACE,
+           api_versions: Sequence[str] = ()) -> Rendered:
+    """``helm template`` of the chart: what ``helm install`` would apply (the CRD aside, see crds/).
+    ``api_versions``: what the cluster serves besides Kubernetes' own APIs, as ``--api-versions`` gives
+    it (``.Capabilities.APIVersions``)."""
+    options = {"name": RELEASE, "namespace": namespace, "is_install": True, "api_versions": list(api_versions)}
     with helm.Chart.load(CHART) as chart:
         chart.validate_schema(values or {})
-        files = chart.render(values, name=RELEASE, namespace=namespace, is_install=True)
+        # Chart.render does not pass api_versions on, which the library it binds takes: call that directly
+        files = json.loads(_native.call_string("helm_render", chart._raw(),
+                                               None if values is None else json.dumps(values), json.dumps(options)))
     objects, notes = [], ""
     for template, text in sorted(files.items()):
         if template.endswith("NOTES.txt"):

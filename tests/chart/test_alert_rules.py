@@ -137,6 +137,23 @@ TESTS = [
                                "the operator applies. kubectl logs -n squall-system squall-0; the Topologies' "
                                "ApplyFailed Events say why."}}]},
     ]},
+    {"name": "the operator's resync", "interval": "1m", "input_series": [
+        # promtool's clock starts at 0: a healthy operator's last resync follows it, this one stops at 5m
+        {"series": 'squall_operator_last_resync_timestamp_seconds{namespace="squall-system", pod="squall-0"}',
+         "values": "0+60x5 300x20"},
+        {"series": 'squall_operator_last_resync_timestamp_seconds{namespace="squall-system", pod="squall-1"}',
+         "values": "0+60x25"},
+    ], "alert_rule_test": [
+        {"eval_time": "13m", "alertname": "SquallOperatorResyncStalled", "exp_alerts": []},
+        {"eval_time": "15m", "alertname": "SquallOperatorResyncStalled", "exp_alerts": [{
+            "exp_labels": {"severity": "warning", "namespace": "squall-system", "pod": "squall-0"},
+            "exp_annotations": {
+                "summary": "The Squall operator has not resynced its Topologies for 10m 0s",
+                "description": "No resync pass (every 60 s) has reconciled every Topology without an error for "
+                               "10m 0s: a reconcile hangs on the API server or keeps failing (see "
+                               "SquallOperatorReconcileErrors), and objects edited or deleted by hand are not put "
+                               "back. kubectl logs -n squall-system squall-0"}}]},
+    ]},
 ]
 
 
@@ -162,7 +179,7 @@ def test_the_issue_s_alerts_are_all_there_and_tested():
     names = [r["alert"] for group in rules()["groups"] for r in group["rules"]]
     assert names == ["SquallSpoutLagGrowing", "SquallFailureRatioHigh", "SquallTreesTimingOut",
                      "SquallBoltOverCapacity", "SquallProcessesDown", "SquallTopologyDegraded",
-                     "SquallOperatorReconcileErrors"]
+                     "SquallOperatorReconcileErrors", "SquallOperatorResyncStalled"]
     tested = {t["alertname"] for case in TESTS for t in case["alert_rule_test"] if t["exp_alerts"]}
     assert tested == set(names), f"alerts never seen firing in TESTS: {set(names) - tested}"
 

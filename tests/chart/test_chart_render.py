@@ -9,7 +9,7 @@ import helm_python as helm
 import jsonschema
 import kubernetes_validate
 import pytest
-from chart_support import CHART, NAMESPACE, REPO, Rendered, deployment_env, render
+from chart_support import CHART, NAMESPACE, PODMONITOR_API, REPO, Rendered, deployment_env, render
 
 from squall.topology import load_spec
 from squall_operator import render as operator_render
@@ -187,9 +187,41 @@ def test_the_operator_serves_metrics_that_its_own_pod_monitor_scrapes():
     assert monitor["spec"]["podMetricsEndpoints"][0]["port"] == "metrics"
     assert str(ports["metrics"]) == deployment_env(rendered)["SQUALL_OPERATOR_METRICS_PORT"]
     assert monitor["metadata"]["labels"].items() >= {"release": "kube-prometheus-stack", "team": "data"}.items()
-    assert not render().of_kind("PodMonitor")
     dashboards = render().one("ConfigMap", "squall-dashboard")["data"]
     assert json.loads(dashboards["squall-operator.json"])["uid"] == "squall-operator"
+
+
+def test_the_operator_is_scraped_wherever_the_pod_monitor_api_is_served_unless_turned_off():
+    # a default install next to kube-prometheus-stack: the operator dashboard has its series
+    with_api = render(api_versions=[PODMONITOR_API])
+    monitor = with_api.one("PodMonitor", "squall-operator")
+    assert monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    assert "The PodMonitor squall-operator scrapes the operator." in with_api.notes
+    # without the API, a PodMonitor would fail the install: none, and NOTES says what to do
+    without = render()
+    assert not without.of_kind("PodMonitor")
+    assert "the cluster served no monitoring.coreos.com/v1 PodMonitor API" in without.notes
+    assert "monitoring.operatorPodMonitor.enabled=true" in without.notes
+    # an explicit value wins either way
+    off = render({"monitoring": {"operatorPodMonitor": {"enabled": False}}}, api_versions=[PODMONITOR_API])
+    assert not off.of_kind("PodMonitor")
+    assert "monitoring.operatorPodMonitor.enabled=false" in off.notes
+    assert render({"monitoring": {"operatorPodMonitor": {"enabled": True}}}).one("PodMonitor", "squall-operator")
+    assert render({"monitoring": {"operatorPodMonitor": {"enabled": "false"}}},
+                  api_versions=[PODMONITOR_API]).of_kind("PodMonitor") == []
+
+
+@pytest.mark.parametrize("values", [{}, {"networkPolicy": {"metricsNamespaces": ["observability", "monitoring"]}},
+                                    {"networkPolicy": {"metricsNamespaces": []}}])
+def test_notes_name_the_namespaces_that_may_scrape_and_how_to_admit_another(values):
+    rendered = render(values)
+    admitted = re.search(r"NetworkPolicy lets only pods of the namespaces (.+)\n", rendered.notes)
+    assert admitted, rendered.notes
+    # what the operator renders into each NetworkPolicy, from the environment the chart gives it
+    assert admitted.group(1).split(", ") == list(Settings.from_env(deployment_env(rendered)).metrics_from)
+    assert "helm upgrade squall charts/squall -n squall-system --reuse-values" in rendered.notes
+    assert "--set 'networkPolicy.metricsNamespaces={<its namespace>}'" in rendered.notes
+    assert "NetworkPolicy" not in render({**values, "networkPolicy": {"enabled": False}}).notes
 
 
 def test_a_default_install_s_monitors_are_selected_by_kube_prometheus_stack():
@@ -268,6 +300,7 @@ def test_notes_give_the_next_steps():
     assert "every namespace" in notes
     # how to see the dashboard, and what kube-prometheus-stack needs to pick the monitors
     for step in ("port-forward svc/kube-prometheus-stack-grafana 3000:80", "http://localhost:3000/d/squall-topology",
+                 "http://localhost:3000/d/squall-operator",
                  "labelled release=kube-prometheus-stack", "squall top http://localhost:9090/metrics"):
         assert step in notes, step
     assert "release=kps" in render({"monitoring": {"release": "kps"}}).notes

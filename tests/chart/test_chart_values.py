@@ -31,6 +31,7 @@ BAD_VALUES = [
     ({"monitoring": {"podMonitor": {"enabled": "true"}}}, "enabled"),
     ({"monitoring": {"podMonitor": {"enabled": True, "interval": "30 seconds"}}}, "interval"),
     ({"monitoring": {"prometheusRule": {"enabled": True}}}, "prometheusRule"),
+    ({"monitoring": {"operatorPodMonitor": {"enabled": "maybe"}}}, "enabled"),
     ({"grafanaDashboard": {"enabled": True, "namespace": "Monitoring"}}, "namespace"),
 ]
 

@@ -157,4 +157,5 @@ def test_the_operator_dashboard_is_laid_out_uses_the_datasource_and_documented_m
             assert family(metric) in documented, f"{metric} is not in docs/metrics.md"
     titles = {p["title"] for p in board["panels"]}
     assert {"Reconciles / s", "Reconcile duration p50 / p99", "Topologies by phase", "Children applied / s",
-            "Webhook admissions / s", "Operator ready"} <= titles
+            "Webhook admissions / s", "Operator ready", "Handler failures / s", "Handler retries / s",
+            "Since the last resync"} <= titles

@@ -1,6 +1,7 @@
 """The operator's /metrics: a real operator (kopf against kmock) scraped by a real Prometheus (Debian's
 package; without it this test fails, not skips), through a Topology's life, a refused write and the
-webhook; then every query of the "Squall operator" dashboard returns series."""
+webhook; then every query of the "Squall operator" dashboard returns series, and the chart's operator
+alert rules evaluate on metrics and labels that exist."""
 
 from __future__ import annotations
 
@@ -12,12 +13,15 @@ from operator_kit import NAMESPACE, SPEC, create_topology, eventually, free_port
 from prometheus_client.parser import text_string_to_metric_families
 from test_admission import BROKEN, WEBHOOKS, declare_cluster_scoped, review
 from tests.chart.dashboard_queries import REPO, load, panel_targets, variable_queries
+from tests.chart.live_rules import problems, rule_file
 
 from squall.metrics.scrape import fetch
+from squall_operator import handlers
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.asyncio]
 DASHBOARD = REPO / "charts" / "squall" / "dashboards" / "squall-operator.json"
 OPERATOR_NAMESPACE = "squall-system"
+HANDLERS = ("discover", "reconcile", "status", "configmaps", "secrets", "services", "pods")  # kopf ids
 
 
 def scrape(port: int) -> dict[tuple[str, tuple], float]:
@@ -30,12 +34,15 @@ def value(samples: dict, name: str, **labels: str) -> float | None:
     return samples.get((name, tuple(sorted(labels.items()))))
 
 
-async def test_the_operator_counts_what_it_does_and_its_dashboard_shows_it(api, start_operator, tmp_path):
+async def test_the_operator_counts_what_it_does_and_its_dashboard_shows_it(api, start_operator, tmp_path,
+                                                                         monkeypatch):
+    monkeypatch.setattr(handlers, "RETRY_DELAY", 0.1)  # kopf retries a refused reconcile after it
     declare_cluster_scoped(api, WEBHOOKS, "ValidatingWebhookConfiguration")
     op = await start_operator(webhook_host="127.0.0.1", webhook_port=free_port())
     port = op.settings.metrics_port
     prometheus = Prometheus(workdir=tmp_path / "prometheus", targets=[Target(
-        f"127.0.0.1:{port}", {"namespace": OPERATOR_NAMESPACE, "pod": "squall-operator-0", "container": "operator"})])
+        f"127.0.0.1:{port}", {"namespace": OPERATOR_NAMESPACE, "pod": "squall-operator-0", "container": "operator"})],
+        rule_files=[rule_file(tmp_path / "rules.yaml", "squall.operator")])
     prometheus.start()
     try:
         samples = scrape(port)
@@ -43,6 +50,11 @@ async def test_the_operator_counts_what_it_does_and_its_dashboard_shows_it(api, 
         assert value(samples, "squall_operator_reconciles_total") == 0
         assert value(samples, "squall_operator_webhook_admissions_total", result="rejected") == 0
         assert value(samples, "process_cpu_seconds_total") is not None  # the process collectors
+        for handler in HANDLERS:  # exported at 0 from the start
+            assert value(samples, "squall_operator_handler_failures_total", handler=handler) == 0, handler
+            assert value(samples, "squall_operator_handler_retries_total", handler=handler) == 0, handler
+        # no resync pass yet (every 60 s): the start counts as one
+        assert 0 < value(samples, "squall_operator_last_resync_timestamp_seconds") <= time.time()
 
         await create_topology(api, "wc", SPEC)
         await eventually("phase Pending", lambda: status(api, "wc").get("phase") == "Pending")
@@ -70,6 +82,12 @@ async def test_the_operator_counts_what_it_does_and_its_dashboard_shows_it(api, 
         api[f"post /api/v1/namespaces/{NAMESPACE}/configmaps"] << 403 << forbidden
         await create_topology(api, "other", SPEC)
         await eventually("a reconcile error", lambda: value(scrape(port), "squall_operator_reconcile_errors_total"))
+        # the create handler failed, and kopf calls it again
+        await eventually("a retry", lambda: value(scrape(port), "squall_operator_handler_retries_total",
+                                                  handler="reconcile"))
+        samples = scrape(port)
+        assert value(samples, "squall_operator_handler_failures_total", handler="reconcile") >= 1
+        assert value(samples, "squall_operator_handler_failures_total", handler="status") == 0
 
         await eventually("the managed webhook configuration",
                          lambda: (obj(api, WEBHOOKS, "squall.dev", namespace=None) or {}).get("webhooks"))
@@ -96,5 +114,32 @@ async def test_the_operator_counts_what_it_does_and_its_dashboard_shows_it(api, 
         assert not empty, "queries without a series:\n" + "\n".join(empty)
         degraded = prometheus.query(f'sum(squall_operator_topology_degraded{{namespace="{OPERATOR_NAMESPACE}"}})')
         assert degraded[0]["value"][1] == "1"
+        found = problems(prometheus)
+        assert not found, "alert rules that cannot work:\n" + "\n".join(found)
     finally:
         prometheus.stop()
+
+
+async def test_the_last_resync_moves_with_passes_that_reconcile_every_topology(api, start_operator):
+    op = await start_operator(resync_seconds=0.2)
+    port = op.settings.metrics_port
+    started = value(scrape(port), "squall_operator_last_resync_timestamp_seconds")
+    await create_topology(api, "wc", SPEC)
+    await eventually("phase Pending", lambda: status(api, "wc").get("phase") == "Pending")
+    await eventually("a resync pass", lambda: value(scrape(port), "squall_operator_last_resync_timestamp_seconds")
+                     > started)
+
+    # the Topology can no longer be read: every pass fails on it from now on
+    failure = {"apiVersion": "v1", "kind": "Status", "status": "Failure", "reason": "InternalError", "code": 500,
+               "message": "etcdserver: request timed out"}
+    api[f"get /apis/squall.dev/v1alpha1/namespaces/{NAMESPACE}/topologies/wc"] << 500 << failure
+    errors = value(scrape(port), "squall_operator_reconcile_errors_total")
+    await eventually("a failed pass", lambda: value(scrape(port), "squall_operator_reconcile_errors_total")
+                     > errors)
+    # passes run one after the other: a pass that read the Topology before the failure has ended by now
+    samples = scrape(port)
+    last, errors = value(samples, "squall_operator_last_resync_timestamp_seconds"), value(
+        samples, "squall_operator_reconcile_errors_total")
+    await eventually("two more failed passes", lambda: value(scrape(port), "squall_operator_reconcile_errors_total")
+                     >= errors + 2)
+    assert value(scrape(port), "squall_operator_last_resync_timestamp_seconds") == last

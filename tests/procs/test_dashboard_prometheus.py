@@ -1,5 +1,6 @@
 """Every query of every dashboard returns series from a real Prometheus scraping a real multi-process run,
-and matches and groups only on labels the metrics have.
+and matches and groups only on labels the metrics have; the chart's topology alert rules evaluate there
+on metrics and labels that exist.
 
 Prometheus is Debian's ``prometheus`` package (``make install`` installs it where apt-get and root
 are available). Without it this test fails rather than skips: CI must run it.
@@ -13,6 +14,7 @@ import pytest
 from bench.observed import expand, observed_run, prometheus_binary
 from prometheus_client.parser import text_string_to_metric_families
 from tests.chart.dashboard_queries import DASHBOARDS, TARGET_LABELS, load, panel_targets, queries, variable_queries
+from tests.chart.live_rules import problems, rule_file
 
 from squall.metrics.scrape import fetch
 
@@ -20,7 +22,9 @@ from squall.metrics.scrape import fetch
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     prometheus_binary()  # a clear failure, not a skip, when Prometheus is not installed
-    with observed_run(tmp_path_factory.mktemp("observed")) as run:
+    workdir = tmp_path_factory.mktemp("observed")
+    rules = rule_file(workdir / "rules.yaml", "squall.topology")
+    with observed_run(workdir, rule_files=[rules]) as run:
         run.wait_scraped(scrapes=12)
         yield run
 
@@ -77,3 +81,9 @@ def test_queries_match_and_group_on_labels_the_metrics_have(run, dashboard):
             known |= exported[selector.metric]
         unknown = query.grouping - known
         assert not unknown, f"{query.where} groups by {sorted(unknown)}, which none of its metrics has: {query.expr}"
+
+
+def test_every_topology_alert_rule_evaluates_on_metrics_and_labels_that_exist(run):
+    assert {r["name"] for r in run.prometheus.rules()} >= {"SquallSpoutLagGrowing", "SquallProcessesDown"}
+    found = problems(run.prometheus)
+    assert not found, "alert rules that cannot work:\n" + "\n".join(found)

@@ -20,6 +20,7 @@ import pytest
 from spout_harness import RecordingCollector, context_for
 
 from squall.errors import ConfigError
+from squall.spouts import kafka
 from squall.spouts.kafka import KafkaSpout
 
 ck = pytest.importorskip("confluent_kafka")
@@ -157,6 +158,24 @@ def test_lag_comes_from_the_cached_high_watermark_and_the_commits(cluster):
         spout.ack(m)
     spout.deactivate()  # commits
     assert [o.lag for o in spout.partition_offsets().values()] == [0, 0, 0, 0]
+    spout.close()
+
+
+def test_lag_keeps_growing_while_partitions_are_paused(cluster, monkeypatch):
+    """librdkafka's cached high watermark moves only with fetches, which stop for a paused partition:
+    the source asks the broker for the end offsets besides (every END_OFFSETS_REFRESH seconds)."""
+    monkeypatch.setattr(kafka, "END_OFFSETS_REFRESH", 0.2)  # 5 s by default
+    topic = "backlog"
+    cluster.produce(topic, 2)
+    spout, out = open_spout({"kafka.topics": topic, "kafka.subscription": "assign", "max.uncommitted.offsets": 2,
+                             "poll.max.records": 1, "offset.commit.period.ms": 3_600_000,
+                             "kafka.config": {"bootstrap.servers": cluster.bootstrap, "group.id": "backlog-group"}})
+    drive([spout], lambda: len(out.emitted) == 8 and all(o.latest == 2 for o in spout.partition_offsets().values()))
+    # nothing is acked, so every partition stays at max.uncommitted.offsets: paused, not fetched from
+    cluster.produce(topic, 3, start=2)
+    drive([spout], lambda: all(o.latest == 5 for o in spout.partition_offsets().values()))
+    assert len(out.emitted) == 8, "a paused partition was read"
+    assert [(o.committed, o.lag) for o in spout.partition_offsets().values()] == [(0, 5)] * MOCK_PARTITIONS
     spout.close()
 
 

@@ -63,6 +63,16 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- if $chartMonitor -}}false{{- else -}}{{ $mode }}{{- end -}}
 {{- end -}}
 
+{{/* Whether the chart creates the operator's PodMonitor ("true" or empty): "auto" when the cluster
+serves prometheus-operator's PodMonitor API, so that a default install next to kube-prometheus-stack
+fills the "Squall operator" dashboard. */}}
+{{- define "squall.operatorPodMonitor" -}}
+{{- $mode := toString .Values.monitoring.operatorPodMonitor.enabled -}}
+{{- if or (eq $mode "true") (and (eq $mode "auto") (.Capabilities.APIVersions.Has "monitoring.coreos.com/v1/PodMonitor")) -}}
+true
+{{- end -}}
+{{- end -}}
+
 {{/* Labels of the worker and acker pods (and Services) the operator renders: squall_operator.render.labels. */}}
 {{- define "squall.topologyPodSelector" -}}
 matchLabels:

@@ -7,6 +7,7 @@ own offset management is switched off: the offset core decides what to commit an
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Collection, Mapping
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -25,6 +26,13 @@ log = logging.getLogger(__name__)
 #: How long the calls that must wait for the broker (committed offsets, watermarks, metadata,
 #: synchronous commits) may take before they fail.
 REQUEST_TIMEOUT = 30.0
+
+#: Seconds between two queries of the assigned partitions' end offsets from the broker (for the lag
+#: metrics), and how long one query may wait. librdkafka's cached high watermark moves only with fetch
+#: responses, and fetching stops while a partition is paused (max.uncommitted.offsets) or the consumer's
+#: queue is full: without the queries the lag would freeze while the backlog grows.
+END_OFFSETS_REFRESH = 5.0
+END_OFFSETS_TIMEOUT = 2.0
 
 # librdkafka's "no offset": what position/committed report for a partition without one.
 _NO_OFFSET = -1001
@@ -61,6 +69,46 @@ def _log_commit_errors(err: Any, partitions: list[Any]) -> None:
         log.warning("asynchronous commit failed: %s", err)
 
 
+class EndOffsetsRefresher(threading.Thread):
+    """Asks the broker for the end offsets of ``partitions`` every :data:`END_OFFSETS_REFRESH` seconds, on
+    a thread of its own: a query waits (up to :data:`END_OFFSETS_TIMEOUT`), the spout's thread must not.
+    librdkafka's client is thread-safe, so it shares the spout's consumer."""
+
+    def __init__(self, consumer: confluent_kafka.Consumer, ck: Any) -> None:
+        super().__init__(name="kafka-end-offsets", daemon=True)
+        self._consumer, self._ck = consumer, ck
+        #: What the spout's thread has assigned; replaced whole, never mutated.
+        self.partitions: frozenset[TopicPartition] = frozenset()
+        #: The broker's latest answers; replaced whole by this thread.
+        self.latest: dict[TopicPartition, int] = {}
+        self._stopped = threading.Event()
+
+    def run(self) -> None:
+        while True:
+            partitions = self.partitions
+            latest = {tp: end for tp, end in self.latest.items() if tp in partitions}
+            for tp in sorted(partitions):
+                if self._stopped.is_set():
+                    return
+                try:
+                    marks = self._consumer.get_watermark_offsets(self._ck.TopicPartition(tp.topic, tp.partition),
+                                                                 timeout=END_OFFSETS_TIMEOUT, cached=False)
+                except self._ck.KafkaException as exc:
+                    log.debug("end offset of %s unknown: %s", tp, exc)  # the last answer stands
+                    continue
+                if marks is not None and marks[1] >= 0:
+                    latest[tp] = marks[1]
+            self.latest = latest
+            if self._stopped.wait(END_OFFSETS_REFRESH):
+                return
+
+    def stop(self) -> None:
+        """Stop, and wait for a query in progress: the consumer must outlive it (its timeout bounds the wait)."""
+        self._stopped.set()
+        if self.is_alive():
+            self.join()
+
+
 class KafkaSource:
     """A :class:`~squall.spouts.source.Source` over a confluent-kafka ``Consumer``.
 
@@ -77,6 +125,7 @@ class KafkaSource:
         self.task_index, self.num_tasks = task_index, num_tasks
         self._ck = _import()
         self._consumer: confluent_kafka.Consumer | None = None
+        self._end_offsets: EndOffsetsRefresher | None = None
         self._listener: RebalanceListener | None = None
         # Positions are kept here, not asked of librdkafka: it knows none until a record is consumed,
         # while the core needs them right after a seek (for commits and the catch-up check).
@@ -99,10 +148,16 @@ class KafkaSource:
             raise ConfigError(f"kafka.config is invalid: {exc.args[0].str()}") from None
         except (TypeError, ValueError) as exc:
             raise ConfigError(f"kafka.config is invalid: {exc}") from None
+        self._end_offsets = EndOffsetsRefresher(self._consumer, self._ck)
         if self.subscribe:
             self.consumer.subscribe(self.topics, on_assign=self._on_assign, on_revoke=self._on_revoke,
                                     on_lost=self._on_lost)
-            return
+        else:
+            self._assign(self._my_partitions(), incremental=False)
+        self._end_offsets.start()
+
+    def _my_partitions(self) -> list[TopicPartition]:
+        """Assign mode: this task's share of the topics' partitions."""
         mine = []
         metadata = self.consumer.list_topics(timeout=REQUEST_TIMEOUT)
         for topic in self.topics:
@@ -113,7 +168,7 @@ class KafkaSource:
                                   f"{self.config['bootstrap.servers']} ({why}); create it first")
             mine += [TopicPartition(topic, p) for p in sorted(found.partitions)
                      if p % self.num_tasks == self.task_index]
-        self._assign(mine, incremental=False)
+        return mine
 
     def _assign(self, partitions: list[TopicPartition], *, incremental: bool) -> None:
         self._starting = {}
@@ -129,6 +184,9 @@ class KafkaSource:
             self.consumer.incremental_assign(offsets)
         else:
             self.consumer.assign(offsets)
+        if self._end_offsets is not None:
+            kept = self._end_offsets.partitions if incremental else frozenset()
+            self._end_offsets.partitions = kept | set(partitions)
 
     def _on_assign(self, consumer: Any, partitions: list[Any]) -> None:
         tps = [TopicPartition(p.topic, p.partition) for p in partitions]
@@ -146,6 +204,8 @@ class KafkaSource:
             self._listener.on_revoked(tps, lost=lost)
         for tp in tps:
             self._positions.pop(tp, None)
+        if self._end_offsets is not None:
+            self._end_offsets.partitions = self._end_offsets.partitions - set(tps)
         # The client unassigns after this returns (eager) or incrementally (cooperative).
 
     def poll(self, max_records: int) -> list[Record]:
@@ -182,16 +242,21 @@ class KafkaSource:
                 for tp in partitions}
 
     def end_offsets(self, partitions: Collection[TopicPartition]) -> dict[TopicPartition, int]:
-        # librdkafka's cached high watermark, updated by every fetch response: no request to the broker.
+        # The newer of librdkafka's cached high watermark (updated by every fetch response, no request to
+        # the broker) and the broker's last answer to the refresher (fetches stop for a paused partition).
+        queried = self._end_offsets.latest if self._end_offsets is not None else {}
         out = {}
         for tp in partitions:
+            known = [queried[tp]] if tp in queried else []
             try:
                 marks = self.consumer.get_watermark_offsets(self._ck.TopicPartition(tp.topic, tp.partition),
                                                             cached=True)
             except self._ck.KafkaException:
-                continue  # not fetched from yet
+                marks = None  # not fetched from yet
             if marks is not None and marks[1] >= 0:
-                out[tp] = marks[1]
+                known.append(marks[1])
+            if known:
+                out[tp] = max(known)
         return out
 
     def committed(self, partitions: Collection[TopicPartition]) -> dict[TopicPartition, Committed]:
@@ -220,6 +285,9 @@ class KafkaSource:
         self.consumer.resume([self._ck.TopicPartition(tp.topic, tp.partition) for tp in partitions])
 
     def close(self) -> None:
+        if self._end_offsets is not None:
+            self._end_offsets.stop()
+            self._end_offsets = None
         if self._consumer is not None:
             self._consumer.close()
             self._consumer = None
