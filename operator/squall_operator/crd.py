@@ -164,7 +164,9 @@ def status_schema() -> dict[str, Any]:
             "target": {"type": "string", "description": "the plan the pods are moved to"},
             "strategy": {"type": "string", "enum": ["Drain", "Recreate"]},
             "step": {"type": "string", "enum": ["Draining", "Switching", "Replacing"]},
-            "started": {"type": "string", "format": "date-time"}}},
+            "started": {"type": "string", "format": "date-time"},
+            "switched": {"type": "string", "format": "date-time", "description": "when the pods were switched "
+                         "or replaced (after the drain)"}}},
         "conditions": {"type": "array", "items": _condition_schema(),
                        "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
         "errors": {"type": "array", "description": "the most recent errors, oldest first", "items": {

@@ -19,8 +19,9 @@ spec has no place for it (fewer pods: its StatefulSet removes it when scaled dow
 
 ``upgradeStrategy: Recreate``: no drain; every outdated pod is deleted at once and made again.
 
-A pod that does not answer the operator (starting, or its gRPC port unreachable) is not waited for: a
-process that cannot reach its peers under its plan switches to its spec file's by itself
+The rebalance is over when every pod of the new spec answers with its plan. A pod that does not answer
+the operator (its gRPC port unreachable) is waited for :data:`ANSWER_GRACE` at most: a process that
+cannot reach its peers when its spec file changes to another plan switches to it by itself
 (:mod:`squall.process.pod`), and Kubernetes updates that file from the ConfigMap.
 """
 
@@ -38,6 +39,7 @@ from squall.topology.spec import TopologySpec
 DRAIN, RECREATE = "Drain", "Recreate"
 DRAINING, SWITCHING, REPLACING = "Draining", "Switching", "Replacing"
 TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
+ANSWER_GRACE = 60.0  # seconds after the switch that the pods of the new spec are given to answer with its plan
 
 
 @dataclass(frozen=True)
@@ -87,11 +89,15 @@ def decide(*, spec: TopologySpec, templates: Mapping[str, str], pods: Sequence[P
 
     outdated = [p for p in pods if surplus(p) or new_template(p) or other_plan(p)]
     current = dict(previous) if previous and previous.get("target") == target else None
-    # a rebalance under way is over when every pod of the new spec exists and none is outdated; one that
-    # does not answer (restarting its engine, starting, unreachable) follows the spec file by itself
-    if not outdated and (current is None or len(pods) >= sum(wanted.values())):
+    if not outdated:
+        # Over once every pod of the new spec answers with its plan; one that stays silent (unreachable:
+        # it follows its spec file by itself) is waited for ANSWER_GRACE after the switch at most.
+        answered = [p for p in pods if p.state is not None and p.state.plan == target]
+        if current is not None and len(answered) < sum(wanted.values()) and \
+                (now - _parse(current.get("switched", current["started"]))).total_seconds() < ANSWER_GRACE:
+            return Decision(rebalance=current, again=True)
         events = () if previous is None else (
-            ("Normal", "Rebalanced", f"the pods run plan {target}, "
+            ("Normal", "Rebalanced", f"{len(answered)} of {sum(wanted.values())} pods answer with plan {target}, "
                                      f"{(now - _parse(previous['started'])).total_seconds():.0f} s after it began"),)
         held = tuple(p.name for p in pods if p.state is not None and p.state.held and p.state.member)
         return Decision(rebalance=None, activate=held, events=events)
@@ -101,6 +107,8 @@ def decide(*, spec: TopologySpec, templates: Mapping[str, str], pods: Sequence[P
         step = REPLACING if spec.upgrade_strategy == RECREATE else DRAINING
         current = {"target": target, "strategy": spec.upgrade_strategy, "step": step,
                    "started": now.strftime(TIME_FORMAT)}
+        if step == REPLACING:
+            current["switched"] = current["started"]
         if step == DRAINING:
             events.append(("Normal", DRAINING, f"moving {len(outdated)} outdated pod(s) to plan {target}: spouts "
                            f"deactivated, waiting for the trees in flight (at most {spec.message_timeout_seconds} s)"))
@@ -119,7 +127,7 @@ def decide(*, spec: TopologySpec, templates: Mapping[str, str], pods: Sequence[P
         if not drained and waited < spec.message_timeout_seconds:
             return Decision(rebalance=current, apply=False, again=True, events=tuple(events),
                             deactivate=tuple(p.name for p in answering if p.state is not None and not p.state.held))
-        current = {**current, "step": SWITCHING}
+        current = {**current, "step": SWITCHING, "switched": now.strftime(TIME_FORMAT)}
         if drained:
             events.append(("Normal", "Drained", f"no tree in flight after {waited:.0f} s: switching to plan {target}"))
         else:

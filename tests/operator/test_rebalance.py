@@ -118,3 +118,14 @@ def test_the_rebalance_in_status_keeps_its_start():
     later = decide(spec=NEW, templates=TEMPLATES, pods=pods(OLD, held=True, pending=1), previous=first.rebalance,
                    now=at(5))
     assert later.rebalance["started"] == first.rebalance["started"]
+
+
+def test_a_pod_that_never_answers_is_waited_for_a_grace_period_only():
+    """It cannot be switched (its gRPC port unreachable): it follows its spec file by itself."""
+    first = decide(spec=NEW, templates=TEMPLATES, pods=pods(OLD), previous=None, now=T0)
+    drained = decide(spec=NEW, templates=TEMPLATES, pods=pods(OLD, held=True), previous=first.rebalance, now=at(1))
+    some_silent = [p if p.role == "worker" else Pod(p.name, p.role, p.ordinal, p.template) for p in pods(NEW)]
+    waiting = decide(spec=NEW, templates=TEMPLATES, pods=some_silent, previous=drained.rebalance, now=at(60))
+    assert waiting.rebalance is not None and waiting.again and not waiting.events
+    given_up = decide(spec=NEW, templates=TEMPLATES, pods=some_silent, previous=drained.rebalance, now=at(61))
+    assert given_up.rebalance is None and "3 of 6 pods answer" in given_up.events[0][2]

@@ -110,3 +110,50 @@ def test_a_rescale_1_3_2_under_load_loses_nothing_and_replays_nothing(tmp_path, 
     assert len(seen) == N, f"{N - len(seen)} record(s) lost"
     twice = {record: n for record, n in seen.items() if n > 1}
     assert not twice, f"{len(twice)} record(s) processed more than once: a tree timed out or was replayed"
+
+
+def test_a_switch_holds_while_the_spec_file_lags_and_a_process_restarted_on_the_old_file_follows_it(
+        tmp_path, monkeypatch):
+    """In Kubernetes the operator switches processes before the kubelet updates their mounted spec: a
+    switched process must not go back to the file's old plan; and a pod restarted meanwhile starts on
+    that old plan, alone, until the file changes: then it switches to the others' plan by itself."""
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(COMPONENTS), os.environ.get("PYTHONPATH", "")]))
+    log = DurableLog(tmp_path / "log.db", create=True)
+    log.create_topic(TOPIC, partitions=2)
+    log.close()
+    before = spec(tmp_path, 2)
+    after = TopologySpec.from_dict({**before.to_dict(), "config": {"changed": True}})  # a new plan, same counts
+    path = tmp_path / "topology.yaml"
+    path.write_text(yaml.safe_dump(before.to_dict()))
+    sup = Supervisor(spec_path=path, spec=before, run_dir=tmp_path / "run")
+    sup.start()
+    try:
+        poll(sup, lambda: switched(sup, before), what="2 workers and 2 ackers running")
+        for child in sup.children:  # a rebalance, the file not updated yet
+            with sup.control(child) as client:
+                client.deactivate()
+        for child in sup.children:
+            with sup.control(child) as client:
+                client.switch(after)
+        poll(sup, lambda: switched(sup, after), what="every process on the new plan")
+        time.sleep(3)  # three of the processes' spec-file checks: no event to wait for that they all ignore
+        assert switched(sup, after), "a process went back to the plan of its stale spec file"
+
+        victim = sup.child("worker-1")
+        victim.proc.kill()
+        victim.proc.wait()
+        poll(sup, lambda: victim.restarts == 1, what="worker-1 restarted")  # on the file: the old plan
+        with sup.control(victim) as client:
+            state = poll(sup, lambda: _status(client), what="worker-1 answering")
+        assert state.plan == before.fingerprint() and not state.connected
+        path.write_text(yaml.safe_dump(after.to_dict()))  # the kubelet catches up
+        poll(sup, lambda: switched(sup, after), what="worker-1 following its spec file to the others' plan")
+    finally:
+        sup.stop(timeout=30)
+
+
+def _status(client):
+    try:
+        return client.status()
+    except Exception:  # noqa: BLE001 - still starting
+        return None

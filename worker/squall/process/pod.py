@@ -240,12 +240,12 @@ class Process:
 
         ``suspended`` is followed live. Any other change is a rebalance's, which the operator carries
         out with :mod:`squall.process.control`; but a process that cannot reach every peer of its plan
-        switches to the file's spec if that is another: a pod restarted during a rebalance, before its
-        mount caught up with it, joins the others as soon as it has.
+        when the file changes to another plan switches to it: a pod restarted during a rebalance, before
+        its mount caught up with it, joins the others as soon as it has. Only a change counts: right
+        after a rebalance switched this process, the file may still hold the plan it left.
         """
         mtime = self._mtime()
-        stuck = self.started and not self.transport.all_connected() and self.draining_since is None
-        if mtime == self._spec_mtime and not stuck:
+        if mtime == self._spec_mtime:
             return
         self._spec_mtime = mtime
         try:
@@ -258,9 +258,10 @@ class Process:
             log.info("%s: topology %s", self.cfg.name, "suspended: deactivating spouts" if spec.suspended
                      else "resumed: activating spouts")
             self._set_spouts()
+        stuck = self.started and not self.transport.all_connected() and self.draining_since is None
         if stuck and spec.fingerprint() != self.plan and self.member:
             try:
-                self._switch(spec, why="its peers run the spec file's plan")
+                self._switch(spec, why="its peers run the spec file's new plan")
             except CommandError as exc:
                 log.warning("%s: cannot switch to the spec file's plan: %s", self.cfg.name, exc)
 
