@@ -17,6 +17,7 @@ NOT_HERE = {
     "squall_spout_latest_offset": "no offset spout",
     "squall_spout_lag_records": "no offset spout",
     "squall_last_error_timestamp_seconds": "absent until a component reports an error",
+    "squall_acker_expired_trees_total": "an acker's: checked on the acker's scrape below",
 }
 MOVING = ["squall_busy_seconds_total", "process_cpu_seconds_total",
           "squall_emitted_total", "squall_transferred_total", "squall_acked_total", "squall_executed_total",
