@@ -18,7 +18,7 @@ ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
 COPY requirements.lock ./
 RUN pip wheel --no-deps --wheel-dir /wheels -r requirements.lock
-COPY pyproject.toml README.md ./
+COPY pyproject.toml setup.py README.md ./
 COPY worker ./worker
 COPY operator ./operator
 RUN pip wheel --no-deps --wheel-dir /wheels .

@@ -179,26 +179,20 @@ def test_reserved_root_ids_are_ignored():
 def test_table_grows_and_keeps_every_tree_through_many_concurrent_trees():
     rng = random.Random(10)
     trees = PendingTrees(capacity=16)
-    roots = np.array(sorted({rng.getrandbits(63) + 2 for _ in range(20_000)}), np.uint64)
-    vals = np.array([rng.getrandbits(64) | 1 for _ in range(len(roots))], np.uint64)
-    tasks = np.arange(len(roots), dtype=np.int32) % 7
-    n = len(roots)
-    out = trees.apply(np.full(n, INIT, np.uint8), roots, vals, tasks)
-    assert len(out.acked_roots) == 0
-    assert len(trees) == n
+    roots = sorted({rng.getrandbits(63) + 2 for _ in range(20_000)})
+    vals = [rng.getrandbits(64) | 1 for _ in roots]
+    tasks = [i % 7 for i in range(len(roots))]
+    assert trees.apply(zip([INIT] * len(roots), roots, vals, tasks, strict=True)) == []
+    assert len(trees) == len(roots)
     # complete every other tree, in reverse order
     half = slice(None, None, -2)
-    out = trees.apply(np.full(len(roots[half]), ACK, np.uint8), roots[half], vals[half],
-                      np.full(len(roots[half]), -1, np.int32))
-    assert sorted(out.acked_roots.tolist()) == sorted(roots[half].tolist())
-    assert sorted(zip(out.acked_roots.tolist(), out.acked_tasks.tolist(), strict=True)) == sorted(
-        zip(roots[half].tolist(), tasks[half].tolist(), strict=True))
-    assert len(trees) == n - len(roots[half])
+    out = trees.apply(zip([ACK] * len(roots[half]), roots[half], vals[half], [-1] * len(roots[half]), strict=True))
+    assert sorted(out) == sorted((ACK, root, task) for root, task in zip(roots[half], tasks[half], strict=True))
+    assert len(trees) == len(roots) - len(roots[half])
     # the rest still complete, after the deleted slots
-    rest = np.ones(n, bool)
-    rest[half] = False
-    out = trees.apply(np.full(rest.sum(), ACK, np.uint8), roots[rest], vals[rest], np.full(rest.sum(), -1, np.int32))
-    assert sorted(out.acked_roots.tolist()) == sorted(roots[rest].tolist())
+    rest = [i for i in range(len(roots)) if i % 2 != (len(roots) - 1) % 2]
+    out = trees.apply((ACK, roots[i], vals[i], -1) for i in rest)
+    assert sorted(root for _, root, _ in out) == sorted(roots[i] for i in rest)
     assert len(trees) == 0
 
 
@@ -328,16 +322,15 @@ def test_a_million_pending_trees_take_at_most_40_bytes_each_in_the_table():
     batch = 4096
     for start in range(0, 1_000_000, batch):
         n = min(batch, 1_000_000 - start)
-        out = trees.apply(np.full(n, INIT, np.uint8), rng.integers(2, 2**64 - 1, n, dtype=np.uint64, endpoint=True),
-                          rng.integers(1, 2**64 - 1, n, dtype=np.uint64, endpoint=True), np.full(n, 7, np.int32))
-        assert len(out.acked_roots) == 0
+        roots = rng.integers(2, 2**64 - 1, n, dtype=np.uint64, endpoint=True).tolist()
+        vals = rng.integers(1, 2**64 - 1, n, dtype=np.uint64, endpoint=True).tolist()
+        assert trees.apply(zip([INIT] * n, roots, vals, [7] * n, strict=True)) == []
     assert len(trees) == 1_000_000
     assert trees.nbytes / len(trees) <= 40
 
 
 def test_a_spout_task_id_beyond_the_tables_range_is_refused_not_truncated():
     trees = PendingTrees()
-    with pytest.raises(ValueError, match="spout task id 65535 is above 65534"):
-        trees.apply(np.array([INIT], np.uint8), np.array([5], np.uint64), np.array([1], np.uint64),
-                    np.array([65535], np.int32))
+    with pytest.raises(ValueError, match="spout task id 65535 is outside 0..65534"):
+        trees.apply([(INIT, 5, 1, 65535)])
     assert len(trees) == 0

@@ -1,5 +1,12 @@
 """Squall: Apache Storm's guaranteed-processing stream engine, in Python, for Kubernetes."""
 
+import os as _os
+
+if _os.environ.get("SQUALL_PURE_PYTHON") == "1":  # first: before any compiled module is imported
+    from squall import _pure
+
+    _pure.install()
+
 from squall.api import (
     BasicBolt,
     BasicOutputCollector,

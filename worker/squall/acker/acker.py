@@ -43,30 +43,19 @@ class Notification(NamedTuple):
 
 
 class Acker:
-    """One acker task's state; pure, so the runtime feeds it batches and routes what it returns."""
+    """One acker task's state; pure, so the runtime feeds it messages and routes what it returns."""
 
     def __init__(self) -> None:
         self.trees = PendingTrees()
         self.expired = 0
 
     def process(self, kinds: np.ndarray, roots: np.ndarray, vals: np.ndarray, tasks: np.ndarray) -> list[Notification]:
-        out = self.trees.apply(kinds, roots, vals, tasks)
-        notes = [Notification(ACK, r, t) for r, t in
-                 zip(out.acked_roots.tolist(), out.acked_tasks.tolist(), strict=True)]
-        notes += [Notification(FAIL, r, t) for r, t in
-                  zip(out.failed_roots.tolist(), out.failed_tasks.tolist(), strict=True)]
-        notes += [Notification(RESET, r, t) for r, t in
-                  zip(out.reset_roots.tolist(), out.reset_tasks.tolist(), strict=True)]
-        return notes
+        """Apply messages given as columns (an :class:`AckBatch` from another process)."""
+        return self.process_messages(zip(kinds.tolist(), roots.tolist(), vals.tolist(), tasks.tolist(), strict=True))
 
-    def process_messages(self, messages: Iterable[AckerMessage]) -> list[Notification]:
-        """Apply messages given as :class:`AckerMessage` tuples (the in-process path)."""
-        batch = list(messages)
-        if not batch:
-            return []
-        kinds, roots, vals, tasks = zip(*batch, strict=True)
-        return self.process(np.array(kinds, np.uint8), np.array(roots, np.uint64),
-                            np.array(vals, np.uint64), np.array(tasks, np.int32))
+    def process_messages(self, messages: Iterable[tuple[int, int, int, int]]) -> list[Notification]:
+        """Apply messages given as :class:`AckerMessage` tuples, one by one in order."""
+        return [Notification(kind, root, task) for kind, root, task in self.trees.apply(messages)]
 
     def rotate(self) -> None:
         """Called every message timeout: trees untouched for three rotations are forgotten."""

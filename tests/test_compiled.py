@@ -1,0 +1,45 @@
+"""The compiled hot path and the pure Python path: the same modules, both tested.
+
+``make install`` builds the modules of ``squall._pure.COMPILED`` with Cython, so the suite runs them
+compiled; the engine's own tests run once more on their interpreted sources (``SQUALL_PURE_PYTHON=1``).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from squall import _pure
+
+REPO = Path(__file__).resolve().parents[1]
+# The tests of what the compiled modules do: run again on the interpreted sources.
+ENGINE_TESTS = ["tests/test_acker.py", "tests/test_reliability.py", "tests/test_timeouts.py",
+                "tests/test_basic_bolt.py", "tests/test_held.py", "tests/test_groupings.py"]
+
+
+@pytest.mark.skipif(os.environ.get(_pure.ENV) == "1", reason="this run imports the sources on purpose")
+@pytest.mark.parametrize("name", _pure.COMPILED)
+def test_the_hot_path_runs_compiled(name):
+    module = importlib.import_module(name)
+    assert _pure.compiled(module), (
+        f"{name} runs from {module.__file__}, not compiled: reinstall with a C compiler (pip install -e .)")
+
+
+def test_the_engine_passes_its_tests_on_the_pure_python_path():
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *ENGINE_TESTS],
+                          cwd=REPO, env={**os.environ, _pure.ENV: "1"}, capture_output=True, text=True,
+                          timeout=600, check=False)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+
+
+def test_pure_python_imports_the_sources_of_compiled_modules():
+    code = ("import importlib, squall._pure as p; "
+            "print(all(not p.compiled(importlib.import_module(n)) for n in p.COMPILED))")
+    done = subprocess.run([sys.executable, "-c", code], env={**os.environ, _pure.ENV: "1"}, capture_output=True,
+                          text=True, timeout=60, check=True)
+    assert done.stdout.strip() == "True"
