@@ -82,6 +82,10 @@ class Runtime:
         self._posted: list[Callable[[], None]] = []
         self._posted_lock = threading.Lock()
         self._wake = threading.Event()
+        # Waking a sleeping loop is a lock and a notify; most wakes find it running. Other threads
+        # set _kicked, and the Event only while _sleeping (see idle_wait).
+        self._kicked = False
+        self._sleeping = False
         self._stop = False
         self._rng = random.Random()
         self.remote = remote
@@ -199,11 +203,14 @@ class Runtime:
         """Run ``action`` on the scheduler thread (thread-safe); wakes the loop."""
         with self._posted_lock:
             self._posted.append(action)
-        self._wake.set()
+        self.wake()
 
     def wake(self) -> None:
-        """Wake the loop from another thread (new input arrived)."""
-        self._wake.set()
+        """Wake the loop from another thread (new input arrived, room in a link): the loop sees it
+        before it next sleeps, or is woken if it sleeps already."""
+        self._kicked = True
+        if self._sleeping:
+            self._wake.set()
 
     # -- the loop ---------------------------------------------------------------------------
 
@@ -216,6 +223,7 @@ class Runtime:
 
     def step(self) -> bool:
         """One round: due timers fire, then every executor does a slice of work. Returns progress."""
+        self._kicked = False  # what woke us before now is taken in by this round
         now = self.heartbeat = self.clock()
         self._fire_timers(now)
         progress = False
@@ -259,10 +267,13 @@ class Runtime:
             if wake is not None and wake < deadline:
                 deadline = wake
         delay = min(deadline - self.clock(), IDLE_WAIT)
-        if delay > 0:
+        self._sleeping = True
+        # a wake after the round began set _kicked: that input may have come too late for the round
+        if delay > 0 and not self._kicked:
             self._wake.wait(delay)
         else:
             time.sleep(0)  # a yield, so the transport threads get the GIL
+        self._sleeping = False
         self._wake.clear()
 
     def run(self, stop: Callable[[], bool] = lambda: False) -> None:

@@ -163,7 +163,7 @@ class Process:
                                    ackers=wiring.ackers, addresses=addresses, senders=wiring.senders,
                                    decoder=decoder, bind=f"{cfg.bind_host}:{cfg.grpc_port}",
                                    batch_size=t.batch_size, flush_interval=t.flush_interval_ms / 1000,
-                                   max_frame=t.max_frame_bytes, queue_frames=8, tls=cfg.tls, control=self.control)
+                                   max_frame=t.max_frame_bytes, tls=cfg.tls, control=self.control)
         self.runtime = Runtime(plan, executors=wiring.executors, acker_tasks=wiring.acker_tasks,
                                remote=self.transport)
         registry = self.registry = process_registry()

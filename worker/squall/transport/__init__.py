@@ -10,6 +10,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from squall.acker.acker import ACK, INIT
 from squall.proto.squall_pb2 import ControlRequest, ProcessState
 from squall.transport.codec import Decoder, encode_acker, encode_tuples, encode_verdicts, lost_trees
 from squall.transport.ingress import Ingress
@@ -32,7 +33,7 @@ class Transport:
 
     def __init__(self, *, name: str, plan: str, owner: dict[int, str], ackers: frozenset[str],
                  addresses: dict[str, str], senders: frozenset[str], decoder: Decoder, bind: str, batch_size: int,
-                 flush_interval: float, max_frame: int, queue_frames: int, tls: Credentials | None = None,
+                 flush_interval: float, max_frame: int, tls: Credentials | None = None,
                  control: Callable[[ControlRequest], ProcessState] | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.name = name
@@ -49,11 +50,13 @@ class Transport:
         #: (appended on link threads, taken on the scheduler thread)
         self.lost: deque[tuple[int, int]] = deque()
         self.links = {(p, lane): PeerLink(peer=p, address=addresses[p], lane=lane, sender=name, plan=plan,
-                                          max_frame=max_frame, queue_frames=queue_frames, wake=self.wake,
+                                          max_frame=max_frame, wake=self.wake,
                                           dropped=self._dropped, tls=tls)
                       for p in peers for lane in (DATA, CONTROL)}
         self._buffers: dict[tuple[str, str], list[Any]] = {key: [] for key in self.links}
         self._since: dict[tuple[str, str], float] = {}
+        # Per batch to an acker: root → where its INIT or ACKs so far are, merged into one message
+        self._merged: dict[tuple[str, str], dict[int, int]] = {(p, CONTROL): {} for p in ackers}
         # The control lane carries acker messages to ackers and verdicts to workers.
         self._ackers = ackers
         self.ingress: Ingress | None = None
@@ -121,9 +124,30 @@ class Transport:
                     self._since[key] = self.clock()
                 elif size >= self.batch_size:
                     return False  # a full batch and a busy link: backpressure
+        merged = self._merged.get(key)
+        if merged is not None and self._merge(buf, merged, item):
+            return True
         buf.append(item)
         return True
 
+    @staticmethod
+    def _merge(buf: list[Any], merged: dict[int, int], message: tuple[int, int, int, int]) -> bool:
+        """Fold an acker message into the batch's earlier message of its tree, if that is an INIT or
+        ACK: XOR is associative, so the acker reaches the same value, in one message instead of many (a
+        tree's 9 acks leave a worker as 1 to 3). A FAIL or RESET is never folded, and starts a new
+        message for the acks after it, so every verdict stays what the messages one by one give.
+        Whether ``message`` was folded; if not, it is the next one of ``buf``."""
+        kind, root, val, spout = message
+        if kind > ACK:
+            merged.pop(root, None)
+            return False
+        at = merged.get(root)
+        if at is None:
+            merged[root] = len(buf)
+            return False
+        first, _, value, first_spout = buf[at]
+        buf[at] = (INIT, root, value ^ val, spout) if kind == INIT else (first, root, value ^ val, first_spout)
+        return True
     def _flush(self, key: tuple[str, str]) -> bool:
         """Hand the buffered batch to its link if the link has room.
 
@@ -137,6 +161,8 @@ class Transport:
         frame = encode_tuples(buf) if key[1] == DATA else \
             encode_acker(buf) if key[0] in self._ackers else encode_verdicts(buf)
         buf.clear()
+        if key in self._merged:
+            self._merged[key].clear()
         link.offer(frame)
         return True
 

@@ -75,7 +75,9 @@ class Decoder:
         self.spout_tasks = spout_tasks
         self.acker_task = min(acker_tasks) if acker_tasks else None
         # INITs may name any spout task of the topology: the acker sends that task its verdict
-        self.all_spout_tasks = np.array(sorted(t for c in plan.spout_names for t in plan.component_tasks[c]), _I32)
+        spouts = [t for c in plan.spout_names for t in plan.component_tasks[c]]
+        self._spout_task = np.zeros(max(spouts, default=0) + 1, bool)  # indexed by task id: a lookup, not a search
+        self._spout_task[spouts] = True
         # Per bolt task of this process, the (source component, stream) pairs its component subscribes
         # to: a tuple on any other stream would reach a bolt that never asked for it.
         subscribed: dict[str, set[tuple[str, str]]] = {}
@@ -180,8 +182,10 @@ class Decoder:
         if kinds.max() > RESET:
             raise FrameError(f"unknown acker message kind {int(kinds.max())} (0 init, 1 ack, 2 fail, 3 reset)")
         init = kinds == INIT
-        if not np.isin(tasks[init], self.all_spout_tasks).all():
-            bad = int(tasks[init][~np.isin(tasks[init], self.all_spout_tasks)][0])
+        named = tasks[init]
+        if len(named) and (named.min() < 0 or named.max() >= len(self._spout_task) or
+                           not self._spout_task[named].all()):
+            bad = next(t for t in named.tolist() if not 0 <= t < len(self._spout_task) or not self._spout_task[t])
             raise FrameError(f"acker INIT names task {bad}, which is not a spout task of this topology")
         if (tasks[~init] != -1).any():
             raise FrameError("only an acker INIT carries a spout task (the others carry -1)")

@@ -26,6 +26,12 @@ BACKOFF = (0.1, 2.0)  # seconds between attempts on a stream the peer refused
 DATA, CONTROL = "data", "control"
 
 
+# Frames that may wait for a link's thread: one. While it waits (the thread hands the one before to
+# gRPC, or HTTP/2 flow control holds it), the next batch keeps growing in the transport's buffer: the
+# busier a link, the larger its frames, so per-frame costs (threads, gRPC) fall as the load rises,
+# and an idle link still sends at once. With room for 8, frames went out 3.6 trees small under load
+# and cost the processes 2-4 times the CPU of the work they carried (docs/performance.md).
+WAITING_FRAMES = 1
 KEEPALIVE_MS = 10_000  # pings find a silently vanished peer (a partition, not a crash) in ~15 s
 
 
@@ -77,11 +83,11 @@ class PeerLink:
     """Streams frames to ``address`` on ``lane``, reconnecting for as long as the process lives."""
 
     def __init__(self, *, peer: str, address: str, lane: str, sender: str, plan: str, max_frame: int,
-                 queue_frames: int, wake: Callable[[], None], dropped: Callable[[bytes], None],
+                 wake: Callable[[], None], dropped: Callable[[bytes], None],
                  tls: Credentials | None = None) -> None:
         self.peer, self.address, self.lane, self.sender, self.plan = peer, address, lane, sender, plan
         self.stats = LinkStats()
-        self._frames: queue.Queue[bytes] = queue.Queue(queue_frames)
+        self._frames: queue.Queue[bytes] = queue.Queue(WAITING_FRAMES)
         self._wake = wake
         self._dropped = dropped
         self._closed = threading.Event()
