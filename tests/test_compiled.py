@@ -19,7 +19,8 @@ from squall import _pure
 REPO = Path(__file__).resolve().parents[1]
 # The tests of what the compiled modules do: run again on the interpreted sources.
 ENGINE_TESTS = ["tests/test_acker.py", "tests/test_reliability.py", "tests/test_timeouts.py",
-                "tests/test_basic_bolt.py", "tests/test_held.py", "tests/test_groupings.py"]
+                "tests/test_basic_bolt.py", "tests/test_held.py", "tests/test_groupings.py", "tests/test_spout.py",
+                "tests/test_ticks_errors.py", "tests/test_values.py"]
 
 
 @pytest.mark.skipif(os.environ.get(_pure.ENV) == "1", reason="this run imports the sources on purpose")

@@ -17,7 +17,10 @@ from pathlib import Path
 from types import ModuleType
 
 ENV = "SQUALL_PURE_PYTHON"
-COMPILED = ("squall.acker.table",)  # setup.py reads this line
+# setup.py reads this line
+COMPILED = ("squall.acker.table", "squall.tuples", "squall.grouping", "squall.executor.routing",
+            "squall.executor.base", "squall.executor.collectors", "squall.executor.stats", "squall.executor.bolt",
+            "squall.executor.rotating", "squall.executor.spout")
 
 
 class _Sources(importlib.abc.MetaPathFinder):

@@ -50,7 +50,16 @@ def stable_hash(values: Sequence[Any]) -> int:
     return zlib.crc32(msgpack.packb(values))
 
 
-class Shuffle:
+class Grouper:
+    """Chooses the receiving tasks of each tuple of one (emitting task, subscriber) pair."""
+
+    __slots__ = ()
+
+    def choose(self, values: list[Any]) -> list[int]:
+        raise NotImplementedError
+
+
+class Shuffle(Grouper):
     """Round-robin over a shuffled list of tasks, reshuffled each pass: even and unpredictable."""
 
     __slots__ = ("tasks", "order", "pos", "rng")
@@ -86,7 +95,7 @@ def _one_str_prefix_crc(size: int) -> int:
 _PREFIX_CRC = [_one_str_prefix_crc(n) for n in range(256)]
 
 
-class FieldsHash:
+class FieldsHash(Grouper):
     __slots__ = ("tasks", "indices", "single")
 
     def __init__(self, tasks: Sequence[int], indices: list[int]) -> None:
@@ -106,7 +115,7 @@ class FieldsHash:
         return [self.tasks[stable_hash([values[i] for i in self.indices]) % len(self.tasks)]]
 
 
-class Fixed:
+class Fixed(Grouper):
     """The same tasks every time: ``all`` (every task) and ``global`` (the lowest task id)."""
 
     __slots__ = ("tasks",)
@@ -118,7 +127,7 @@ class Fixed:
         return self.tasks
 
 
-class Custom:
+class Custom(Grouper):
     __slots__ = ("impl", "task_id")
 
     def __init__(self, impl: CustomStreamGrouping, task_id: int) -> None:
@@ -130,7 +139,7 @@ class Custom:
 
 
 def make_grouper(sub: Subscriber, *, source: tuple[str, str], fields: Fields, task_id: int,
-                 local_tasks: frozenset[int], context: Any, rng: random.Random) -> Any | None:
+                 local_tasks: frozenset[int], context: Any, rng: random.Random) -> Grouper | None:
     """The grouper a task uses to send ``source`` (component, stream) tuples to ``sub``.
 
     Returns None for a direct grouping: those tuples only go where ``emit_direct`` says.

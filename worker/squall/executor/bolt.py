@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from squall.api import BasicBolt, Bolt
 from squall.errors import FailedException, ReportedFailedException
@@ -15,13 +14,18 @@ from squall.tuples import Tuple
 BUDGET = 64  # tuples per scheduler round, so one busy bolt cannot starve the others
 
 
-@dataclass
 class BoltTask:
-    task_id: int
-    bolt: Bolt | BasicBolt
-    stats: TaskStats
-    collector: BoltCollector
-    basic: BasicCollector | None  # set for a BasicBolt
+    """One bolt task of an executor: its instance, counters and collector."""
+
+    __slots__ = ("task_id", "bolt", "stats", "collector", "basic")
+
+    def __init__(self, task_id: int, bolt: Bolt | BasicBolt, stats: TaskStats, collector: BoltCollector,
+                 basic: BasicCollector | None) -> None:
+        self.task_id = task_id
+        self.bolt = bolt
+        self.stats = stats
+        self.collector = collector
+        self.basic = basic  # set for a BasicBolt
 
 
 class BoltExecutor(Executor):
@@ -62,9 +66,12 @@ class BoltExecutor(Executor):
     def run_once(self, now: float) -> bool:
         if self.overflow and not self.flush():
             return False
-        inbox, tasks, clock, execute, held = self.inbox, self.tasks, self.clock, self._execute, self.held
-        if not inbox or any(task.collector.paused for task in tasks.values()):
+        inbox, tasks, clock, held = self.inbox, self.tasks, self.clock, self.held
+        if not inbox:
             return False
+        for task in tasks.values():
+            if task.collector.paused:
+                return False
         n = 0
         began = clock()
         while inbox and n < BUDGET and not self.overflow:
@@ -77,11 +84,11 @@ class BoltExecutor(Executor):
             task.stats.executed[key] += 1
             self.countdown -= 1
             if self.countdown:
-                execute(task, tup)
+                self._execute(task, tup)
                 continue
             self.countdown = SAMPLE_EVERY
             start = tup.received = clock()
-            execute(task, tup)
+            self._execute(task, tup)
             task.stats.execute_latency[key].observe(clock() - start, SAMPLE_EVERY)
         share = (clock() - began) / len(tasks)
         for task in tasks.values():  # capacity is an executor's busy share; its tasks split it evenly

@@ -53,7 +53,7 @@ class SpoutCollector:
     def __init__(self, *, executor: Executor, router: Router, stats: TaskStats, rng: random.Random,
                  acker: AckerRoute | None, on_emit: Callable[[int, Any, str], None],
                  on_untracked_ack: Callable[[Any, str], None], report: Callable[[BaseException], None]) -> None:
-        self._send = executor.send
+        self._executor = executor
         self._router = router
         self._stats = stats
         self._rng = rng
@@ -76,7 +76,7 @@ class SpoutCollector:
 
     def _emit(self, targets: list[int], values: list[Any], fields: Fields, stream: str, msg_id: Any) -> list[int]:
         self.emits += 1
-        src, task_id, send = self._router.component, self._router.task_id, self._send
+        src, task_id, executor = self._router.component, self._router.task_id, self._executor
         acker = self._acker
         if msg_id is not None and acker is not None:
             getrandbits = self._rng.getrandbits
@@ -85,12 +85,12 @@ class SpoutCollector:
             for t in targets:  # hot path: one edge id per receiving task
                 edge = getrandbits(64)
                 ack_val ^= edge
-                send(t, Tuple(values, fields, src, stream, task_id, {root: edge}, t))
+                executor.send(t, Tuple(values, fields, src, stream, task_id, {root: edge}, t))
             self._on_emit(root, msg_id, stream)
-            send(acker.tasks[root % acker.n], (INIT, root, ack_val, task_id))
+            executor.send(acker.tasks[root % acker.n], (INIT, root, ack_val, task_id))
         else:
             for t in targets:
-                send(t, Tuple(values, fields, src, stream, task_id, {}, t))
+                executor.send(t, Tuple(values, fields, src, stream, task_id, {}, t))
             if msg_id is not None:
                 self._on_untracked_ack(msg_id, stream)  # ackers = 0: acked as soon as emitted
         self._stats.emitted[stream] += 1
@@ -107,7 +107,7 @@ class BoltCollector:
     def __init__(self, *, executor: Executor, router: Router, stats: TaskStats, rng: random.Random,
                  acker: AckerRoute | None, report: Callable[[BaseException], None],
                  clock: Callable[[], float], post: Callable[[Callable[[], None]], None], held: HeldCount) -> None:
-        self._send = executor.send
+        self._executor = executor
         self._post = post
         self.paused = False  # see squall.api.OutputCollector.paused
         self._held = held
@@ -120,9 +120,7 @@ class BoltCollector:
         self._clock = clock
 
     def emit(self, values: Sequence[Any], *, anchors: Anchors = None, stream: str = DEFAULT_STREAM) -> list[int]:
-        values = list(values)
-        fields, targets = self._router.route(stream, values)
-        return self._emit(targets, values, fields, stream, anchors)
+        return self._route_and_emit(list(values), anchors, stream)
 
     def emit_direct(self, task: int, values: Sequence[Any], *, anchors: Anchors = None,
                     stream: str = DEFAULT_STREAM) -> list[int]:
@@ -130,8 +128,12 @@ class BoltCollector:
         fields, targets = self._router.direct_route(stream, task, values)
         return self._emit(targets, values, fields, stream, anchors)
 
+    def _route_and_emit(self, values: list[Any], anchors: Anchors, stream: str) -> list[int]:
+        fields, targets = self._router.route(stream, values)
+        return self._emit(targets, values, fields, stream, anchors)
+
     def _emit(self, targets: list[int], values: list[Any], fields: Fields, stream: str, anchors: Anchors) -> list[int]:
-        src, task_id, send = self._router.component, self._router.task_id, self._send
+        src, task_id, executor = self._router.component, self._router.task_id, self._executor
         if anchors is None:
             anchors = ()
         elif type(anchors) is Tuple:
@@ -151,10 +153,10 @@ class BoltCollector:
             for t in targets:
                 edge = getrandbits(64)
                 anchor.ack_val ^= edge
-                send(t, Tuple(values, fields, src, stream, task_id, {root: edge}, t))
+                executor.send(t, Tuple(values, fields, src, stream, task_id, {root: edge}, t))
         else:
             for t in targets:
-                send(t, Tuple(values, fields, src, stream, task_id, self._edges(anchors), t))
+                executor.send(t, Tuple(values, fields, src, stream, task_id, self._edges(anchors), t))
         self._stats.emitted[stream] += 1
         self._stats.transferred[stream] += len(targets)
         return targets
@@ -179,9 +181,9 @@ class BoltCollector:
         if tup.anchors:
             self._held.n -= 1
         if tup.anchors and acker is not None:
-            send, tasks, n, ack_val = self._send, acker.tasks, acker.n, tup.ack_val
+            executor, tasks, n, ack_val = self._executor, acker.tasks, acker.n, tup.ack_val
             for root, edge in tup.anchors.items():
-                send(tasks[root % n], (ACK, root, edge ^ ack_val, -1))
+                executor.send(tasks[root % n], (ACK, root, edge ^ ack_val, -1))
         self._acked[tup.source_stream] += 1
         if tup.received:  # set on sampled tuples only (see BoltExecutor)
             self._stats.process_latency[(tup.source_component, tup.source_stream)].observe(
@@ -198,14 +200,14 @@ class BoltCollector:
         acker = self._acker
         if acker is not None:
             for root in tup.anchors:
-                self._send(acker.tasks[root % acker.n], (FAIL, root, 0, -1))
+                self._executor.send(acker.tasks[root % acker.n], (FAIL, root, 0, -1))
         self._stats.failed[tup.source_stream] += 1
 
     def reset_timeout(self, tup: Tuple) -> None:
         acker = self._acker
         if acker is not None:
             for root in tup.anchors:
-                self._send(acker.tasks[root % acker.n], (RESET, root, 0, -1))
+                self._executor.send(acker.tasks[root % acker.n], (RESET, root, 0, -1))
 
     def report_error(self, exc: BaseException) -> None:
         self._report(exc)
@@ -230,7 +232,7 @@ class BasicCollector:
         self.input: Tuple | None = None
 
     def emit(self, values: Sequence[Any], *, stream: str = DEFAULT_STREAM) -> list[int]:
-        return self._out.emit(values, anchors=self.input, stream=stream)
+        return self._out._route_and_emit(list(values), self.input, stream)
 
     def emit_direct(self, task: int, values: Sequence[Any], *, stream: str = DEFAULT_STREAM) -> list[int]:
         return self._out.emit_direct(task, values, anchors=self.input, stream=stream)

@@ -6,14 +6,14 @@ import random
 from typing import Any
 
 from squall.errors import EmitError
-from squall.grouping import make_grouper
+from squall.grouping import Grouper, make_grouper
 from squall.topology.context import TaskContext
 from squall.topology.plan import Plan
 from squall.tuples import Fields
 from squall.values import INT_MAX, INT_MIN, SCALAR_TYPES, check_values
 
 
-class DirectOnly:
+class DirectOnly(Grouper):
     """The grouper of a direct stream for a plain ``emit``: refuses it (its tuples need a target task)."""
 
     __slots__ = ("message",)
@@ -68,7 +68,8 @@ class Router:
             break
         groupers = self.groupers[stream]
         if len(groupers) == 1:
-            return fields, groupers[0].choose(values)
+            grouper = groupers[0]
+            return fields, grouper.choose(values)
         targets: list[int] = []
         for grouper in groupers:
             targets.extend(grouper.choose(values))

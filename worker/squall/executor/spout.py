@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from squall.acker.acker import ACK, FAIL, Notification
@@ -38,24 +37,32 @@ class WaitStrategy:
         return self.sleep
 
 
-@dataclass
 class SpoutTask:
-    task_id: int
-    spout: Spout
-    stats: TaskStats
-    collector: SpoutCollector | None = None
-    pending: int = 0
-    idle: int = 0
-    wake: float = 0.0
-    untracked_acks: list[tuple[Any, str]] = field(default_factory=list)
+    """One spout task of an executor: its instance, counters, collector and trees in flight."""
+
+    __slots__ = ("task_id", "spout", "stats", "collector", "pending", "idle", "wake", "untracked_acks")
+
+    def __init__(self, task_id: int, spout: Spout, stats: TaskStats) -> None:
+        self.task_id = task_id
+        self.spout = spout
+        self.stats = stats
+        self.collector: SpoutCollector | None = None
+        self.pending = 0  # trees in flight
+        self.idle = 0  # next_tuple calls in a row that emitted nothing
+        self.wake = 0.0  # when next_tuple may be called again (the wait strategy)
+        self.untracked_acks: list[tuple[Any, str]] = []
 
 
-@dataclass(frozen=True)
 class PendingTree:
-    task: SpoutTask
-    msg_id: Any
-    stream: str
-    start: float
+    """A tree in flight: the task that emitted it, its message id and stream, when it was emitted."""
+
+    __slots__ = ("task", "msg_id", "stream", "start")
+
+    def __init__(self, task: SpoutTask, msg_id: Any, stream: str, start: float) -> None:
+        self.task = task
+        self.msg_id = msg_id
+        self.stream = stream
+        self.start = start
 
 
 class SpoutExecutor(Executor):
@@ -140,12 +147,12 @@ class SpoutExecutor(Executor):
             return progress
         if not self.active:
             return progress
-        max_pending = self.max_pending
+        limited, limit = self.max_pending is not None, self.max_pending or 0
         for task in self.tasks.values():
             if task.wake > now:
                 continue
             for _ in range(BURST):
-                if max_pending is not None and task.pending >= max_pending:
+                if limited and task.pending >= limit:
                     break
                 before = task.collector.emits
                 self._call(task, task.spout.next_tuple)

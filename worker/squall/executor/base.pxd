@@ -1,0 +1,20 @@
+# C types for base.py where Squall is compiled with Cython (squall/_pure.py).
+
+cdef class Transfer:
+    cdef public long long capacity
+    cdef public dict inboxes
+    cdef public object remote
+    cpdef bint try_deliver(self, long long task, object item) except -1
+    cpdef bint try_send(self, long long task, object item) except -1
+
+
+cdef class Executor:
+    cdef public str component
+    cdef public tuple task_ids
+    cdef public Transfer transfer
+    cdef public object inbox, overflow
+    cdef dict _inboxes
+    cdef long long _capacity
+    cpdef send(self, long long task, object item)
+    cpdef bint flush(self) except -1
+    cpdef bint run_once(self, double now) except -1

@@ -1,0 +1,31 @@
+# C types for bolt.py where Squall is compiled with Cython (squall/_pure.py).
+cimport cython
+
+from squall.executor.base cimport Executor
+from squall.executor.collectors cimport BasicCollector, BoltCollector, HeldCount
+from squall.executor.stats cimport TaskStats
+from squall.tuples cimport Tuple
+
+
+cdef class BoltTask:
+    cdef public long long task_id
+    cdef public object bolt
+    cdef public TaskStats stats
+    cdef public BoltCollector collector
+    cdef public BasicCollector basic
+
+
+cdef class BoltExecutor(Executor):
+    cdef public HeldCount held
+    cdef public dict tasks
+    cdef public object clock, report
+    cdef public list prepared
+    cdef public set unprepared
+    cdef public long long countdown
+
+    @cython.locals(tasks=dict, held=HeldCount, n=cython.long, tup=Tuple, task=BoltTask, began=cython.double,
+                   start=cython.double, share=cython.double)
+    cpdef bint run_once(self, double now) except -1
+
+    @cython.locals(basic=BasicCollector)
+    cpdef _execute(self, BoltTask task, Tuple tup)

@@ -1,0 +1,54 @@
+# C types for collectors.py where Squall is compiled with Cython (squall/_pure.py).
+cimport cython
+
+from squall.executor.base cimport Executor
+from squall.executor.routing cimport Router
+from squall.tuples cimport Fields, Tuple
+
+
+cdef class AckerRoute:
+    cdef public tuple tasks
+    cdef public Py_ssize_t n
+
+
+cdef class HeldCount:
+    cdef public long long n
+
+
+cdef class SpoutCollector:
+    cdef Executor _executor
+    cdef Router _router
+    cdef object _stats, _rng, _on_emit, _on_untracked_ack, _report
+    cdef AckerRoute _acker
+    cdef public long long emits
+
+    @cython.locals(executor=Executor, acker=AckerRoute, t=cython.longlong, root=cython.ulonglong,
+                   edge=cython.ulonglong, ack_val=cython.ulonglong, task_id=cython.longlong)
+    cpdef list _emit(self, list targets, list values, Fields fields, str stream, object msg_id)
+
+
+cdef class BoltCollector:
+    cdef Executor _executor
+    cdef object _post, _report, _clock, _rng, _stats, _acked
+    cdef public bint paused
+    cdef HeldCount _held
+    cdef Router _router
+    cdef AckerRoute _acker
+
+    @cython.locals(fields=Fields, targets=list)
+    cpdef list _route_and_emit(self, list values, object anchors, str stream)
+
+    @cython.locals(executor=Executor, anchor=Tuple, t=cython.longlong, root=cython.ulonglong,
+                   edge=cython.ulonglong, task_id=cython.longlong)
+    cpdef list _emit(self, list targets, list values, Fields fields, str stream, object anchors)
+
+    @cython.locals(executor=Executor, acker=AckerRoute, tasks=tuple, n=Py_ssize_t, ack_val=cython.ulonglong,
+                   root=cython.ulonglong, edge=cython.ulonglong)
+    cpdef ack(self, Tuple tup)
+
+    cpdef fail(self, Tuple tup)
+
+
+cdef class BasicCollector:
+    cdef BoltCollector _out
+    cdef public Tuple input

@@ -1,0 +1,36 @@
+# C types for spout.py where Squall is compiled with Cython (squall/_pure.py).
+cimport cython
+
+from squall.executor.base cimport Executor
+from squall.executor.collectors cimport SpoutCollector
+from squall.executor.rotating cimport RotatingMap
+from squall.executor.stats cimport TaskStats
+
+
+cdef class SpoutTask:
+    cdef public long long task_id
+    cdef public object spout
+    cdef public TaskStats stats
+    cdef public SpoutCollector collector
+    cdef public long long pending, idle
+    cdef public double wake
+    cdef public list untracked_acks
+
+
+cdef class PendingTree:
+    cdef public SpoutTask task
+    cdef public object msg_id
+    cdef public str stream
+    cdef public double start
+
+
+cdef class SpoutExecutor(Executor):
+    cdef public dict tasks
+    cdef public RotatingMap pending
+    cdef public object max_pending, wait, clock, report
+    cdef public bint active
+    cdef public list opened
+
+    @cython.locals(task=SpoutTask, tree=PendingTree, before=cython.longlong, progress=cython.bint,
+                   limit=cython.longlong, limited=cython.bint)
+    cpdef bint run_once(self, double now) except -1

@@ -1,0 +1,24 @@
+# C types for grouping.py where Squall is compiled with Cython (squall/_pure.py).
+
+cdef class Grouper:
+    cpdef list choose(self, list values)
+
+
+cdef class Shuffle(Grouper):
+    cdef readonly list tasks, order
+    cdef Py_ssize_t pos
+    cdef object rng
+
+
+cdef class FieldsHash(Grouper):
+    cdef readonly list tasks, indices
+    cdef readonly object single
+
+
+cdef class Fixed(Grouper):
+    cdef readonly list tasks
+
+
+cdef class Custom(Grouper):
+    cdef readonly object impl
+    cdef long long task_id

@@ -1,0 +1,17 @@
+# C types for tuples.py where Squall is compiled with Cython (squall/_pure.py): Tuple and Fields as
+# extension types, their fields as C struct members.
+
+cdef class Fields:
+    cdef public tuple names
+    cdef dict _index
+
+
+cdef class Tuple:
+    cdef public list values
+    cdef public Fields fields
+    cdef public str source_component, source_stream
+    cdef public long long source_task, task
+    cdef public dict anchors
+    cdef public unsigned long long ack_val
+    cdef public int done
+    cdef public double received
