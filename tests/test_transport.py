@@ -18,7 +18,7 @@ from squall.acker.acker import ACK, FAIL, INIT, RESET, AckerMessage, Notificatio
 from squall.proto import generate
 from squall.proto.squall_pb2 import AckerColumns, Batch
 from squall.topology import Plan
-from squall.transport import Transport
+from squall.transport import Transport, fold
 from squall.transport.codec import Decoder, FrameError, encode_acker, encode_tuples, encode_verdicts
 from squall.tuples import Fields, Tuple
 
@@ -381,7 +381,7 @@ def _folded(messages: list[tuple[int, int, int, int]]) -> list[tuple[int, int, i
     buf: list[tuple[int, int, int, int]] = []
     merged: dict[int, int] = {}
     for message in messages:
-        if not Transport._merge(buf, merged, message):
+        if not fold(buf, merged, message):
             buf.append(message)
     return buf
 

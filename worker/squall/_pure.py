@@ -20,7 +20,8 @@ ENV = "SQUALL_PURE_PYTHON"
 # setup.py reads this line
 COMPILED = ("squall.acker.table", "squall.tuples", "squall.grouping", "squall.executor.routing",
             "squall.executor.base", "squall.executor.collectors", "squall.executor.stats", "squall.executor.bolt",
-            "squall.executor.rotating", "squall.executor.spout")
+            "squall.executor.rotating", "squall.executor.spout", "squall.transport.codec",
+            "squall.transport.ingress", "squall.transport.transport")
 
 
 class _Sources(importlib.abc.MetaPathFinder):

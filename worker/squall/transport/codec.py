@@ -32,8 +32,9 @@ def _no_ext(code: int, data: bytes) -> Any:
 
 
 def encode_tuples(tuples: list[Tuple]) -> bytes:
-    rows = [[t.task, t.source_task, t.source_stream, t.values, [*chain.from_iterable(t.anchors.items())]]
-            for t in tuples]
+    rows = []
+    for t in tuples:
+        rows.append([t.task, t.source_task, t.source_stream, t.values, [*chain.from_iterable(t.anchors.items())]])
     return Batch(tuples=msgpack.packb(rows)).SerializeToString()
 
 
@@ -154,8 +155,9 @@ class Decoder:
                     raise FrameError(BAD_ANCHORS)
                 anchors = {root: edge}
             else:
-                if not all(type(x) is int and 0 <= x < 2**64 for x in flat):
-                    raise FrameError(BAD_ANCHORS)
+                for x in flat:
+                    if type(x) is not int or not 0 <= x < 2**64:
+                        raise FrameError(BAD_ANCHORS)
                 anchors = dict(zip(flat[::2], flat[1::2], strict=True))
             out.append((task, Tuple(values, fields, component, stream, source_task, anchors, task)))
         return out

@@ -1,0 +1,17 @@
+# C types for codec.py where Squall is compiled with Cython (squall/_pure.py).
+cimport cython
+
+from squall.tuples cimport Fields, Tuple
+
+
+@cython.locals(t=Tuple, rows=list)
+cpdef bytes encode_tuples(list tuples)
+
+
+cdef class Decoder:
+    cdef public object plan, spout_tasks, acker_task
+    cdef object _spout_task
+    cdef dict _subscribed, _routes
+
+    @cython.locals(out=list, known=dict, fields=Fields)
+    cpdef list _tuples(self, bytes data)

@@ -1,0 +1,189 @@
+"""This process's links to its peers: outgoing items batched per (peer, lane), incoming frames received."""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from squall.acker.acker import ACK, INIT
+from squall.proto.squall_pb2 import ControlRequest, ProcessState
+from squall.transport.codec import Decoder, encode_acker, encode_tuples, encode_verdicts, lost_trees
+from squall.transport.ingress import Ingress
+from squall.transport.links import CONTROL, DATA, PeerLink
+from squall.transport.server import Receiver
+from squall.transport.tls import Credentials
+from squall.tuples import Tuple
+
+
+class Transport:
+    """This process's links to its peers: batches outgoing items, and receives incoming frames.
+
+    ``owner`` maps every task not in this process onto its process name, ``ackers`` names the acker
+    processes among them; ``addresses`` maps process names onto ``host:port``. ``plan`` is the spec's
+    fingerprint: streams are refused between processes of different plans. ``control`` answers a
+    rebalance's commands (:mod:`squall.process.control`), whatever the plan of who sends them.
+    """
+
+    def __init__(self, *, name: str, plan: str, owner: dict[int, str], ackers: frozenset[str],
+                 addresses: dict[str, str], senders: frozenset[str], decoder: Decoder, bind: str, batch_size: int,
+                 flush_interval: float, max_frame: int, tls: Credentials | None = None,
+                 control: Callable[[ControlRequest], ProcessState] | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.name = name
+        self.plan = plan
+        # The peers that keep streams open to us: until they all have, what they send may be dropped.
+        self._inbound = {(peer, lane) for peer in senders for lane in (DATA, CONTROL)}
+        self.owner = owner
+        self.batch_size = batch_size
+        self.flush_interval = flush_interval
+        self.clock = clock
+        self._wake: Callable[[], None] = lambda: None
+        peers = sorted(set(owner.values()))
+        #: (spout task, root) of trees whose frames were dropped: the runtime fails them at once
+        #: (appended on link threads, taken on the scheduler thread)
+        self.lost: deque[tuple[int, int]] = deque()
+        self.links = {(p, lane): PeerLink(peer=p, address=addresses[p], lane=lane, sender=name, plan=plan,
+                                          max_frame=max_frame, wake=self.wake,
+                                          dropped=self._dropped, tls=tls)
+                      for p in peers for lane in (DATA, CONTROL)}
+        self._buffers: dict[tuple[str, str], list[Any]] = {key: [] for key in self.links}
+        self._since: dict[tuple[str, str], float] = {}
+        # Per batch to an acker: root → where its INIT or ACKs so far are, merged into one message
+        self._merged: dict[tuple[str, str], dict[int, int]] = {(p, CONTROL): {} for p in ackers}
+        # The control lane carries acker messages to ackers and verdicts to workers.
+        self._ackers = ackers
+        self.ingress: Ingress | None = None
+        self.receiver: Receiver | None = None
+        self._decoder, self._bind, self._max_frame, self._tls, self._control = decoder, bind, max_frame, tls, control
+        self._streams = 2 * len(peers) + 2
+
+    def wake(self) -> None:
+        self._wake()
+
+    def _dropped(self, frame: bytes) -> None:
+        """On a link thread: a frame will never arrive; its trees should fail now, not at their timeout."""
+        trees = lost_trees(frame)
+        if trees:
+            self.lost.extend(trees)
+            self._wake()
+
+    def attach(self, *, try_deliver: Callable[[int, Any], bool], wake: Callable[[], None], frames: int) -> None:
+        """Connect to the runtime that owns the inboxes, and start listening and connecting."""
+        self._wake = wake
+        self.ingress = Ingress(try_deliver=try_deliver, wake=wake, frames=frames)
+        self.receiver = Receiver(decoder=self._decoder, ingress=self.ingress, bind=self._bind, plan=self.plan,
+                                 max_frame=self._max_frame, streams=self._streams, tls=self._tls,
+                                 control=self._control)
+        self.receiver.start()
+        for link in self.links.values():
+            link.start()
+
+    def all_connected(self) -> bool:
+        """Every link to a peer is up, and every peer that sends to us has its streams open."""
+        if not all(link.connected.is_set() for link in self.links.values()):
+            return False
+        # a copy: the metrics thread asks too (readiness) while server threads open and close streams
+        return self.receiver is not None and self._inbound <= set(self.receiver.open_streams)
+
+    def missing(self) -> list[str]:
+        """Peers not connected yet, either way (for the log)."""
+        out = {f"to {link.peer} ({link.address})" for link in self.links.values() if not link.connected.is_set()}
+        open_streams = self.receiver.open_streams if self.receiver else set()
+        out |= {f"from {peer}" for peer, lane in self._inbound - open_streams}
+        return sorted(out)
+
+    def unsent(self) -> int:
+        """Items batched or queued here and not yet handed to gRPC."""
+        return sum(map(len, self._buffers.values())) + sum(link.queued() for link in self.links.values())
+
+    @property
+    def last_input(self) -> float:
+        return self.ingress.last_input if self.ingress else float("-inf")
+
+    # -- the scheduler thread's side -------------------------------------------------------
+
+    def try_send(self, task: int, item: Any) -> bool:
+        key = (self.owner[task], DATA if type(item) is Tuple else CONTROL)
+        buf = self._buffers[key]
+        if not buf:
+            self._since[key] = self.clock()
+        else:
+            size = len(buf)
+            # The clock is read every 32 items only: the end of each scheduler round flushes anyway.
+            if size >= self.batch_size or not size & 31 and self.clock() - self._since[key] >= self.flush_interval:
+                if self._flush(key):
+                    # The item starts a new batch: with the old batch's start time it would count as
+                    # overdue at once, and go out 32 items small.
+                    self._since[key] = self.clock()
+                elif size >= self.batch_size:
+                    return False  # a full batch and a busy link: backpressure
+        merged = self._merged.get(key)
+        if merged is not None and fold(buf, merged, item):
+            return True
+        buf.append(item)
+        return True
+
+    def _flush(self, key: tuple[str, str]) -> bool:
+        """Hand the buffered batch to its link if the link has room.
+
+        While the link is busy the batch keeps growing (up to ``batch_size``), so a saturated link
+        sends fewer, larger frames: a gRPC stream's per-frame cost, not bytes, is its limit.
+        """
+        link = self.links[key]
+        if not link.has_room():
+            return False
+        buf = self._buffers[key]
+        frame = encode_tuples(buf) if key[1] == DATA else \
+            encode_acker(buf) if key[0] in self._ackers else encode_verdicts(buf)
+        buf.clear()
+        if key in self._merged:
+            self._merged[key].clear()
+        link.offer(frame)
+        return True
+
+    def flush(self, *, busy: bool = False) -> bool:
+        """Send buffered batches whose link has room; True when nothing is left waiting.
+
+        ``busy``: more work follows at once, so only batches that are full or have waited the
+        flush interval go now; the rest keep filling. Fewer, larger frames are cheaper to send.
+        """
+        done = True
+        now = self.clock() if busy else 0.0
+        for key, buf in self._buffers.items():
+            if not buf:
+                continue
+            if busy and len(buf) < self.batch_size and now - self._since[key] < self.flush_interval:
+                done = False
+            elif not self._flush(key):
+                done = False
+        return done
+
+    def deliver(self) -> bool:
+        return self.ingress.deliver() if self.ingress else False
+
+    def close(self) -> None:
+        for link in self.links.values():
+            link.close()
+        if self.receiver:
+            self.receiver.stop()
+
+
+def fold(buf: list[Any], merged: dict[int, int], message: tuple[int, int, int, int]) -> bool:
+    """Fold an acker message into the batch's earlier message of its tree, if that is an INIT or ACK:
+    XOR is associative, so the acker reaches the same value, in one message instead of many (a tree's
+    9 acks leave a worker as 1 to 3). A FAIL or RESET is never folded, and starts a new message for the
+    acks after it, so every verdict stays what the messages one by one give. ``merged`` maps the roots
+    of ``buf`` onto their message. Whether ``message`` was folded; if not, it is the next one of ``buf``."""
+    kind, root, val, spout = message
+    if kind > ACK:
+        merged.pop(root, None)
+        return False
+    at = merged.get(root)
+    if at is None:
+        merged[root] = len(buf)
+        return False
+    first, _, value, first_spout = buf[at]
+    buf[at] = (INIT, root, value ^ val, spout) if kind == INIT else (first, root, value ^ val, first_spout)
+    return True
