@@ -246,8 +246,9 @@ def acker_bytes_per_tree(trees: int = 1_000_000) -> tuple[float, float]:
     batch = 4096
     for start in range(0, trees, batch):
         n = min(batch, trees - start)
-        acker.process(np.zeros(n, np.uint8), rng.integers(2, 2**64 - 1, n, dtype=np.uint64, endpoint=True),
-                      rng.integers(1, 2**64 - 1, n, dtype=np.uint64, endpoint=True), np.full(n, 7, np.int32))
+        roots = rng.integers(2, 2**64 - 1, n, dtype=np.uint64, endpoint=True).tolist()
+        vals = rng.integers(1, 2**64 - 1, n, dtype=np.uint64, endpoint=True).tolist()
+        acker.process_messages(zip([0] * n, roots, vals, [7] * n, strict=True))
     rss1 = psutil.Process(os.getpid()).memory_info().rss
     return acker.trees.nbytes / acker.pending, (rss1 - rss0) / acker.pending
 

@@ -75,10 +75,7 @@ def test_acker_columns_round_trip(plan):
     [(task, batch)] = decoder(plan).decode(encode_acker(msgs))
     assert task == plan.acker_tasks[0]
     assert isinstance(batch, AckBatch)
-    assert batch.kinds.tolist() == [INIT, ACK, FAIL]
-    assert batch.roots.tolist() == [2**64 - 3, 99, 7]
-    assert batch.vals.tolist() == [123, 2**63, 0]
-    assert batch.tasks.tolist() == [spout_task, -1, -1]
+    assert batch.messages == [tuple(m) for m in msgs]
 
 
 def test_verdicts_round_trip(plan):
@@ -370,8 +367,9 @@ def test_acker_and_verdict_columns_decode_or_are_refused(plan, kinds, roots, tas
     spouts = set(plan.component_tasks["words"])
     for _, item in items:
         if isinstance(item, AckBatch):
-            init = item.kinds == INIT
-            assert set(item.tasks[init].tolist()) <= spouts and (item.tasks[~init] == -1).all()
+            for kind, root, _, task in item.messages:
+                assert (task in spouts) if kind == INIT else task == -1
+                assert kind <= RESET and root >= 2
         else:
             assert item.task in spouts and 1 <= item.kind <= 3
 

@@ -6,8 +6,6 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import NamedTuple
 
-import numpy as np
-
 from squall.acker.table import ACK, FAIL, INIT, RESET, PendingTrees
 
 __all__ = ["ACK", "FAIL", "INIT", "RESET", "AckBatch", "Acker", "AckerMessage", "Notification"]
@@ -23,15 +21,15 @@ class AckerMessage(NamedTuple):
 
 
 class AckBatch:
-    """Acker messages that arrived from another process, already as columns (see the transport)."""
+    """Acker messages that arrived from another process in one frame (see the transport), in order."""
 
-    __slots__ = ("kinds", "roots", "vals", "tasks")
+    __slots__ = ("messages",)
 
-    def __init__(self, kinds: np.ndarray, roots: np.ndarray, vals: np.ndarray, tasks: np.ndarray) -> None:
-        self.kinds, self.roots, self.vals, self.tasks = kinds, roots, vals, tasks
+    def __init__(self, messages: list[tuple[int, int, int, int]]) -> None:
+        self.messages = messages
 
     def __len__(self) -> int:
-        return len(self.roots)
+        return len(self.messages)
 
 
 class Notification(NamedTuple):
@@ -48,10 +46,6 @@ class Acker:
     def __init__(self) -> None:
         self.trees = PendingTrees()
         self.expired = 0
-
-    def process(self, kinds: np.ndarray, roots: np.ndarray, vals: np.ndarray, tasks: np.ndarray) -> list[Notification]:
-        """Apply messages given as columns (an :class:`AckBatch` from another process)."""
-        return self.process_messages(zip(kinds.tolist(), roots.tolist(), vals.tolist(), tasks.tolist(), strict=True))
 
     def process_messages(self, messages: Iterable[tuple[int, int, int, int]]) -> list[Notification]:
         """Apply messages given as :class:`AckerMessage` tuples, one by one in order."""

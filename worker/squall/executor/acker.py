@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from squall.acker.acker import AckBatch, Acker, AckerMessage
 from squall.executor.base import Executor, Transfer
 from squall.system import ACKER_COMPONENT
@@ -24,24 +22,15 @@ class AckerExecutor(Executor):
         inbox, acker = self.inbox, self.acker
         if not inbox:
             return False
-        # In arrival order: messages of this process one by one, frames of others as columns.
-        local: list[AckerMessage] = []
-        notes: list[Any] = []
-        n = 0
-        while inbox and n < BUDGET:
+        # In arrival order: messages of this process one by one, those of other processes a frame at a time.
+        messages: list[AckerMessage] = []
+        while inbox and len(messages) < BUDGET:
             item = inbox.popleft()
             if type(item) is AckBatch:
-                if local:
-                    notes += acker.process_messages(local)
-                    local = []
-                notes += acker.process(item.kinds, item.roots, item.vals, item.tasks)
-                n += len(item)
+                messages += item.messages
             else:
-                local.append(item)
-                n += 1
-        if local:
-            notes += acker.process_messages(local)
-        for note in notes:
+                messages.append(item)
+        for note in acker.process_messages(messages):
             self.send(note.task, note)
         return True
 

@@ -9,9 +9,14 @@ cpdef bytes encode_tuples(list tuples)
 
 
 cdef class Decoder:
-    cdef public object plan, spout_tasks, acker_task
-    cdef object _spout_task
+    cdef public object plan, spout_tasks, acker_task, all_spout_tasks
     cdef dict _subscribed, _routes
 
     @cython.locals(out=list, known=dict, fields=Fields)
     cpdef list _tuples(self, bytes data)
+
+    @cython.locals(kinds=list, roots=list, vals=list, tasks=list, i=Py_ssize_t, kind=cython.long)
+    cpdef list _acker(self, cols)
+
+    @cython.locals(kinds=list, roots=list, tasks=list, out=list, i=Py_ssize_t, kind=cython.long)
+    cpdef list _verdicts(self, cols)

@@ -6,18 +6,22 @@ checks every tuple against the plan: a frame that fails any check raises :class:
 
 from __future__ import annotations
 
+import sys
+from array import array
 from itertools import chain
 from typing import Any
 
 import msgpack
-import numpy as np
 
 from squall.acker.acker import INIT, RESET, AckBatch, AckerMessage, Notification
 from squall.proto.squall_pb2 import AckerColumns, Batch, VerdictColumns
 from squall.topology.plan import Plan
 from squall.tuples import Fields, Tuple
 
-_U8, _I32, _U64 = np.dtype("<u1"), np.dtype("<i4"), np.dtype("<u8")
+# Column item types (array codes), all little-endian on the wire: kind, root and value, spout task.
+U8, U64, I32 = "B", "Q", "i"
+assert array(U64).itemsize == 8 and array(I32).itemsize == 4
+_SWAP = sys.byteorder == "big"
 
 
 class FrameError(ValueError):
@@ -38,17 +42,33 @@ def encode_tuples(tuples: list[Tuple]) -> bytes:
     return Batch(tuples=msgpack.packb(rows)).SerializeToString()
 
 
+def _column(code: str, values: Any) -> bytes:
+    column = array(code, values)
+    if _SWAP:
+        column.byteswap()
+    return column.tobytes()
+
+
+def _values(code: str, raw: bytes, name: str) -> list[int]:
+    column = array(code)
+    if len(raw) % column.itemsize:
+        raise FrameError(f"column {name!r} is not a whole number of {column.itemsize}-byte values")
+    column.frombytes(raw)
+    if _SWAP:
+        column.byteswap()
+    return column.tolist()
+
+
 def encode_acker(messages: list[AckerMessage]) -> bytes:
     kinds, roots, vals, tasks = zip(*messages, strict=True)
-    cols = AckerColumns(kind=np.array(kinds, _U8).tobytes(), root=np.array(roots, _U64).tobytes(),
-                        val=np.array(vals, _U64).tobytes(), task=np.array(tasks, _I32).tobytes())
+    cols = AckerColumns(kind=_column(U8, kinds), root=_column(U64, roots), val=_column(U64, vals),
+                        task=_column(I32, tasks))
     return Batch(acker=cols).SerializeToString()
 
 
 def encode_verdicts(notes: list[Notification]) -> bytes:
     kinds, roots, tasks = zip(*notes, strict=True)
-    cols = VerdictColumns(kind=np.array(kinds, _U8).tobytes(), root=np.array(roots, _U64).tobytes(),
-                          task=np.array(tasks, _I32).tobytes())
+    cols = VerdictColumns(kind=_column(U8, kinds), root=_column(U64, roots), task=_column(I32, tasks))
     return Batch(verdicts=cols).SerializeToString()
 
 
@@ -60,10 +80,10 @@ def lost_trees(frame: bytes) -> list[tuple[int, int]]:
     if batch.tuples:
         return [(-1, root) for row in msgpack.unpackb(batch.tuples) for root in row[4][::2]]
     if batch.HasField("acker"):
-        kinds = np.frombuffer(batch.acker.kind, _U8)
-        init = kinds == INIT
-        return list(zip(np.frombuffer(batch.acker.task, _I32)[init].tolist(),
-                        np.frombuffer(batch.acker.root, _U64)[init].tolist(), strict=True))
+        cols = batch.acker
+        return [(task, root) for kind, root, task in zip(cols.kind, _values(U64, cols.root, "root"),
+                                                          _values(I32, cols.task, "task"), strict=True)
+                if kind == INIT]
     return []
 
 
@@ -76,9 +96,7 @@ class Decoder:
         self.spout_tasks = spout_tasks
         self.acker_task = min(acker_tasks) if acker_tasks else None
         # INITs may name any spout task of the topology: the acker sends that task its verdict
-        spouts = [t for c in plan.spout_names for t in plan.component_tasks[c]]
-        self._spout_task = np.zeros(max(spouts, default=0) + 1, bool)  # indexed by task id: a lookup, not a search
-        self._spout_task[spouts] = True
+        self.all_spout_tasks = frozenset(t for c in plan.spout_names for t in plan.component_tasks[c])
         # Per bolt task of this process, the (source component, stream) pairs its component subscribes
         # to: a tuple on any other stream would reach a bolt that never asked for it.
         subscribed: dict[str, set[tuple[str, str]]] = {}
@@ -163,45 +181,40 @@ class Decoder:
         return out
 
     @staticmethod
-    def _columns(cols: Any, spec: tuple[tuple[str, np.dtype], ...]) -> list[np.ndarray]:
-        arrays = []
-        for name, dtype in spec:
-            raw = getattr(cols, name)
-            if len(raw) % dtype.itemsize:
-                raise FrameError(f"column {name!r} is not a whole number of {dtype} values")
-            arrays.append(np.frombuffer(raw, dtype))
-        if len({len(a) for a in arrays}) != 1:
+    def _columns(cols: Any, spec: tuple[tuple[str, str], ...]) -> list[list[int]]:
+        columns = [_values(code, getattr(cols, name), name) for name, code in spec]
+        if len({len(c) for c in columns}) != 1:
             raise FrameError("columns have different lengths")
-        return arrays
+        return columns
 
     def _acker(self, cols: AckerColumns) -> list[tuple[int, AckBatch]]:
         if self.acker_task is None:
             raise FrameError("acker messages sent to a process without an acker task")
-        kinds, roots, vals, tasks = self._columns(cols, (("kind", _U8), ("root", _U64), ("val", _U64),
-                                                         ("task", _I32)))
-        if not len(kinds):
+        kinds, roots, vals, tasks = self._columns(cols, (("kind", U8), ("root", U64), ("val", U64), ("task", I32)))
+        spouts = self.all_spout_tasks
+        for i in range(len(kinds)):
+            kind, task = kinds[i], tasks[i]
+            if kind > RESET:
+                raise FrameError(f"unknown acker message kind {kind} (0 init, 1 ack, 2 fail, 3 reset)")
+            if kind == INIT:
+                if task not in spouts:
+                    raise FrameError(f"acker INIT names task {task}, which is not a spout task of this topology")
+            elif task != -1:
+                raise FrameError("only an acker INIT carries a spout task (the others carry -1)")
+            if roots[i] < 2:
+                raise FrameError("root ids 0 and 1 are reserved")
+        if not kinds:
             return []
-        if kinds.max() > RESET:
-            raise FrameError(f"unknown acker message kind {int(kinds.max())} (0 init, 1 ack, 2 fail, 3 reset)")
-        init = kinds == INIT
-        named = tasks[init]
-        if len(named) and (named.min() < 0 or named.max() >= len(self._spout_task) or
-                           not self._spout_task[named].all()):
-            bad = next(t for t in named.tolist() if not 0 <= t < len(self._spout_task) or not self._spout_task[t])
-            raise FrameError(f"acker INIT names task {bad}, which is not a spout task of this topology")
-        if (tasks[~init] != -1).any():
-            raise FrameError("only an acker INIT carries a spout task (the others carry -1)")
-        if (roots < 2).any():
-            raise FrameError("root ids 0 and 1 are reserved")
-        return [(self.acker_task, AckBatch(kinds, roots, vals, tasks))]
+        return [(self.acker_task, AckBatch(list(zip(kinds, roots, vals, tasks, strict=True))))]
 
     def _verdicts(self, cols: VerdictColumns) -> list[tuple[int, Notification]]:
-        kinds, roots, tasks = self._columns(cols, (("kind", _U8), ("root", _U64), ("task", _I32)))
+        kinds, roots, tasks = self._columns(cols, (("kind", U8), ("root", U64), ("task", I32)))
         out = []
-        for kind, root, task in zip(kinds.tolist(), roots.tolist(), tasks.tolist(), strict=True):
+        for i in range(len(kinds)):
+            kind, task = kinds[i], tasks[i]
             if task not in self.spout_tasks:
                 raise FrameError(f"verdict for task {task}, which is not a spout task of this worker")
             if not 1 <= kind <= 3:
                 raise FrameError(f"unknown verdict kind {kind} (1 ack, 2 fail, 3 reset)")
-            out.append((task, Notification(kind, root, task)))
+            out.append((task, Notification(kind, roots[i], task)))
         return out
