@@ -1,13 +1,16 @@
 """Per-tuple cost breakdown from a py-spy profile: each sample goes to the category of the
-innermost frame that has one (so numpy under the acker counts as the acker).
+innermost frame that has one (so CPython's own work under a Squall frame counts as that frame's).
 
 Record with ``--gil``: only the thread holding the GIL is sampled, so samples are Python CPU time
 (idle threads and threads waiting for the GIL are left out). CPU spent without the GIL (gRPC's C
-core, system calls) is the process's CPU from /proc minus what the samples account for.
+core, system calls) is the process's CPU from /proc minus what the samples account for. Squall's
+hot path is compiled (setup.py): record with ``--native`` to see its frames (Cython keeps their file
+and line), or run with ``SQUALL_PURE_PYTHON=1`` to profile the interpreted path.
 
-    py-spy record --gil --rate 200 --format raw --output PROFILE -- python bench/wordcount.py --cases local
-    python bench/wordcount.py --cases 1w1a,2w2a --profile DIR     # the same, on every worker and acker
-    python bench/costs.py PROFILE [--us-per-tree N]
+    py-spy record --gil --native --rate 400 --format raw --output PROFILE -- \
+        python bench/wordcount.py --cases local --no-memory
+    python bench/wordcount.py --cases 1w1a,2w2a --profile DIR     # py-spy --gil on every worker and acker
+    python bench/costs.py PROFILE [--trees N] [--only LocalCluster.run]
 
 ``--trees``: the trees acked during the recording, to turn samples into µs per tree.
 """
@@ -19,40 +22,40 @@ import re
 from collections import Counter
 
 # (category, file pattern, function pattern, line range or None); the first match wins per frame.
+# Function patterns match both an interpreted frame (``BoltCollector._emit``) and a compiled one
+# (``BoltCollector__emit``, as py-spy --native names Cython's C functions).
 RULES: list[tuple[str, str, str]] = [
     ("acker (XOR table)", r"(^|/)acker\.py$|(^|/)table\.py$", r"."),
+    ("garbage collector", r"libpython|gcmodule", r"^gc_|collect"),
     ("encoding", r"codec\.py$", r"encode_"),
     ("decoding", r"codec\.py$", r"."),
     ("gRPC and its threads", r"grpc/|links\.py$|server\.py$|threading\.py$|queue\.py$|futures/", r"."),
-    ("queueing (inboxes, transport buffers, ingress)", r"transport/__init__\.py$|ingress\.py$", r"."),
-    ("queueing (inboxes, transport buffers, ingress)", r"(^|/)base\.py$", r"send|flush"),
+    ("queueing (inboxes, transport buffers, ingress)", r"transport/transport\.py$|ingress\.py$", r"."),
+    ("queueing (inboxes, transport buffers, ingress)", r"(^|/)base\.py$", r"send|flush|deliver"),
     ("latency stats", r"stats\.py$|hdr\.py$", r"."),
     ("routing", r"routing\.py$|grouping\.py$", r"."),
     ("Tuple construction", r"tuples\.py$", r"."),
     ("id generation", r"collectors\.py$", r"new_root"),
-    ("emit loop", r"collectors\.py$", r"\._emit$"),  # split by line below: ids, Tuples, the rest
-    ("ack messages (collector)", r"collectors\.py$", r"\.ack$|\.fail$"),
+    ("emit loop", r"collectors\.py$", r"_emit$"),  # split by line below: ids, Tuples, the rest
+    ("ack messages (collector)", r"collectors\.py$", r"[._]ack$|[._]fail$"),
     ("user code (sentences, split, count)", r"bench/wordcount\.py$|random\.py$", r"."),
     ("collectors (other)", r"collectors\.py$", r"."),
-    ("executor loops and scheduler", r"(^|/)(bolt|spout|base|runtime|testing|rotating|process)\.py$", r"."),
+    ("executor loops and scheduler", r"(^|/)(bolt|spout|base|runtime|testing|rotating|process|pod)\.py$", r"."),
 ]
 FRAME = re.compile(r"^(?P<func>.*) \((?P<file>[^:()]+):(?P<line>\d+)\)$")
 
 
-def emit_lines() -> tuple[range, range]:
-    """Lines of the collectors' emit loops that draw edge ids, and those that build Tuples."""
-    import inspect
+def emit_lines() -> tuple[list[int], list[int]]:
+    """Lines of collectors.py that draw edge ids, and those that build Tuples (read from its source:
+    the module may be compiled)."""
+    from pathlib import Path
 
-    from squall.executor import collectors
+    import squall.executor
 
-    ids, tuples = [], []
-    for fn in (collectors.SpoutOutputCollector._emit, collectors.OutputCollector._emit):
-        lines, first = inspect.getsourcelines(fn)
-        for i, text in enumerate(lines, first):
-            if "getrandbits(64)" in text or "ack_val ^=" in text or "new_root" in text:
-                ids.append(i)
-            elif "Tuple(" in text:
-                tuples.append(i)
+    source = Path(squall.executor.__file__).with_name("collectors.py").read_text().splitlines()
+    ids = [i for i, text in enumerate(source, 1) if "getrandbits(64)" in text or "ack_val ^=" in text
+           or "new_root" in text]
+    tuples = [i for i, text in enumerate(source, 1) if "Tuple(" in text]
     return ids, tuples
 
 
