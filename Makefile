@@ -5,12 +5,18 @@ BIN := $(VENV)/bin
 
 .PHONY: install prometheus run test lint bench clean e2e image crd proto
 
-install: $(VENV)/.installed prometheus
+install: $(VENV)/.compiled prometheus
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[all,dev]'
+	touch $@
+
+# The compiled hot path (setup.py, Cython) again whenever a source changed: an extension module
+# beside its .py is what Python imports, so a stale one would hide the change.
+$(VENV)/.compiled: $(VENV)/.installed $(shell find worker -name '*.py' -o -name '*.pxd')
+	$(BIN)/python setup.py --quiet build_ext --inplace
 	touch $@
 
 # Prometheus and promtool, which the dashboard and alert-rule tests run: Debian's package where apt-get
@@ -56,3 +62,4 @@ proto: install
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache
+	find worker \( -name '*.so' -o -name '*.c' -o -name '*.html' \) -delete
