@@ -441,3 +441,84 @@ def test_a_trees_acks_leave_a_worker_as_one_message():
     assert _folded([init, acks[0], other, *acks[1:]]) == [(INIT, 5, 0, 2), other]
     fail = (FAIL, 5, 0, -1)
     assert _folded([acks[0], fail, acks[1], acks[2]]) == [acks[0], fail, (ACK, 5, 0b0110, -1)]
+
+
+# -- links: channel options, refused-stream backoff, frames a broken stream may have lost ------------------
+
+
+def test_a_statefulset_peer_gets_the_channel_options_it_needs():
+    """A replaced pod comes back under its name with a new IP; a stopped or cut-off one answers nothing."""
+    from squall.transport import links
+
+    client, server = dict(links.channel_options(1 << 20)), dict(links.server_options(1 << 20))
+    assert client["grpc.dns_min_time_between_resolutions_ms"] <= 1000  # gRPC's default waits 30 s
+    assert (client["grpc.min_reconnect_backoff_ms"], client["grpc.max_reconnect_backoff_ms"]) == (100, 2000)
+    for options in (client, server):
+        assert options["grpc.keepalive_time_ms"] == links.KEEPALIVE_MS
+        # gRPC times keepalive pings out by the ping timeout (60 s by default), not the keepalive timeout
+        assert options["grpc.keepalive_timeout_ms"] == options["grpc.http2.ping_timeout_ms"] == \
+            links.KEEPALIVE_TIMEOUT_MS
+        assert options["grpc.keepalive_permit_without_calls"] == 1
+        assert options["grpc.http2.bdp_probe"] == 0  # a fixed window: backpressure, and a bound on what is unread
+        assert options["grpc.max_send_message_length"] == options["grpc.max_receive_message_length"] == 1 << 20
+    assert client["grpc.http2.max_pings_without_data"] == 0  # a sender waiting on backpressure keeps pinging
+    # the server accepts the client's pings (by default it answers frequent ones with GOAWAY)
+    assert server["grpc.http2.min_recv_ping_interval_without_data_ms"] < links.KEEPALIVE_MS
+    assert server["grpc.http2.max_ping_strikes"] == 0
+
+
+class _Backoffs:
+    """Stands in for a link's ``_closed`` event: records each backoff instead of sleeping it, and closes
+    the link after ``n`` of them."""
+
+    def __init__(self, n: int) -> None:
+        import threading
+
+        self.n, self.waits, self._set = n, [], threading.Event()
+
+    def is_set(self) -> bool:
+        return self._set.is_set()
+
+    def set(self) -> None:
+        self._set.set()
+
+    def wait(self, timeout: float) -> bool:
+        self.waits.append(timeout)
+        if len(self.waits) >= self.n:
+            self._set.set()
+        return self._set.is_set()
+
+
+def test_refused_attempts_back_off_with_jitter_within_the_bounds(plan, monkeypatch):
+    """Real gRPC: a peer of another plan refuses every stream. Successive attempts wait up to a ceiling
+    that doubles, never less than the least nor more than the most of BACKOFF, and two links refused
+    together do not retry in lockstep, not even once both wait up to the most."""
+    import random
+
+    from squall.transport import links
+
+    monkeypatch.setattr(links, "random", random.Random(13))
+    peer = Transport(name="worker-1", plan="old-plan", owner={}, addresses={}, senders=frozenset(),
+                     decoder=decoder(plan), ackers=frozenset(), bind="127.0.0.1:0", batch_size=10,
+                     flush_interval=0.001, max_frame=1 << 20)
+    peer.attach(try_deliver=lambda task, item: True, wake=lambda: None, frames=8)
+    sequences = []
+    try:
+        for _ in range(2):
+            link = links.PeerLink(peer="worker-1", address=f"127.0.0.1:{peer.receiver.port}", lane=links.DATA,
+                                  sender="worker-0", plan="new-plan", max_frame=1 << 20, wake=lambda: None,
+                                  dropped=lambda frame: None)
+            link._closed = backoffs = _Backoffs(20)
+            link._run()  # on this thread, until 20 refusals (its channel is left to the garbage collector: closed
+            # at once, it fails gRPC's connectivity thread, still polling for the last attempt)
+            assert link.stats.refused == 20 and not link.ever_connected
+            sequences.append(backoffs.waits)
+    finally:
+        peer.close()
+    low, high = links.BACKOFF
+    for waits in sequences:
+        assert all(low <= wait <= high for wait in waits), waits
+        assert all(wait <= low * 2 ** (i + 1) for i, wait in enumerate(waits)), waits  # the ceiling doubles
+        assert max(waits) > high / 2, waits  # and reaches the most
+        assert len(set(waits)) == len(waits), waits  # jittered: no two waits alike
+    assert sequences[0] != sequences[1]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import queue
+import random
 import threading
 from collections.abc import Callable, Iterator
 
@@ -22,7 +23,7 @@ log = logging.getLogger("squall.transport")
 
 METHOD = "/squall.v1.Squall/Transfer"
 PLAN_KEY = "squall-plan"
-BACKOFF = (0.1, 2.0)  # seconds between attempts on a stream the peer refused
+BACKOFF = (0.1, 2.0)  # seconds between attempts on a stream the peer refused: the least and the most
 DATA, CONTROL = "data", "control"
 
 
@@ -32,7 +33,8 @@ DATA, CONTROL = "data", "control"
 # and an idle link still sends at once. With room for 8, frames went out 3.6 trees small under load
 # and cost the processes 2-4 times the CPU of the work they carried (docs/performance.md).
 WAITING_FRAMES = 1
-KEEPALIVE_MS = 10_000  # pings find a silently vanished peer (a partition, not a crash) in ~15 s
+KEEPALIVE_MS = 10_000  # pings find a silently vanished or stopped peer (a partition, SIGSTOP) in ~15 s
+KEEPALIVE_TIMEOUT_MS = 5_000
 
 
 def channel_options(max_frame: int) -> list[tuple[str, int]]:
@@ -47,7 +49,7 @@ def channel_options(max_frame: int) -> list[tuple[str, int]]:
         # second of a failure, not gRPC's default 30 s (every pod replacement stalled its peers that long).
         ("grpc.dns_min_time_between_resolutions_ms", 1000),
         ("grpc.keepalive_time_ms", KEEPALIVE_MS),
-        ("grpc.keepalive_timeout_ms", 5_000),
+        *_ping_timeout(),
         ("grpc.keepalive_permit_without_calls", 1),
         ("grpc.http2.max_pings_without_data", 0),
         # A fixed HTTP/2 window: with BDP probing gRPC grows it to megabytes on loopback, which
@@ -65,11 +67,18 @@ def server_options(max_frame: int) -> list[tuple[str, int]]:
         # pings of our own find a sender that vanished (its pod gone, no FIN): its stream closes and
         # stops counting as open, so readiness and the drain see the truth
         ("grpc.keepalive_time_ms", KEEPALIVE_MS),
-        ("grpc.keepalive_timeout_ms", 5_000),
+        *_ping_timeout(),
         ("grpc.http2.min_recv_ping_interval_without_data_ms", KEEPALIVE_MS // 2),
         ("grpc.http2.max_ping_strikes", 0),
         ("grpc.http2.bdp_probe", 0),
     ]
+
+
+def _ping_timeout() -> list[tuple[str, int]]:
+    """How long a keepalive ping may go unanswered. gRPC (1.85) times its keepalive pings out after
+    ``grpc.http2.ping_timeout_ms``, 60 s by default, whatever ``keepalive_timeout_ms`` says: a peer that
+    stopped reading (SIGSTOP, a relay that stops forwarding) held its streams for 70 s, not 15."""
+    return [("grpc.keepalive_timeout_ms", KEEPALIVE_TIMEOUT_MS), ("grpc.http2.ping_timeout_ms", KEEPALIVE_TIMEOUT_MS)]
 
 
 class LinkStats:
@@ -155,7 +164,7 @@ class PeerLink:
         call = self._channel.stream_unary(METHOD, request_serializer=None,
                                           response_deserializer=TransferSummary.FromString)
         metadata = (("squall-lane", self.lane), ("squall-sender", self.sender), (PLAN_KEY, self.plan))
-        backoff = BACKOFF[0]
+        ceiling = BACKOFF[0]
         while not self._closed.is_set():
             try:
                 grpc.channel_ready_future(self._channel).result(timeout=1.0)
@@ -167,7 +176,7 @@ class PeerLink:
             # The peer answers with its plan id once it has accepted the stream (same plan).
             accepted = dict(future.initial_metadata() or ()).get(PLAN_KEY) == self.plan
             if accepted:
-                backoff = BACKOFF[0]
+                ceiling = BACKOFF[0]
                 if self.ever_connected:
                     self.stats.reconnects += 1
                     log.info("reconnected to %s (%s) on the %s lane", self.peer, self.address, self.lane)
@@ -184,8 +193,11 @@ class PeerLink:
                 self._drop_queued()
             if not accepted:  # refused (another plan, a malformed frame): don't hammer the peer
                 self.stats.refused += 1
-                self._closed.wait(backoff)
-                backoff = min(backoff * 2, BACKOFF[1])
+                # Jittered: after a rescale every new pod is refused by the same old ones at once; with
+                # the bare doubling they all retried in lockstep. A wait is drawn between the least and a
+                # ceiling that doubles up to the most, so even at the most no two pods wait alike.
+                ceiling = min(2 * ceiling, BACKOFF[1])
+                self._closed.wait(random.uniform(BACKOFF[0], ceiling))
 
     def _drop_queued(self) -> None:
         while True:
