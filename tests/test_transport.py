@@ -439,3 +439,210 @@ def test_a_trees_acks_leave_a_worker_as_one_message():
     assert _folded([init, acks[0], other, *acks[1:]]) == [(INIT, 5, 0, 2), other]
     fail = (FAIL, 5, 0, -1)
     assert _folded([acks[0], fail, acks[1], acks[2]]) == [acks[0], fail, (ACK, 5, 0b0110, -1)]
+
+
+# -- links: channel options, refused-stream backoff, frames a broken stream may have lost ------------------
+
+
+def test_a_statefulset_peer_gets_the_channel_options_it_needs():
+    """A replaced pod comes back under its name with a new IP; a stopped or cut-off one answers nothing."""
+    from squall.transport import links
+
+    client, server = dict(links.channel_options(1 << 20)), dict(links.server_options(1 << 20))
+    assert client["grpc.dns_min_time_between_resolutions_ms"] <= 1000  # gRPC's default waits 30 s
+    assert (client["grpc.min_reconnect_backoff_ms"], client["grpc.max_reconnect_backoff_ms"]) == (100, 2000)
+    for options in (client, server):
+        assert options["grpc.keepalive_time_ms"] == links.KEEPALIVE_MS
+        # gRPC times keepalive pings out by the ping timeout (60 s by default), not the keepalive timeout
+        assert options["grpc.keepalive_timeout_ms"] == options["grpc.http2.ping_timeout_ms"] == \
+            links.KEEPALIVE_TIMEOUT_MS
+        assert options["grpc.keepalive_permit_without_calls"] == 1
+        assert options["grpc.http2.bdp_probe"] == 0  # a fixed window: backpressure, and a bound on what is unread
+        assert options["grpc.max_send_message_length"] == options["grpc.max_receive_message_length"] == 1 << 20
+    assert client["grpc.http2.max_pings_without_data"] == 0  # a sender waiting on backpressure keeps pinging
+    # the server accepts the client's pings (by default it answers frequent ones with GOAWAY)
+    assert server["grpc.http2.min_recv_ping_interval_without_data_ms"] < links.KEEPALIVE_MS
+    assert server["grpc.http2.max_ping_strikes"] == 0
+
+
+class _Backoffs:
+    """Stands in for a link's ``_closed`` event: records each backoff instead of sleeping it, and closes
+    the link after ``n`` of them."""
+
+    def __init__(self, n: int) -> None:
+        import threading
+
+        self.n, self.waits, self._set = n, [], threading.Event()
+
+    def is_set(self) -> bool:
+        return self._set.is_set()
+
+    def set(self) -> None:
+        self._set.set()
+
+    def wait(self, timeout: float) -> bool:
+        self.waits.append(timeout)
+        if len(self.waits) >= self.n:
+            self._set.set()
+        return self._set.is_set()
+
+
+def test_refused_attempts_back_off_with_jitter_within_the_bounds(plan, monkeypatch):
+    """Real gRPC: a peer of another plan refuses every stream. Successive attempts wait up to a ceiling
+    that doubles, never less than the least nor more than the most of BACKOFF, and two links refused
+    together do not retry in lockstep, not even once both wait up to the most."""
+    import random
+
+    from squall.transport import links
+
+    monkeypatch.setattr(links, "random", random.Random(13))
+    peer = Transport(name="worker-1", plan="old-plan", owner={}, addresses={}, senders=frozenset(),
+                     decoder=decoder(plan), ackers=frozenset(), bind="127.0.0.1:0", batch_size=10,
+                     flush_interval=0.001, max_frame=1 << 20)
+    peer.attach(try_deliver=lambda task, item: True, wake=lambda: None, frames=8)
+    sequences = []
+    try:
+        for _ in range(2):
+            link = links.PeerLink(peer="worker-1", address=f"127.0.0.1:{peer.receiver.port}", lane=links.DATA,
+                                  sender="worker-0", plan="new-plan", max_frame=1 << 20, wake=lambda: None,
+                                  dropped=lambda frame: None)
+            link._closed = backoffs = _Backoffs(20)
+            link._run()  # on this thread, until 20 refusals (its channel is left to the garbage collector: closed
+            # at once, it fails gRPC's connectivity thread, still polling for the last attempt)
+            assert link.stats.refused == 20 and not link.ever_connected
+            sequences.append(backoffs.waits)
+    finally:
+        peer.close()
+    low, high = links.BACKOFF
+    for waits in sequences:
+        assert all(low <= wait <= high for wait in waits), waits
+        assert all(wait <= low * 2 ** (i + 1) for i, wait in enumerate(waits)), waits  # the ceiling doubles
+        assert max(waits) > high / 2, waits  # and reaches the most
+        assert len(set(waits)) == len(waits), waits  # jittered: no two waits alike
+    assert sequences[0] != sequences[1]
+
+
+class _Peers:
+    """Two real transports over loopback gRPC: ``sender`` (worker-0) streams single-tuple frames, each
+    tuple its own tree, to ``receiver`` (worker-1), optionally through a relay in front of it. While
+    ``gate`` is clear, worker-1's bolt takes nothing: its inbox is full, and backpressure reaches the
+    sender. ``produce`` sends on its own thread, the sender's scheduler thread of this test."""
+
+    def __init__(self, plan: Plan, *, relay: bool = False) -> None:
+        import threading
+
+        from bench.chaos import LinkCut
+
+        self.bolt_task, self.spout_task = plan.component_tasks["upper"][0], plan.component_tasks["words"][0]
+        self.gate, self.got, self.room, self.arrived = threading.Event(), [], threading.Event(), threading.Event()
+        common = {"plan": "p1", "decoder": decoder(plan), "ackers": frozenset(), "bind": "127.0.0.1:0",
+                  "batch_size": 1, "flush_interval": 0.001, "max_frame": 1 << 20}
+        self.receiver = Transport(name="worker-1", owner={}, addresses={}, senders=frozenset({"worker-0"}), **common)
+        self.receiver.attach(try_deliver=lambda task, item: self.gate.is_set() and (self.got.append(item) or True),
+                             wake=self.arrived.set, frames=8)
+        port = self.receiver.receiver.port
+        self.relay = LinkCut(port) if relay else None
+        self.sender = Transport(name="worker-0", owner={self.bolt_task: "worker-1"}, senders=frozenset(),
+                                addresses={"worker-1": f"127.0.0.1:{self.relay.port if relay else port}"}, **common)
+        self.sender.attach(try_deliver=lambda task, item: True, wake=self.room.set, frames=8)
+        self.link = self.sender.links[("worker-1", "data")]
+        assert self.link.connected.wait(30)
+
+    def produce(self, roots: range):
+        import threading
+
+        fields = Fields(["word", "meta"])
+
+        def run() -> None:
+            for root in roots:
+                tup = Tuple([f"w{root}", None], fields, "words", "default", self.spout_task, {root: 7}, self.bolt_task)
+                while not self.sender.try_send(self.bolt_task, tup):
+                    self.room.wait(0.05)  # the link took a frame (or, broken, drops them)
+                    self.room.clear()
+            while not self.sender.flush():
+                self.room.wait(0.05)
+                self.room.clear()
+
+        thread = threading.Thread(target=run, daemon=True)
+        thread.start()
+        return thread
+
+    def received(self) -> set[int]:
+        """The roots of every tuple worker-1 took in, its bolt now taking everything."""
+        self.gate.set()
+        while self.receiver.deliver():
+            pass
+        return {root for tup in self.got for root in tup.anchors}
+
+    def lost(self) -> set[int]:
+        assert all(task == -1 for task, _ in self.sender.lost)  # tuples' trees: failed at their ackers
+        return {root for _, root in self.sender.lost}
+
+    def close(self) -> None:
+        self.sender.close()
+        self.receiver.close()
+        if self.relay is not None:
+            self.relay.close()
+
+
+def test_a_peer_that_stops_reading_is_cut_off_and_what_it_did_not_read_fails_at_once(plan, monkeypatch):
+    """Real gRPC through a relay. First worker-1's bolt is slow: backpressure, which is never taken for a
+    stall, however long it lasts. Then the relay stops reading (as a SIGSTOPped peer or a partition
+    would): keepalive closes the connection, and every frame the sender had handed to gRPC is either
+    received or counted as dropped with its tree reported for failing, not left to time out (before,
+    the frames in gRPC's and the kernel's hands were counted as sent and vanished). The link then
+    reconnects through the healed relay."""
+    from squall.transport import links
+
+    # keepalive as in production, 30 times faster
+    monkeypatch.setattr(links, "KEEPALIVE_MS", 300)
+    monkeypatch.setattr(links, "KEEPALIVE_TIMEOUT_MS", 200)
+    peers = _Peers(plan, relay=True)
+    roots = range(2, 5002)  # 5,000 frames of ~60 bytes: three times what a stream's window lets through
+    try:
+        producer = peers.produce(roots)
+        # backpressure through ten keepalive periods: the stream stays up and nothing is dropped
+        producer.join(3.0)
+        assert producer.is_alive() and peers.link.connected.is_set()
+        assert peers.link.stats.dropped == 0 and not peers.sender.lost
+        handed = peers.link.stats.batches
+        assert 1000 < handed < len(roots)  # a window's worth is with gRPC, the kernel and the relay
+
+        peers.relay.cut()
+        producer.join(30)  # the connection closes, and the link drops the rest: the producer ends
+        assert not producer.is_alive()
+        received, lost = peers.received(), peers.lost()
+        assert set(roots) <= received | lost  # nothing counted as sent vanished without a trace
+        assert len(lost) == peers.link.stats.dropped  # one tree per frame, each reported once
+        assert len(received) < 20  # worker-1 took a few frames in before its bolt blocked; the rest were lost
+        assert peers.link.stats.dropped >= handed - len(received)
+
+        peers.relay.heal()  # the link reconnects and delivers again
+        assert peers.link.connected.wait(30)
+        assert peers.link.stats.reconnects == 1
+        peers.produce(range(9000, 9001)).join(30)
+        while 9000 not in peers.received():
+            peers.arrived.wait(1)
+            peers.arrived.clear()
+    finally:
+        peers.close()
+
+
+def test_frames_a_closing_peer_did_not_read_are_counted_as_dropped_exactly(plan):
+    """Real gRPC: worker-1 stops while frames wait for its blocked bolt. It answers the stream with how
+    many frames it took in, and the sender counts exactly the others as dropped and fails their trees:
+    none that arrived, and none left to time out."""
+    peers = _Peers(plan)
+    roots = range(2, 3002)
+    try:
+        producer = peers.produce(roots)
+        while peers.link.stats.batches < 100:  # frames in flight towards the blocked bolt
+            peers.room.wait(0.05)
+        peers.receiver.close()
+        producer.join(30)
+        assert not producer.is_alive()
+        received, lost = peers.received(), peers.lost()
+        assert received | lost == set(roots) and not received & lost
+        assert peers.link.stats.dropped == len(lost)
+    finally:
+        peers.close()

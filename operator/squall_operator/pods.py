@@ -1,11 +1,11 @@
 """Per-role pod templates (``spec.podTemplate``): checked, then merged strategically over rendered pods.
 
 A template is a core/v1 PodSpec fragment. :func:`check` refuses unknown fields (as the API server's
-strict field validation would, on every Kubernetes version) and what the operator must own: the
-main container's command, ports and environment contract, the spec mount and volumes, the non-root
-security context and the selector labels. :func:`merge` applies it as ``kubectl patch --type
-strategic`` would: maps merge, lists of named items merge by their key, other lists replace, and
-``null`` removes a key.
+strict field validation would, on every Kubernetes version) and what the operator must own, whether
+overridden or removed with a ``null``: the main container's command, ports and environment
+contract, the spec mount and volumes, the non-root security context and the selector labels.
+:func:`merge` applies it as ``kubectl patch --type strategic`` would: maps merge, lists of named
+items merge by their key, other lists replace, and ``null`` removes a key.
 """
 
 from __future__ import annotations
@@ -40,6 +40,25 @@ _OWNED_CONTAINER_FIELDS = {
     "startupProbe": "the operator sets the probes",
 }
 _SELECTOR_LABELS = ("app.kubernetes.io/name", "app.kubernetes.io/instance", "app.kubernetes.io/component")
+# A ``null`` removes what it names (see merge): where that is something the operator renders and owns,
+# it is refused, and why. Keys of a security context not listed (runAsUser, runAsGroup, fsGroup,
+# readOnlyRootFilesystem) may be removed: the pods stay non-root and restricted without them.
+_OWNED_POD_NULLS = {
+    "containers": "would remove the main container; list only the containers you add or change "
+                  "(they merge by name)",
+    "volumes": "would remove the operator's volumes (the spec, /tmp); list only yours (they merge by name)",
+    "securityContext": "would remove the pods' non-root security context; set only the keys you change",
+}
+_OWNED_CONTAINER_NULLS = {
+    "image": "would remove the image; spec.image sets it",
+    "env": "would remove the process contract's SQUALL_* variables; list only yours (they merge by name)",
+    "volumeMounts": "would remove the spec mount (/etc/squall) and /tmp; list only yours (they merge by "
+                    "mountPath)",
+    "securityContext": "would remove the non-root security context (runAsNonRoot, no privilege escalation, "
+                       "every capability dropped); set only the keys you change, e.g. readOnlyRootFilesystem: false",
+}
+_OWNED_POD_CONTEXT = ("runAsNonRoot", "seccompProfile")
+_OWNED_CONTAINER_CONTEXT = ("runAsNonRoot", "allowPrivilegeEscalation", "capabilities")
 
 
 def templates(spec: TopologySpec) -> dict[str, PodTemplate]:
@@ -108,7 +127,9 @@ def _unknown_fields(value: Any, type_name: str, path: str) -> list[str]:
 
 
 def _owned(pod: dict[str, Any], role: str, path: str) -> list[str]:
-    problems = _non_root(pod.get("securityContext"), f"{path}.securityContext")
+    problems = _nulls(pod, _OWNED_POD_NULLS, path)
+    problems += _non_root(pod.get("securityContext"), f"{path}.securityContext")
+    problems += _context_nulls(pod.get("securityContext"), _OWNED_POD_CONTEXT, f"{path}.securityContext")
     for i, volume in enumerate(pod.get("volumes") or ()):
         if isinstance(volume, dict) and volume.get("name") in OWNED_VOLUMES:
             problems.append(f"{path}.volumes[{i}]: the volume {volume['name']!r} is the operator's; "
@@ -123,6 +144,9 @@ def _owned(pod: dict[str, Any], role: str, path: str) -> list[str]:
                 continue
             problems += [f"{where}.{key}: {why}; remove it"
                          for key, why in _OWNED_CONTAINER_FIELDS.items() if key in container]
+            problems += _nulls(container, _OWNED_CONTAINER_NULLS, where)
+            problems += _context_nulls(container.get("securityContext"), _OWNED_CONTAINER_CONTEXT,
+                                       f"{where}.securityContext")
             for j, mount in enumerate(container.get("volumeMounts") or ()):
                 if isinstance(mount, dict) and (mount.get("mountPath") == SPEC_DIR
                                                 or mount.get("name") in OWNED_VOLUMES):
@@ -132,6 +156,25 @@ def _owned(pod: dict[str, Any], role: str, path: str) -> list[str]:
                 if isinstance(var, dict) and str(var.get("name", "")).startswith(ENV_PREFIX):
                     problems.append(f"{where}.env[{j}]: {var['name']} is the process contract's (the mounted "
                                     "spec carries the topology's settings); remove it")
+    return problems
+
+
+def _nulls(given: dict[str, Any], owned: dict[str, str], path: str) -> list[str]:
+    return [f"{path}.{key}: null {why}" for key, why in owned.items() if key in given and given[key] is None]
+
+
+def _context_nulls(context: Any, owned: tuple[str, ...], path: str) -> list[str]:
+    """A ``null`` on a key of the operator's security context that keeps the pods non-root and restricted,
+    or a capability drop without ``ALL`` (as good as a ``null``)."""
+    if not isinstance(context, dict):
+        return []
+    problems = [f"{path}.{key}: null would remove the operator's {key}; remove the null"
+                for key in owned if key in context and context[key] is None]
+    capabilities = context.get("capabilities")
+    if "capabilities" in owned and isinstance(capabilities, dict) and "drop" in capabilities \
+            and "ALL" not in (capabilities["drop"] or ()):
+        problems.append(f"{path}.capabilities.drop: the pods drop ALL capabilities; keep ALL in the list or "
+                        "remove it (add what you need under capabilities.add)")
     return problems
 
 

@@ -108,6 +108,11 @@ async def test_the_webhook_refuses_what_squall_validate_refuses_with_the_same_me
     refused = await review(config, "UPDATE", bad_pod_template, old=SPEC)
     assert "podTemplate.workers.spec.containers[0].command: the operator sets the command" in \
         refused["status"]["message"]
+    # a null that would remove the operator's security context arrives as JSON null, and is refused too
+    refused = await review(config, "UPDATE", {**SPEC, "podTemplate": {"workers": {"spec": {"securityContext": None}}}},
+                           old=SPEC)
+    assert "podTemplate.workers.spec.securityContext: null would remove the pods' non-root security context" in \
+        refused["status"]["message"]
 
     assert (await review(config, "CREATE", SPEC))["allowed"] is True
     # a Topology stored before the webhook existed: metadata writes (kopf's own) still pass

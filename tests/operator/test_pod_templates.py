@@ -148,6 +148,61 @@ def test_what_the_operator_owns_and_unknown_fields_are_refused(template, message
     assert message in refused(template)
 
 
+@pytest.mark.parametrize("template, message", [
+    ({"spec": {"securityContext": None}},
+     "podTemplate.workers.spec.securityContext: null would remove the pods' non-root security context; "
+     "set only the keys you change"),
+    ({"spec": {"securityContext": {"runAsNonRoot": None}}},
+     "podTemplate.workers.spec.securityContext.runAsNonRoot: null would remove the operator's runAsNonRoot"),
+    ({"spec": {"securityContext": {"seccompProfile": None}}},
+     "podTemplate.workers.spec.securityContext.seccompProfile: null would remove the operator's seccompProfile"),
+    ({"spec": {"containers": [{"name": "worker", "securityContext": None}]}},
+     "podTemplate.workers.spec.containers[0].securityContext: null would remove the non-root security context"),
+    ({"spec": {"containers": [{"name": "worker", "securityContext": {"capabilities": None}}]}},
+     "containers[0].securityContext.capabilities: null would remove the operator's capabilities"),
+    ({"spec": {"containers": [{"name": "worker", "securityContext": {"capabilities": {"drop": None}}}]}},
+     "containers[0].securityContext.capabilities.drop: the pods drop ALL capabilities"),
+    ({"spec": {"containers": [{"name": "worker", "securityContext": {"capabilities": {"drop": ["NET_RAW"]}}}]}},
+     "containers[0].securityContext.capabilities.drop: the pods drop ALL capabilities"),
+    ({"spec": {"containers": [{"name": "worker", "securityContext": {"allowPrivilegeEscalation": None}}]}},
+     "containers[0].securityContext.allowPrivilegeEscalation: null would remove the operator's"),
+    ({"spec": {"volumes": None}},
+     "podTemplate.workers.spec.volumes: null would remove the operator's volumes (the spec, /tmp); list only yours"),
+    ({"spec": {"containers": None}},
+     "podTemplate.workers.spec.containers: null would remove the main container"),
+    ({"spec": {"containers": [{"name": "worker", "volumeMounts": None}]}},
+     "podTemplate.workers.spec.containers[0].volumeMounts: null would remove the spec mount (/etc/squall)"),
+    ({"spec": {"containers": [{"name": "worker", "env": None}]}},
+     "podTemplate.workers.spec.containers[0].env: null would remove the process contract's SQUALL_* variables"),
+    ({"spec": {"containers": [{"name": "worker", "image": None}]}},
+     "podTemplate.workers.spec.containers[0].image: null would remove the image; spec.image sets it"),
+], ids=lambda v: v if isinstance(v, str) else None)
+def test_a_null_that_would_remove_what_the_operator_owns_is_refused(template, message):
+    assert message in refused(template)
+    assert message.replace("workers", "ackers") in \
+        refused(yaml.safe_load(yaml.safe_dump(template).replace("name: worker", "name: acker")), "ackers")
+
+
+def test_a_null_may_remove_what_the_operator_does_not_own():
+    """The same paths through the admission webhook's and the operator's check: a null elsewhere is a
+    strategic merge's way to remove a default, and what is left of the security context stays restricted."""
+    template = {"spec": {
+        "affinity": {"podAntiAffinity": None},
+        # OpenShift assigns the user and group itself: removing the operator's keeps the pods non-root
+        "securityContext": {"runAsUser": None, "runAsGroup": None, "fsGroup": None},
+        "containers": [{"name": "worker", "securityContext": {"readOnlyRootFilesystem": False,
+                                                              "capabilities": {"drop": ["ALL", "NET_RAW"]}}},
+                       {"name": "log-shipper", "image": "fluent-bit:3", "env": None, "securityContext": None}],
+    }}
+    pod = pod_of(render(check_spec("wc", {**BASE, "podTemplate": {"workers": template}}), namespace=NS,
+                        image="squall:1"), "worker")
+    assert pod["spec"]["securityContext"] == {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}}
+    assert pod["spec"]["containers"][0]["securityContext"] == {
+        "allowPrivilegeEscalation": False, "readOnlyRootFilesystem": False, "runAsNonRoot": True,
+        "capabilities": {"drop": ["ALL", "NET_RAW"]}}
+    assert "podAntiAffinity" not in pod["spec"].get("affinity", {})
+
+
 def test_the_acker_main_container_is_the_acker():
     assert "containers[0].command" in refused({"spec": {"containers": [{"name": "acker", "command": ["x"]}]}},
                                               "ackers")

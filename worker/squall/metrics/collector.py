@@ -194,8 +194,8 @@ class RuntimeCollector:
         sent_bytes = CounterMetricFamily("squall_transport_bytes_sent", "Bytes sent to a peer",
                                          labels=["topology", "peer", "lane"])
         dropped = CounterMetricFamily("squall_transport_dropped_frames", "Frames dropped while a peer was "
-                                      "unreachable (their trees time out and replay)",
-                                      labels=["topology", "peer", "lane"])
+                                      "unreachable, or that a broken stream may have lost (their trees fail "
+                                      "and replay)", labels=["topology", "peer", "lane"])
         reconnects = CounterMetricFamily("squall_transport_reconnects", "Reconnections to a peer",
                                          labels=["topology", "peer", "lane"])
         refused = CounterMetricFamily("squall_transport_refused_streams", "Streams a peer refused (another "

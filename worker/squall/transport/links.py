@@ -2,15 +2,18 @@
 
 The scheduler thread hands encoded frames to a link's bounded queue; the link's own thread
 streams them to the peer. A full queue refuses frames (backpressure into the executors). While
-the peer is unreachable, frames are dropped and counted: the tuple trees they carried time out
-and their spouts replay them, as in Storm when a worker dies.
+the peer is unreachable, frames are dropped and counted, and the tuple trees they carried fail at
+once (their spouts replay them), as in Storm when a worker dies. So are the frames a stream that
+broke had handed to gRPC that the peer may not have read (:class:`InFlight`).
 """
 
 from __future__ import annotations
 
 import logging
 import queue
+import random
 import threading
+from collections import deque
 from collections.abc import Callable, Iterator
 
 import grpc
@@ -22,7 +25,7 @@ log = logging.getLogger("squall.transport")
 
 METHOD = "/squall.v1.Squall/Transfer"
 PLAN_KEY = "squall-plan"
-BACKOFF = (0.1, 2.0)  # seconds between attempts on a stream the peer refused
+BACKOFF = (0.1, 2.0)  # seconds between attempts on a stream the peer refused: the least and the most
 DATA, CONTROL = "data", "control"
 
 
@@ -32,7 +35,14 @@ DATA, CONTROL = "data", "control"
 # and an idle link still sends at once. With room for 8, frames went out 3.6 trees small under load
 # and cost the processes 2-4 times the CPU of the work they carried (docs/performance.md).
 WAITING_FRAMES = 1
-KEEPALIVE_MS = 10_000  # pings find a silently vanished peer (a partition, not a crash) in ~15 s
+# The receiver's HTTP/2 window per stream (gRPC's default, set so that UNREAD_BOUND rests on it; a
+# fixed window, as BDP probing is off). What a sender has written beyond what the peer's code has
+# read stays below about 1.5 windows (measured, gRPC 1.85: 96-98 KiB of messages for 64 KiB).
+STREAM_WINDOW = 64 * 1024
+UNREAD_BOUND = 4 * STREAM_WINDOW  # bytes written after a frame beyond which the peer surely read it
+MESSAGE_PREFIX = 5  # gRPC's length prefix: a message takes 5 bytes more of the window than its frame
+KEEPALIVE_MS = 10_000  # pings find a silently vanished or stopped peer (a partition, SIGSTOP) in ~15 s
+KEEPALIVE_TIMEOUT_MS = 5_000
 
 
 def channel_options(max_frame: int) -> list[tuple[str, int]]:
@@ -47,7 +57,7 @@ def channel_options(max_frame: int) -> list[tuple[str, int]]:
         # second of a failure, not gRPC's default 30 s (every pod replacement stalled its peers that long).
         ("grpc.dns_min_time_between_resolutions_ms", 1000),
         ("grpc.keepalive_time_ms", KEEPALIVE_MS),
-        ("grpc.keepalive_timeout_ms", 5_000),
+        *_ping_timeout(),
         ("grpc.keepalive_permit_without_calls", 1),
         ("grpc.http2.max_pings_without_data", 0),
         # A fixed HTTP/2 window: with BDP probing gRPC grows it to megabytes on loopback, which
@@ -65,11 +75,19 @@ def server_options(max_frame: int) -> list[tuple[str, int]]:
         # pings of our own find a sender that vanished (its pod gone, no FIN): its stream closes and
         # stops counting as open, so readiness and the drain see the truth
         ("grpc.keepalive_time_ms", KEEPALIVE_MS),
-        ("grpc.keepalive_timeout_ms", 5_000),
+        *_ping_timeout(),
         ("grpc.http2.min_recv_ping_interval_without_data_ms", KEEPALIVE_MS // 2),
         ("grpc.http2.max_ping_strikes", 0),
         ("grpc.http2.bdp_probe", 0),
+        ("grpc.http2.lookahead_bytes", STREAM_WINDOW),
     ]
+
+
+def _ping_timeout() -> list[tuple[str, int]]:
+    """How long a keepalive ping may go unanswered. gRPC (1.85) times its keepalive pings out after
+    ``grpc.http2.ping_timeout_ms``, 60 s by default, whatever ``keepalive_timeout_ms`` says: a peer that
+    stopped reading (SIGSTOP, a relay that stops forwarding) held its streams for 70 s, not 15."""
+    return [("grpc.keepalive_timeout_ms", KEEPALIVE_TIMEOUT_MS), ("grpc.http2.ping_timeout_ms", KEEPALIVE_TIMEOUT_MS)]
 
 
 class LinkStats:
@@ -77,6 +95,57 @@ class LinkStats:
 
     def __init__(self) -> None:
         self.batches = self.bytes = self.dropped = self.reconnects = self.refused = 0
+
+
+class InFlight:
+    """The frames one call has handed to gRPC that the peer may not have read yet.
+
+    gRPC takes the next frame of a stream only once it has written the one before (see
+    ``_consume_request_iterator`` in ``grpc/_channel.py``), and HTTP/2 flow control lets a sender
+    write only a window's worth of bytes beyond what the peer's code has read. So a frame with more
+    than :data:`UNREAD_BOUND` bytes written after it was read, and is forgotten; the last few stay
+    here. When the call ends, :meth:`end` says which of them the peer did not read: exactly, from the
+    count the peer answers a clean end with; all of them, as possibly lost, when the call broke. A
+    frame the peer did read but that is reported anyway fails trees that may have completed: their
+    spouts replay them (at least once), and a FAIL for a tree already decided is ignored.
+
+    An HTTP/2 proxy between the pods (a service mesh's sidecar) keeps windows of its own: frames it
+    had taken when a stream broke are beyond this bound, and their trees time out instead.
+    """
+
+    __slots__ = ("frames", "bytes", "taken", "over", "_lock")
+
+    def __init__(self) -> None:
+        self.frames: deque[bytes] = deque()
+        self.bytes = 0  # of the messages in ``frames``
+        self.taken = 0  # frames handed to gRPC on this call
+        self.over = threading.Event()  # the call has ended: its iterator takes no more frames
+        self._lock = threading.Lock()
+
+    def add(self, frame: bytes) -> bool:
+        """Record ``frame`` as handed to gRPC (on gRPC's thread); False if the call is over already."""
+        with self._lock:
+            if self.over.is_set():
+                return False
+            frames, size = self.frames, self.bytes
+            # gRPC asks for this frame once it has written the ones before: an oldest frame with more
+            # than the bound written after it has been read
+            while frames and size - len(frames[0]) - MESSAGE_PREFIX > UNREAD_BOUND:
+                size -= len(frames.popleft()) + MESSAGE_PREFIX
+            frames.append(frame)
+            self.bytes = size + len(frame) + MESSAGE_PREFIX
+            self.taken += 1
+            return True
+
+    def end(self, read: int | None) -> list[bytes]:
+        """End the call; the frames the peer did not read: those after the first ``read`` (the count the
+        peer answered a clean end with), or, if the call broke (``read`` None), every one it may not have."""
+        with self._lock:
+            self.over.set()
+            frames = list(self.frames)
+        if read is None:
+            return frames
+        return frames[max(0, len(frames) - (self.taken - read)):] if self.taken > read else []
 
 
 class PeerLink:
@@ -129,21 +198,21 @@ class PeerLink:
         except queue.Full:  # the link broke and refilled in between: the frame dies with it
             self._drop(frame)
 
-    def _stream(self, over: threading.Event) -> Iterator[bytes]:
-        """The frames of one call, until that call is ``over``.
+    def _stream(self, call: InFlight) -> Iterator[bytes]:
+        """The frames of one call, until that call is over.
 
         gRPC keeps pulling a call's request iterator on its own thread; once the call is over it
         discards what it pulls. So the iterator of a finished call (refused by a peer of another plan,
         broken) must stop taking frames from the link's queue: before, each one stayed blocked there and
         took one frame of the next, accepted call, which then vanished, counted as sent.
         """
-        frames, closed = self._frames, self._closed
+        frames, closed, over = self._frames, self._closed, call.over
         while not (closed.is_set() or over.is_set()):
             try:
                 frame = frames.get(timeout=0.2)
             except queue.Empty:
                 continue
-            if over.is_set():  # the call ended while we waited: the frame dies with it, counted
+            if not call.add(frame):  # the call ended while we waited: the frame dies with it, counted
                 self._drop(frame)
                 return
             self.stats.batches += 1
@@ -155,37 +224,47 @@ class PeerLink:
         call = self._channel.stream_unary(METHOD, request_serializer=None,
                                           response_deserializer=TransferSummary.FromString)
         metadata = (("squall-lane", self.lane), ("squall-sender", self.sender), (PLAN_KEY, self.plan))
-        backoff = BACKOFF[0]
+        ceiling = BACKOFF[0]
         while not self._closed.is_set():
             try:
                 grpc.channel_ready_future(self._channel).result(timeout=1.0)
             except grpc.FutureTimeoutError:
                 continue
-            over = threading.Event()
-            future = call.future(self._stream(over), metadata=metadata)
-            future.add_done_callback(lambda _, over=over: over.set())
+            in_flight = InFlight()
+            future = call.future(self._stream(in_flight), metadata=metadata)
+            future.add_done_callback(lambda _, over=in_flight.over: over.set())
             # The peer answers with its plan id once it has accepted the stream (same plan).
             accepted = dict(future.initial_metadata() or ()).get(PLAN_KEY) == self.plan
             if accepted:
-                backoff = BACKOFF[0]
+                ceiling = BACKOFF[0]
                 if self.ever_connected:
                     self.stats.reconnects += 1
                     log.info("reconnected to %s (%s) on the %s lane", self.peer, self.address, self.lane)
                 self.ever_connected = True
                 self.connected.set()
+            read = None
             try:
-                future.result()
+                read = future.result().batches  # the peer read them all, or (closing) this many
             except grpc.RpcError as exc:
                 if not self._closed.is_set():
                     log.warning("stream to %s (%s, %s lane) %s: %s", self.peer, self.address, self.lane,
                                 "broke" if accepted else "refused", exc.details() or exc.code())
             finally:
                 self.connected.clear()
+                unread = in_flight.end(read)
+                if unread and not self._closed.is_set():
+                    log.warning("%d frames to %s (%s lane) may not have arrived: their trees fail now",
+                                len(unread), self.peer, self.lane)
+                for frame in unread:
+                    self._drop(frame)
                 self._drop_queued()
             if not accepted:  # refused (another plan, a malformed frame): don't hammer the peer
                 self.stats.refused += 1
-                self._closed.wait(backoff)
-                backoff = min(backoff * 2, BACKOFF[1])
+                # Jittered: after a rescale every new pod is refused by the same old ones at once; with
+                # the bare doubling they all retried in lockstep. A wait is drawn between the least and a
+                # ceiling that doubles up to the most, so even at the most no two pods wait alike.
+                ceiling = min(2 * ceiling, BACKOFF[1])
+                self._closed.wait(random.uniform(BACKOFF[0], ceiling))
 
     def _drop_queued(self) -> None:
         while True:

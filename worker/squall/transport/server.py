@@ -103,12 +103,14 @@ class Receiver:
                     self.stats.malformed += 1
                 log.error("closing the %s stream from %s: malformed frame: %s", lane, sender, exc)
                 context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"malformed frame: {exc}")
-            n += 1
             with self._lock:
                 self.stats.batches[key] = self.stats.batches.get(key, 0) + 1
                 self.stats.bytes[key] = self.stats.bytes.get(key, 0) + len(frame)
             if not self.ingress.put(lane, items, closed=self._closed.is_set):
                 break
+            n += 1
+        # How many frames this process took in: the sender counts the rest (closing, this one stopped
+        # reading) as dropped, and fails their trees
         return TransferSummary(batches=n)
 
     def stop(self, grace: float = 1.0) -> None:
