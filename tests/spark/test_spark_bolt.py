@@ -37,22 +37,37 @@ class ReplaySpout(TestingSpout):
         return ([i] for i in range(self.conf["count"]))
 
 
+class RecordingCollector:
+    """Stands in front of a bolt's collector: counts, per input's values, every ack, fail and
+    reset_timeout, and passes everything through (the compiled collector's methods cannot be replaced)."""
+
+    def __init__(self, inner):
+        object.__setattr__(self, "_inner", inner)
+        object.__setattr__(self, "counts", {"ack": Counter(), "fail": Counter(), "reset_timeout": Counter()})
+
+    def __getattr__(self, name):
+        counts = self.counts.get(name)
+        if counts is None:
+            return getattr(self._inner, name)
+        original = getattr(self._inner, name)
+
+        def recorded(tup):
+            counts[tuple(tup.values)] += 1
+            original(tup)
+        return recorded
+
+    def __setattr__(self, name, value):
+        setattr(self._inner, name, value)  # e.g. SparkBolt's ``collector.paused``
+
+
 class Recording:
     """Mixed into a SparkBolt: records, per input's values, every ack, fail and reset_timeout."""
 
     def prepare(self, conf, context, collector):
-        super().prepare(conf, context, collector)
-        self.acks: Counter = Counter()
-        self.fails: Counter = Counter()
-        self.resets: Counter = Counter()
+        recorder = RecordingCollector(collector)
+        super().prepare(conf, context, recorder)
+        self.acks, self.fails, self.resets = (recorder.counts[name] for name in ("ack", "fail", "reset_timeout"))
         self.calls = 0
-        for name, record in (("ack", self.acks), ("fail", self.fails), ("reset_timeout", self.resets)):
-            original = getattr(collector, name)
-
-            def wrapped(tup, original=original, record=record):
-                record[tuple(tup.values)] += 1
-                original(tup)
-            setattr(collector, name, wrapped)
 
 
 class ParityCounts(Recording, SparkBolt):
