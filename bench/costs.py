@@ -9,7 +9,7 @@ and line), or run with ``SQUALL_PURE_PYTHON=1`` to profile the interpreted path.
 
     py-spy record --gil --native --rate 400 --format raw --output PROFILE -- \
         python bench/wordcount.py --cases local --no-memory
-    python bench/wordcount.py --cases 1w1a,2w2a --profile DIR     # py-spy --gil on every worker and acker
+    python bench/wordcount.py --cases 1w1a,2w2a --profile DIR     # py-spy --gil --native on every worker and acker
     python bench/costs.py PROFILE [--trees N] [--only LocalCluster.run]
 
 ``--trees``: the trees acked during the recording, to turn samples into µs per tree.

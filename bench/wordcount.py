@@ -217,8 +217,10 @@ def processes(label: str, seconds: float, *, workers: int, ackers: int, rate: fl
                 time.sleep(0.2)
             time.sleep(2)  # warm up
             pids = [os.getpid()] + [c.proc.pid for c in sup.children]
+            # --native shows the compiled modules' frames; it pauses a process for each sample (py-spy
+            # cannot read native stacks without), so a profiled run's figures are a little worse
             spies = [] if profile is None else [subprocess.Popen(
-                [str(Path(sys.executable).parent / "py-spy"), "record", "--gil", "--nonblocking", "--rate", "200",
+                [str(Path(sys.executable).parent / "py-spy"), "record", "--gil", "--native", "--rate", "200",
                  "--format", "raw", "--duration", str(int(seconds)), "--pid", str(c.proc.pid), "--output",
                  str(profile / f"{workers}w-{c.name}.txt")], stdout=subprocess.DEVNULL) for c in sup.children]
             ackers = [c.proc.pid for c in sup.children if c.role == "acker"]
@@ -312,7 +314,8 @@ def main() -> None:
     parser.add_argument("--pin", action="store_true", help="pin each worker and acker process to one core")
     parser.add_argument("--no-memory", action="store_true", help="skip the acker table's memory figure")
     parser.add_argument("--profile", type=Path, metavar="DIR",
-                        help="py-spy each worker and acker during the 1w1a and 2w2a windows (raw stacks into DIR)")
+                        help="py-spy --gil --native each worker and acker during the 1w1a and 2w2a windows "
+                             "(raw stacks into DIR)")
     args = parser.parse_args()
     cases = args.cases.split(",")
     unknown = set(cases) - set(CASES)

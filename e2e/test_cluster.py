@@ -1,8 +1,9 @@
 """Squall on a real Kubernetes (kind, or any cluster from 1.20 on): the chart's operator runs Topologies,
 scales them, loses no record when a worker pod dies, acks at least half as fast as before within a
-stated time after a pod replacement and after a rescale, and removes their pods when they are deleted.
-The tests run in file order, each continuing from the cluster state the previous one left; the
-figures they measure are printed at the end of the run."""
+stated time after a pod replacement and after a rescale, and removes their pods when they are
+deleted; a Spark bolt runs its jobs on executor pods. The tests run in file order, each continuing
+from the cluster state the previous one left; the figures they measure are printed at the end of
+the run."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import yaml
 from kube import Acked, Figures, Kubectl, eventually
 
 MANIFESTS = Path(__file__).parent / "manifests"
+CLICKS = yaml.safe_load((MANIFESTS / "clickstream.yaml").read_text())["spec"]["config"]["clickstream.clicks"]
 LOGCOUNT = yaml.safe_load((MANIFESTS / "logcount.yaml").read_text())["spec"]
 LINES = LOGCOUNT["config"]["logcount.lines"]
 RATE = LOGCOUNT["config"]["logcount.rate"]
@@ -134,3 +136,42 @@ def test_deleting_topologies_removes_their_pods(kubectl: Kubectl):
     for kind in ("pods", "statefulsets", "services", "configmaps"):
         eventually(lambda kind=kind: kubectl("get", kind, "--selector", selector, "--output", "name").strip() == "",
                    timeout=300, what=f"the topologies' {kind} to go")
+
+
+def test_a_spark_bolt_runs_its_jobs_on_executor_pods(kubectl: Kubectl, figures: Figures):
+    start = time.monotonic()
+    kubectl("apply", "--filename", str(MANIFESTS / "clickstream.yaml"))
+    kubectl("wait", "--for=condition=Ready", "topology/clickstream", "--timeout=600s", timeout=660)
+    (worker,) = (p["metadata"]["name"] for p in kubectl.pods("clickstream", "worker"))
+    executors = "spark-role=executor,app.kubernetes.io/instance=clickstream"
+
+    def running_executor() -> str | None:
+        pods = kubectl.get("pods", "--selector", executors)["items"]
+        running = [p for p in pods if p["status"].get("phase") == "Running"]
+        return running[0]["metadata"]["name"] if running else None
+
+    executor = eventually(running_executor, timeout=300, what="a running Spark executor pod")
+    owner = kubectl.get("pod", executor)["metadata"]["ownerReferences"][0]
+    assert (owner["kind"], owner["name"]) == ("Pod", worker), "executors are owned by their driver, the worker pod"
+
+    def all_acked() -> bool:
+        metrics = kubectl.metrics(worker)
+        return (metrics.total("squall_acked_total", component="clicks") >= CLICKS
+                and metrics.total("squall_pending_trees", component="clicks") == 0)
+
+    eventually(all_acked, timeout=600, what=f"all {CLICKS} clicks acked through Spark")
+    metrics = kubectl.metrics(worker)
+    assert metrics.total("squall_acked_total", component="clicks") == CLICKS, "every click acked exactly once"
+    assert metrics.total("squall_executed_total", component="print") > 0, "the batches' results reached the sink"
+    figures.add(f"clickstream with its Spark bolt on an executor pod: {CLICKS} clicks acked "
+                f"{time.monotonic() - start:.1f} s after the apply")
+    kubectl("delete", "topology", "clickstream", "--timeout=120s")
+    eventually(lambda: kubectl("get", "pods", "--selector", executors, "--output", "name").strip() == "",
+               timeout=300, what="the executor pods to go with their driver")
+
+
+def test_the_operator_never_restarted(operator: Kubectl):
+    (pod,) = operator.get("pods", "--selector", "app.kubernetes.io/component=operator")["items"]
+    restarts = pod["status"]["containerStatuses"][0]["restartCount"]
+    assert restarts == 0, f"the operator restarted {restarts} times: kubectl --namespace {operator.namespace} logs " \
+                          f"{pod['metadata']['name']} --previous"

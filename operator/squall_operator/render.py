@@ -280,7 +280,9 @@ def spark_conf(spec: TopologySpec, *, namespace: str, image: str) -> dict[str, s
         "spark.driver.host": f"$({contract.POD_NAME}).{names.worker}.{namespace}.svc",
         "spark.driver.port": str(SPARK_DRIVER_PORT),
         "spark.driver.blockManager.port": str(SPARK_BLOCK_MANAGER_PORT),
-        "spark.driver.bindAddress": "0.0.0.0",
+        # No spark.driver.bindAddress: the driver binds the address its host name resolves to (the
+        # pod's own, through the headless Service). Spark advertises a bind address set to 0.0.0.0
+        # in the executors' driver URL, and they cannot connect.
         "spark.kubernetes.namespace": namespace,
         "spark.kubernetes.driver.pod.name": f"$({contract.POD_NAME})",
         "spark.kubernetes.container.image": spark.executor_image or image,

@@ -38,9 +38,12 @@ KOPF_SCANNING = {("apiextensions.k8s.io", "customresourcedefinitions", "list"),
                  ("apiextensions.k8s.io", "customresourcedefinitions", "watch")}
 KOPF_NAMESPACES = {("", "namespaces", "list"), ("", "namespaces", "watch")}
 # kopf's admission.configuration_manager, with the webhook: it creates the configuration if absent and
-# patches its webhooks (URL, CA bundle, rules)
-KOPF_WEBHOOK = {("admissionregistration.k8s.io", "validatingwebhookconfigurations", "create"),
-                ("admissionregistration.k8s.io", "validatingwebhookconfigurations", "patch")}
+# patches its webhooks (URL, CA bundle, rules). kopf (_core/reactor/running.py) runs it for validating and
+# for mutating configurations alike, whatever handlers exist, and a refused create ends the operator: the
+# mutating one gets no webhooks, but must be allowed (seen on a real cluster: a crash loop).
+KOPF_WEBHOOK = {("admissionregistration.k8s.io", kind, verb) for kind in ("validatingwebhookconfigurations",
+                                                                          "mutatingwebhookconfigurations")
+                for verb in ("create", "patch")}
 # Granted although no request of the operator needs them, for the reasons the chart's comments give.
 FINALIZERS = {("squall.dev", "topologies/finalizers", "update")}  # kopf.adopt's blockOwnerDeletion
 

@@ -42,8 +42,8 @@ def crd_schema() -> dict[str, Any]:
     return json_schema(version["schema"]["openAPIV3Schema"])
 
 
-def test_there_are_the_wordcount_and_logcount_topologies():
-    assert [m.stem for m in MANIFESTS] == ["logcount", "wordcount"]
+def test_there_are_the_wordcount_logcount_and_clickstream_topologies():
+    assert [m.stem for m in MANIFESTS] == ["clickstream", "logcount", "wordcount"]
 
 
 @pytest.mark.parametrize("path", MANIFESTS, ids=lambda p: p.stem)
@@ -58,7 +58,17 @@ def test_each_manifest_is_a_valid_topology(path: Path):
 def test_wordcount_is_the_example_on_two_workers():
     doc = yaml.safe_load((E2E / "manifests" / "wordcount.yaml").read_text())
     example = resource.to_resource(load_spec(REPO / "examples" / "wordcount.yaml"))
-    assert doc["spec"] == {**example["spec"], "workers": 2}, "the e2e suite scales it from 2 workers to 3"
+    assert doc["spec"] == {**example["spec"], "workers": 2, "config": {"wordcount.rate": 4000}}, (
+        "the e2e suite scales it from 2 workers to 3, its spout paced")
+
+
+def test_clickstream_is_the_example_with_its_spark_bolt_on_executor_pods():
+    doc = yaml.safe_load((E2E / "manifests" / "clickstream.yaml").read_text())
+    example = resource.to_resource(load_spec(REPO / "examples" / "clickstream.yaml"))["spec"]
+    assert {k: v for k, v in doc["spec"].items() if k not in ("spark", "config")} == {
+        k: v for k, v in example.items() if k not in ("spark", "config")}
+    assert doc["spec"]["config"] == {**example["config"], "clickstream.clicks": 20000}
+    assert doc["spec"]["spark"]["executors"] == 1
 
 
 @pytest.fixture

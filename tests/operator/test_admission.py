@@ -40,6 +40,7 @@ def _operator_logs(caplog):
     caplog.set_level(logging.INFO)
 
 WEBHOOKS = "admissionregistration.k8s.io/v1/validatingwebhookconfigurations"
+MUTATING = "admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"
 CRDS = "apiextensions.k8s.io/v1/customresourcedefinitions"
 BROKEN = copy.deepcopy(SPEC)
 BROKEN["bolts"][1]["inputs"][0]["component"] = "splitt"
@@ -84,9 +85,14 @@ async def review(config: dict, operation: str, spec: dict, *, old: dict | None =
 async def test_the_webhook_refuses_what_squall_validate_refuses_with_the_same_message(api, start_operator, tmp_path,
                                                                                       capsys):
     declare_cluster_scoped(api, WEBHOOKS, "ValidatingWebhookConfiguration")
+    declare_cluster_scoped(api, MUTATING, "MutatingWebhookConfiguration")
     await start_operator(webhook_host="127.0.0.1", webhook_port=free_port())
     config = await eventually("the managed webhook configuration",
                               lambda: (obj(api, WEBHOOKS, "squall.dev", namespace=None) or {}).get("webhooks"))
+    # kopf keeps a mutating configuration as well (the chart's RBAC allows it): Squall mutates nothing
+    mutating = await eventually("kopf's mutating configuration",
+                                lambda: obj(api, MUTATING, "squall.dev", namespace=None))
+    assert not mutating.get("webhooks")
     config = obj(api, WEBHOOKS, "squall.dev", namespace=None)
     (hook,) = config["webhooks"]
     assert hook["failurePolicy"] == "Fail" and hook["sideEffects"] == "None"

@@ -234,7 +234,6 @@ def test_spark_driver_and_executors():
         "spark.driver.host": "$(SQUALL_POD_NAME).wc-worker.prod.svc",
         "spark.driver.port": "7078",
         "spark.driver.blockManager.port": "7079",
-        "spark.driver.bindAddress": "0.0.0.0",
         "spark.kubernetes.namespace": NS,
         "spark.kubernetes.driver.pod.name": "$(SQUALL_POD_NAME)",
         "spark.kubernetes.container.image": "squall:1",

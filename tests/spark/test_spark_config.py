@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -94,3 +95,29 @@ def test_session_properties_are_the_defaults_overlaid_with_the_environment():
 def test_a_bad_spark_conf_environment_is_refused(raw, message):
     with pytest.raises(ConfigError, match=rf"{CONF_ENV}.*{message}"):
         spark_conf({CONF_ENV: raw})
+
+
+@pytest.mark.spark
+def test_a_session_that_fails_to_start_is_tried_again_after_a_growing_delay_not_per_batch(spark, monkeypatch):
+    from squall.spark import session
+
+    now = [100.0]
+    monkeypatch.setattr(session, "clock", lambda: now[0])
+    monkeypatch.setattr(session, "_session", None)
+    monkeypatch.setattr(session, "_failure", None)
+    monkeypatch.setenv(CONF_ENV, "{not json")
+    with pytest.raises(ConfigError, match="is not valid JSON"):
+        session.get_session()
+    now[0] = 100.9
+    with pytest.raises(ConfigError, match=r"failed to start \(.*is not valid JSON.*\); next try in 0.1 s"):
+        session.get_session()
+    now[0] = 101.0  # 1 s after: tried again, fails again; the next try waits 2 s
+    with pytest.raises(ConfigError, match="is not valid JSON"):
+        session.get_session()
+    monkeypatch.setenv(CONF_ENV, json.dumps({"spark.master": "local[2]", "spark.driver.memory": "512m"}))
+    now[0] = 102.9
+    with pytest.raises(ConfigError, match="next try in 0.1 s"):
+        session.get_session()
+    now[0] = 103.0
+    assert session.get_session() is spark  # PySpark hands back the running session
+    assert session._failure is None

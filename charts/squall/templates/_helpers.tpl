@@ -185,9 +185,11 @@ handlers.kopf_settings turns kopf's scanning off, and kopf reads nothing cluster
   verbs: [get, patch]
 {{- if include "squall.webhook" . }}
 # kopf (admission.configuration_manager) creates the ValidatingWebhookConfiguration squall.dev and
-# patches its webhooks: CA bundle, service reference, rules
+# patches its webhooks: CA bundle, service reference, rules. It does the same for a
+# MutatingWebhookConfiguration squall.dev, which stays without webhooks (Squall mutates nothing), and
+# exits if refused.
 - apiGroups: [admissionregistration.k8s.io]
-  resources: [validatingwebhookconfigurations]
+  resources: [validatingwebhookconfigurations, mutatingwebhookconfigurations]
   verbs: [create, patch]
 {{- end }}
 {{- end -}}

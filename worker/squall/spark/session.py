@@ -14,7 +14,9 @@ import logging
 import os
 import sys
 import threading
+import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from squall.errors import ConfigError
@@ -38,8 +40,21 @@ DEFAULTS: dict[str, str] = {
     "spark.log.level": "WARN",
 }
 
+FIRST_RETRY, LAST_RETRY = 1.0, 60.0  # seconds between tries to build a session that failed
+
 _lock = threading.Lock()
 _session: SparkSession | None = None
+clock = time.monotonic
+
+
+@dataclass(frozen=True)
+class _Failure:
+    error: BaseException
+    delay: float
+    retry_at: float
+
+
+_failure: _Failure | None = None
 
 
 def spark_conf(env: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -70,11 +85,26 @@ def get_session() -> SparkSession:
 
     Building it starts the JVM and takes seconds: call it from a background thread, never from an
     executor's thread.
+
+    A session that fails to start is tried again after 1 s, then twice as long each time up to a
+    minute; until then every call raises at once (each batch fails and is replayed, without a
+    JVM started per batch).
     """
-    global _session
+    global _session, _failure
     with _lock:
-        if _session is None:
+        if _session is not None:
+            return _session
+        now = clock()
+        if _failure is not None and now < _failure.retry_at:
+            raise ConfigError(f"the SparkSession failed to start ({_failure.error}); next try in "
+                              f"{_failure.retry_at - now:.1f} s") from _failure.error
+        try:
             _session = _build(spark_conf())
+        except Exception as exc:
+            delay = FIRST_RETRY if _failure is None else min(2 * _failure.delay, LAST_RETRY)
+            _failure = _Failure(exc, delay, now + delay)
+            raise
+        _failure = None
         return _session
 
 
