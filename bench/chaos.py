@@ -11,7 +11,7 @@ process that stops reading. Then the chaos stops, the topology finishes, and the
 back: per guarantee, records lost, duplicates, throughput and p99 latency.
 
     python bench/chaos.py [--records 1000000] [--minutes 10] [--guarantee both] [--cut 20]
-                          [--kill-every 3] [--max-spout-pending 2000]
+                          [--kill-every 3] [--max-spout-pending 2000] [--max-uncommitted OFFSETS]
 
 A benchmark prints figures and never fails; ``tests/procs/test_chaos.py`` runs a short version and
 asserts the guarantees (nothing lost at least once, nothing twice at most once).
@@ -125,7 +125,8 @@ class ChaosResult:
 
 
 def run(*, directory: Path, records: int, seconds: float, guarantee: str, kill_every: float = 3.0,
-        cut: float = CUT, max_spout_pending: int = 2000, finish_within: float = 300.0, seed: int = 1,
+        cut: float = CUT, max_spout_pending: int = 2000, max_uncommitted: int | None = None,
+        finish_within: float = 300.0, seed: int = 1,
         say=print) -> ChaosResult:
     """Run the chaos for ``seconds`` (or until every record is done), then let the topology finish."""
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in [str(REPO), os.environ.get("PYTHONPATH", "")] if p)
@@ -143,6 +144,8 @@ def run(*, directory: Path, records: int, seconds: float, guarantee: str, kill_e
     doc = yaml.safe_load(spec_path.read_text())
     doc.update(workers=2, ackers=2, messageTimeoutSeconds=TIMEOUT, maxSpoutPending=max_spout_pending)
     doc["spouts"][0]["config"]["processing.guarantee"] = guarantee
+    if max_uncommitted is not None:
+        doc["spouts"][0]["config"]["max.uncommitted.offsets"] = max_uncommitted
     spec_path.write_text(yaml.safe_dump(doc, sort_keys=False))
     spec = load_spec(spec_path)
     group = spec.spouts[0].config["log.group"]
@@ -227,19 +230,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kill-every", type=float, default=3.0, metavar="SECONDS")
     parser.add_argument("--cut", type=float, default=CUT, metavar="SECONDS", help="how long the link cut lasts")
     parser.add_argument("--max-spout-pending", type=int, default=2000, metavar="TREES", help="per spout task")
+    parser.add_argument("--max-uncommitted", type=int, metavar="OFFSETS",
+                        help="the spout's max.uncommitted.offsets per partition (default: the spout's, 10,000,000): "
+                             "how far past its committed offset a restarted spout may have to replay")
     parser.add_argument("--guarantee", choices=["at_least_once", "at_most_once", "both"], default="both")
     parser.add_argument("--dir", default=".squall/chaos")
     args = parser.parse_args(argv)
     guarantees = ["at_least_once", "at_most_once"] if args.guarantee == "both" else [args.guarantee]
     print(f"chaos: {args.records:,} records, 2 workers + 2 ackers, SIGKILL every {args.kill_every:.0f} s for "
           f"{args.minutes:g} min, one SIGSTOP for {2 * TIMEOUT} s, one link cut for {args.cut:g} s, "
-          f"maxSpoutPending {args.max_spout_pending:,}", flush=True)
+          f"maxSpoutPending {args.max_spout_pending:,}, max.uncommitted.offsets "
+          f"{'default' if args.max_uncommitted is None else f'{args.max_uncommitted:,}'}", flush=True)
     print("| guarantee | records | lost | counted twice | SIGKILLs | SIGSTOPs | link cuts | records/s | p99 ms |")
     print("|---|--:|--:|--:|--:|--:|--:|--:|--:|")
     for guarantee in guarantees:
         r = run(directory=Path(args.dir) / guarantee, records=args.records, seconds=args.minutes * 60,
                 guarantee=guarantee, kill_every=args.kill_every, cut=args.cut,
-                max_spout_pending=args.max_spout_pending)
+                max_spout_pending=args.max_spout_pending, max_uncommitted=args.max_uncommitted)
         print(f"| {guarantee} | {r.records:,} | {r.lost:,} ({r.lost / r.records:.2%}) | {r.twice:,} "
               f"({r.twice / r.records:.2%}) | {r.kills} | {r.stops} | {r.cuts} | {r.records / r.seconds:,.0f} | "
               f"{'n/a' if r.p99_ms is None else f'{r.p99_ms:,.0f}'} |", flush=True)
