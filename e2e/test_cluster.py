@@ -35,6 +35,16 @@ def acked(kubectl: Kubectl, pod: str, spout: str) -> float:
     return kubectl.metrics(pod).total("squall_acked_total", component=spout)
 
 
+def wait_all_acked(kubectl: Kubectl, pod: str, spout: str, count: int, *, timeout: float, what: str) -> None:
+    """Until ``spout`` (on ``pod``) has acked at least ``count`` trees and has none in flight."""
+    def done() -> bool:
+        metrics = kubectl.metrics(pod)
+        return (metrics.total("squall_acked_total", component=spout) >= count
+                and metrics.total("squall_pending_trees", component=spout) == 0)
+
+    eventually(done, timeout=timeout, what=what)
+
+
 def test_the_operator_runs(operator: Kubectl):
     operator("rollout", "status", "deployment/squall", "--timeout=120s")
     (pod,) = operator.get("pods", "--selector", "app.kubernetes.io/component=operator")["items"]
@@ -83,12 +93,8 @@ def test_a_replaced_worker_pod_loses_no_record_and_acking_comes_back(kubectl: Ku
                 f"back at >= half its {rate:.0f} lines acked/s {back:.1f} s later ({WINDOW} s windows; bound "
                 f"{BACK_BOUND} s); longest stretch below half: {lines.stall(since=killed, rate=rate / 2):.1f} s")
 
-    def all_acked() -> bool:
-        metrics = kubectl.metrics(spout)
-        return (metrics.total("squall_acked_total", component="lines") >= LINES
-                and metrics.total("squall_pending_trees", component="lines") == 0)
-
-    eventually(all_acked, timeout=LINES / RATE + 6 * TIMEOUT + 300, what=f"all {LINES} lines acked")
+    wait_all_acked(kubectl, spout, "lines", LINES, timeout=LINES / RATE + 6 * TIMEOUT + 300,
+                   what=f"all {LINES} lines acked")
     time.sleep(2 * TIMEOUT)  # a line acked twice would show up by now
     metrics = kubectl.metrics(spout)
     assert metrics.total("squall_acked_total", component="lines") == LINES, "every line acked exactly once"
@@ -154,12 +160,7 @@ def test_a_spark_bolt_runs_its_jobs_on_executor_pods(kubectl: Kubectl, figures: 
     owner = kubectl.get("pod", executor)["metadata"]["ownerReferences"][0]
     assert (owner["kind"], owner["name"]) == ("Pod", worker), "executors are owned by their driver, the worker pod"
 
-    def all_acked() -> bool:
-        metrics = kubectl.metrics(worker)
-        return (metrics.total("squall_acked_total", component="clicks") >= CLICKS
-                and metrics.total("squall_pending_trees", component="clicks") == 0)
-
-    eventually(all_acked, timeout=600, what=f"all {CLICKS} clicks acked through Spark")
+    wait_all_acked(kubectl, worker, "clicks", CLICKS, timeout=600, what=f"all {CLICKS} clicks acked through Spark")
     metrics = kubectl.metrics(worker)
     assert metrics.total("squall_acked_total", component="clicks") == CLICKS, "every click acked exactly once"
     assert metrics.total("squall_executed_total", component="print") > 0, "the batches' results reached the sink"
