@@ -334,3 +334,45 @@ def test_a_spout_task_id_beyond_the_tables_range_is_refused_not_truncated():
     with pytest.raises(ValueError, match="spout task id 65535 is outside 0..65534"):
         trees.apply([(INIT, 5, 1, 65535)])
     assert len(trees) == 0
+
+
+@pytest.mark.parametrize("spouts, ackers", [(1, 1), (1, 3), (2, 2), (3, 2), (2, 5), (4, 3), (5, 1)])
+def test_each_spout_task_draws_roots_for_its_own_ackers_and_every_acker_has_one(spouts, ackers):
+    """Roots are still routed as Storm routes them (``root % ackers``), but each spout task draws them
+    for its share of the ackers, so an acker sends verdicts to the workers of its spout tasks only. No
+    acker may be left without a spout task (it would idle while the others carry its load), and a
+    spout task's roots must reach every acker of its share."""
+    from squall.executor.collectors import AckerRoute, new_root
+
+    route = AckerRoute(range(100, 100 + ackers), range(1, 1 + spouts))
+    rng = random.Random(7)
+    assert set(route.residues) == set(range(1, 1 + spouts))
+    for residues in route.residues.values():
+        roots = [new_root(rng, route.n, residues) for _ in range(300)]
+        assert all(2 <= root < 2**64 for root in roots)
+        assert len(set(roots)) == len(roots)
+        assert {root % route.n for root in roots} == set(residues)
+    shares = list(route.residues.values())
+    assert set().union(*shares) == set(range(ackers))  # every acker has a spout task
+    if spouts >= ackers:
+        assert all(len(share) == 1 for share in shares)
+    else:  # fewer spout tasks: the ackers are split between them, none shared
+        assert sum(map(len, shares)) == ackers
+
+
+def test_roots_near_the_top_of_the_range_stay_64_bit():
+    """A draw whose residue would carry the root past 2**64 - 1 is drawn again, not wrapped or truncated."""
+    from squall.executor.collectors import new_root
+
+    class Draws(random.Random):
+        def __init__(self, *values: int) -> None:
+            super().__init__(0)
+            self.values = list(values)
+
+        def getrandbits(self, k: int) -> int:
+            return self.values.pop(0)
+
+    draws = Draws(2**64 - 1, 2**64 - 3)  # 2**64 - 1 is 0 mod 3: + 2 leaves the range; 2**64 - 3 is 1 mod 3
+    assert new_root(draws, 3, (2,)) == 2**64 - 2
+    assert draws.values == []
+    assert new_root(Draws(0, 1, 5), 1, (0,)) == 5  # 0 and 1 are reserved

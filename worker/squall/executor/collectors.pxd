@@ -9,6 +9,7 @@ from squall.tuples cimport Fields, Tuple
 cdef class AckerRoute:
     cdef public tuple tasks
     cdef public Py_ssize_t n
+    cdef public dict residues
 
 
 cdef class HeldCount:
@@ -20,6 +21,7 @@ cdef class SpoutCollector:
     cdef Router _router
     cdef object _stats, _rng, _on_emit, _on_untracked_ack, _report
     cdef AckerRoute _acker
+    cdef tuple _residues
     cdef public long long emits
 
     @cython.locals(executor=Executor, acker=AckerRoute, t=cython.longlong, root=cython.ulonglong,

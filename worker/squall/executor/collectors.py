@@ -19,22 +19,37 @@ from squall.tuples import ACKED, FAILED, Fields, Tuple
 if TYPE_CHECKING:
     from squall.executor.base import Executor
 
-def new_root(rng: random.Random) -> int:
-    """A random 64-bit root id; 0 and 1 are reserved by the acker's table."""
-    root = rng.getrandbits(64)
-    while root < 2:
-        root = rng.getrandbits(64)
-    return root
+def new_root(rng: random.Random, n: int = 1, residues: tuple[int, ...] = (0,)) -> int:
+    """A random 64-bit root id whose acker, ``root % n``, is one of ``residues``; 0 and 1 are reserved by
+    the acker's table."""
+    k = residues[0] if len(residues) == 1 else residues[rng.randrange(len(residues))]
+    while True:
+        r = rng.getrandbits(64)
+        root = r - r % n + k
+        if 2 <= root < 2**64:
+            return root
 
 
 class AckerRoute:
-    """Where acker messages go: the acker task that owns a root is ``tasks[root % n]``."""
+    """Where acker messages go: the acker task that owns a root is ``tasks[root % n]``, as in Storm.
 
-    __slots__ = ("tasks", "n")
+    A spout task draws the roots of its trees for its own share of the ackers (``residues``), so an
+    acker's verdicts go to the workers of its spout tasks only, not to every worker: between N
+    workers and N ackers, N verdict links carry frames instead of N² (each frame costs the processes
+    at both ends far more than the verdicts in it; docs/performance.md). With at least as many spout
+    tasks as ackers, spout task i (of all spout tasks, in id order) has acker i mod n; with fewer, it
+    has every acker j with j mod (spout tasks) = i. Either way every acker has a spout task.
+    """
 
-    def __init__(self, acker_tasks: Sequence[int]) -> None:
+    __slots__ = ("tasks", "n", "residues")
+
+    def __init__(self, acker_tasks: Sequence[int], spout_tasks: Sequence[int] = ()) -> None:
         self.tasks = tuple(acker_tasks)
-        self.n = len(self.tasks)
+        self.n = n = len(self.tasks)
+        spouts = sorted(spout_tasks)
+        s = len(spouts)
+        self.residues: dict[int, tuple[int, ...]] = {
+            task: (i % n,) if s >= n else tuple(j for j in range(n) if j % s == i) for i, task in enumerate(spouts)}
 
 
 class HeldCount:
@@ -58,6 +73,7 @@ class SpoutCollector:
         self._stats = stats
         self._rng = rng
         self._acker = acker
+        self._residues = acker.residues.get(router.task_id, (0,)) if acker is not None else (0,)
         self._on_emit = on_emit
         self._on_untracked_ack = on_untracked_ack
         self._report = report
@@ -80,7 +96,7 @@ class SpoutCollector:
         acker = self._acker
         if msg_id is not None and acker is not None:
             getrandbits = self._rng.getrandbits
-            root = new_root(self._rng)
+            root = new_root(self._rng, acker.n, self._residues)
             ack_val = 0
             for t in targets:  # hot path: one edge id per receiving task
                 edge = getrandbits(64)
