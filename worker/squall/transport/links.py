@@ -250,13 +250,17 @@ class PeerLink:
                     log.warning("stream to %s (%s, %s lane) %s: %s", self.peer, self.address, self.lane,
                                 "broke" if accepted else "refused", exc.details() or exc.code())
             finally:
-                self.connected.clear()
+                # The frames the call took are accounted for before the link counts as down: until
+                # then a sender waits for room (the call takes no more), so once a send has been
+                # dropped for the link being down, every frame before it has been reported.
                 unread = in_flight.end(read)
                 if unread and not self._closed.is_set():
                     log.warning("%d frames to %s (%s lane) may not have arrived: their trees fail now",
                                 len(unread), self.peer, self.lane)
                 for frame in unread:
                     self._drop(frame)
+                self._drop_queued()
+                self.connected.clear()
                 self._drop_queued()
             if not accepted:  # refused (another plan, a malformed frame): don't hammer the peer
                 self.stats.refused += 1
