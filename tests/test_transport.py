@@ -648,3 +648,33 @@ def test_frames_a_closing_peer_did_not_read_are_counted_as_dropped_exactly(plan)
         assert peers.link.stats.dropped == len(lost)
     finally:
         peers.close()
+
+
+def test_what_a_process_received_and_has_not_delivered_counts_until_it_reaches_an_inbox():
+    """A draining process may exit only once its ingress is empty too: frames the receiver took in
+    were counted as read by their sender, so leaving them behind would lose their trees silently
+    (to the timeout). They count while queued, and while parked behind a full inbox."""
+    from squall.transport.ingress import Ingress
+    from squall.transport.links import CONTROL, DATA
+
+    room = {"n": 0}
+
+    def try_deliver(task: int, item: Any) -> bool:
+        if room["n"] == 0:
+            return False
+        room["n"] -= 1
+        return True
+
+    ingress = Ingress(try_deliver=try_deliver, wake=lambda: None, frames=4)
+    assert ingress.waiting() == 0
+    assert ingress.put(DATA, [(1, "a"), (1, "b"), (1, "c")], closed=lambda: False)
+    assert ingress.put(CONTROL, [(2, "v")], closed=lambda: False)
+    assert ingress.waiting() == 2  # two frames queued
+    assert not ingress.deliver()  # every inbox full: the frames' items are parked
+    assert ingress.waiting() == 4
+    room["n"] = 3
+    assert ingress.deliver()
+    assert ingress.waiting() == 1  # control first, then two of the three data items
+    room["n"] = 1
+    ingress.deliver()
+    assert ingress.waiting() == 0

@@ -342,7 +342,8 @@ class Process:
         rt = self.runtime
         return ProcessState(plan=self.plan, active=any(s.active for s in rt.spouts), held=self.held,
                             connected=self.transport.all_connected(), pending=rt.pending_trees(),
-                            in_flight=rt.queued() + rt.held() + self.transport.unsent(), member=self.member)
+                            in_flight=rt.queued() + rt.held() + self.transport.unsent() + self.transport.undelivered(),
+                            member=self.member)
 
     # -- stopping ----------------------------------------------------------------------------
 
@@ -368,7 +369,7 @@ class Process:
         # no input for a while (ticks don't count).
         rt = self.runtime
         return (self._pending() == 0 and rt.queued() == 0 and rt.held() == 0 and self.transport.unsent() == 0
-                and now - self.transport.last_input >= DRAIN_QUIET)
+                and self.transport.undelivered() == 0 and now - self.transport.last_input >= DRAIN_QUIET)
 
     def run(self) -> int:
         rt = self.runtime

@@ -36,6 +36,11 @@ class Ingress:
             return True
         return False
 
+    def waiting(self) -> int:
+        """Frames received and items parked, not yet in an inbox: a draining process must not exit
+        while any wait (the sender counted them as read; they would vanish, their trees left to time out)."""
+        return sum(q.qsize() + len(parked) for q, parked in self._lanes.values())
+
     def deliver(self) -> bool:
         """On the scheduler thread: move what fits into the inboxes. Returns progress."""
         progress = False

@@ -98,6 +98,10 @@ class Transport:
         """Items batched or queued here and not yet handed to gRPC."""
         return sum(map(len, self._buffers.values())) + sum(link.queued() for link in self.links.values())
 
+    def undelivered(self) -> int:
+        """Frames and items received from peers and not yet in an inbox."""
+        return self.ingress.waiting() if self.ingress else 0
+
     @property
     def last_input(self) -> float:
         return self.ingress.last_input if self.ingress else float("-inf")
