@@ -376,3 +376,19 @@ def test_roots_near_the_top_of_the_range_stay_64_bit():
     assert new_root(draws, 3, (2,)) == 2**64 - 2
     assert draws.values == []
     assert new_root(Draws(0, 1, 5), 1, (0,)) == 5  # 0 and 1 are reserved
+
+
+def test_a_draining_acker_waits_only_for_trees_it_can_still_decide():
+    """A FAIL (or ACK) for a tree decided before leaves an entry without an INIT that never gives a
+    verdict: it must not hold a draining acker until the message timeout (a worker that exits breaks
+    its peers' streams, and they fail the trees of frames that were in fact read). A tree whose INIT
+    was seen still counts."""
+    acker = Acker()
+    assert acker.process_messages([(INIT, 10, 5, 7)]) == []
+    assert acker.trees.awaiting() == 1
+    assert [n.kind for n in acker.process_messages([(ACK, 10, 5, -1)])] == [ACK]
+    assert acker.pending == 0 and acker.trees.awaiting() == 0
+    acker.process_messages([(FAIL, 10, 0, -1)])  # late: the tree was decided
+    assert acker.pending == 1 and acker.trees.awaiting() == 0
+    acker.process_messages([(INIT, 11, 3, 7)])
+    assert acker.pending == 2 and acker.trees.awaiting() == 1

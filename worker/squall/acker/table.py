@@ -70,6 +70,12 @@ class PendingTrees:
     def __len__(self) -> int:
         return self.live
 
+    def awaiting(self) -> int:
+        """Pending trees that can still be decided: those whose ``INIT`` was seen. The others are messages
+        for trees decided before (a ``FAIL`` for a frame that was read after all, say), which never give a
+        verdict; a draining acker need not wait for them. A scan of the table: not for the hot path."""
+        return int(np.count_nonzero(self.tasks != NO_TASK))
+
     @property
     def nbytes(self) -> int:
         return self.keys.nbytes + self.vals.nbytes + self.tasks.nbytes + self.gens.nbytes

@@ -366,10 +366,13 @@ class Process:
         if now - self.draining_since >= self.cfg.spec.message_timeout_seconds:
             return True
         # Quiet: nothing of our own pending, nothing queued or held by a bolt (a batch, a Spark job),
-        # no input for a while (ticks don't count).
+        # no input for a while (ticks don't count). An acker waits for the trees it can still decide: a
+        # message for a tree decided before (a FAIL a peer sent for a frame that was read after all, when
+        # the stream broke as the receiver exited) leaves an entry that never could be.
         rt = self.runtime
-        return (self._pending() == 0 and rt.queued() == 0 and rt.held() == 0 and self.transport.unsent() == 0
-                and self.transport.undelivered() == 0 and now - self.transport.last_input >= DRAIN_QUIET)
+        return (rt.pending_trees() == 0 and rt.queued() == 0 and rt.held() == 0 and self.transport.unsent() == 0
+                and self.transport.undelivered() == 0 and now - self.transport.last_input >= DRAIN_QUIET
+                and all(a.acker.trees.awaiting() == 0 for a in rt.ackers))
 
     def run(self) -> int:
         rt = self.runtime
