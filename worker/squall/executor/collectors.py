@@ -19,7 +19,7 @@ from squall.tuples import ACKED, FAILED, Fields, Tuple
 if TYPE_CHECKING:
     from squall.executor.base import Executor
 
-def new_root(rng: random.Random, n: int = 1, residues: tuple[int, ...] = (0,)) -> int:
+def new_root(rng: random.Random, n: int, residues: tuple[int, ...]) -> int:
     """A random 64-bit root id whose acker, ``root % n``, is one of ``residues``; 0 and 1 are reserved by
     the acker's table."""
     k = residues[0] if len(residues) == 1 else residues[rng.randrange(len(residues))]
@@ -43,7 +43,7 @@ class AckerRoute:
 
     __slots__ = ("tasks", "n", "residues")
 
-    def __init__(self, acker_tasks: Sequence[int], spout_tasks: Sequence[int] = ()) -> None:
+    def __init__(self, acker_tasks: Sequence[int], spout_tasks: Sequence[int]) -> None:
         self.tasks = tuple(acker_tasks)
         self.n = n = len(self.tasks)
         spouts = sorted(spout_tasks)
@@ -73,7 +73,7 @@ class SpoutCollector:
         self._stats = stats
         self._rng = rng
         self._acker = acker
-        self._residues = acker.residues.get(router.task_id, (0,)) if acker is not None else (0,)
+        self._residues = acker.residues[router.task_id] if acker is not None else ()
         self._on_emit = on_emit
         self._on_untracked_ack = on_untracked_ack
         self._report = report

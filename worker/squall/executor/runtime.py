@@ -93,8 +93,7 @@ class Runtime:
 
         executors = list(executors)
         self.local_tasks = frozenset(t for e in executors for t in e.tasks)
-        spout_tasks = [t for c in plan.spout_names for t in plan.component_tasks[c]]
-        self._acker_route = AckerRoute(plan.acker_tasks, spout_tasks) if plan.acker_tasks else None
+        self._acker_route = AckerRoute(plan.acker_tasks, plan.spout_tasks) if plan.acker_tasks else None
         for task in acker_tasks:
             acker = AckerExecutor(task=task, transfer=self.transfer)
             self.ackers.append(acker)

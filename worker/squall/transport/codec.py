@@ -96,7 +96,7 @@ class Decoder:
         self.spout_tasks = spout_tasks
         self.acker_task = min(acker_tasks) if acker_tasks else None
         # INITs may name any spout task of the topology: the acker sends that task its verdict
-        self.all_spout_tasks = frozenset(t for c in plan.spout_names for t in plan.component_tasks[c])
+        self.all_spout_tasks = frozenset(plan.spout_tasks)
         # Per bolt task of this process, the (source component, stream) pairs its component subscribes
         # to: a tuple on any other stream would reach a bolt that never asked for it.
         subscribed: dict[str, set[tuple[str, str]]] = {}
