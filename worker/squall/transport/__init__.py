@@ -3,6 +3,6 @@
 Within a process nothing here is used: executors hand tuples over in memory.
 """
 
-from squall.transport.transport import Transport
+from squall.transport.transport import Transport, fold
 
-__all__ = ["Transport"]
+__all__ = ["Transport", "fold"]
