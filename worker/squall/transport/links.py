@@ -1,10 +1,11 @@
 """Outgoing links: one long-lived gRPC client stream per (peer process, lane).
 
 The scheduler thread hands encoded frames to a link's bounded queue; the link's own thread
-streams them to the peer. A full queue refuses frames (backpressure into the executors). While
-the peer is unreachable, frames are dropped and counted, and the tuple trees they carried fail at
-once (their spouts replay them), as in Storm when a worker dies. So are the frames a stream that
-broke had handed to gRPC that the peer may not have read (:class:`InFlight`).
+streams them to the peer. A full queue refuses frames (backpressure into the executors). When a
+stream breaks, the frames it had handed to gRPC that the peer may not have read
+(:class:`InFlight`) are dropped and counted, and the tuple trees they carried fail at once (their
+spouts replay them). Frames offered while the peer is unreachable are dropped and counted too, but
+their trees fail once the link is back (:meth:`PeerLink.offer`).
 """
 
 from __future__ import annotations
@@ -43,6 +44,9 @@ UNREAD_BOUND = 4 * STREAM_WINDOW  # bytes written after a frame beyond which the
 MESSAGE_PREFIX = 5  # gRPC's length prefix: a message takes 5 bytes more of the window than its frame
 KEEPALIVE_MS = 10_000  # pings find a silently vanished or stopped peer (a partition, SIGSTOP) in ~15 s
 KEEPALIVE_TIMEOUT_MS = 5_000
+# What a link that is down keeps of the frames offered to it, to fail their trees once it is back.
+# Beyond it (a source with no max spout pending, an outage of minutes) trees time out instead.
+HELD_BYTES = 16 * 1024 * 1024
 
 
 def channel_options(max_frame: int) -> list[tuple[str, int]]:
@@ -162,6 +166,9 @@ class PeerLink:
         self._closed = threading.Event()
         self.connected = threading.Event()
         self.ever_connected = False
+        self._held: deque[bytes] = deque()  # dropped while down; their trees fail once the link is back
+        self._held_bytes = 0
+        self._held_lock = threading.Lock()  # the scheduler thread holds frames, the link's thread lets go
         options = channel_options(max_frame)
         if tls:  # peers are checked against the topology's CA, not the address dialled (pod IPs change)
             self._channel = grpc.secure_channel(address, tls.channel(),
@@ -189,9 +196,17 @@ class PeerLink:
         return len(self._frames.queue)
 
     def offer(self, frame: bytes) -> None:
-        """Queue a frame; call only after :meth:`has_room` said yes."""
+        """Queue a frame; call only after :meth:`has_room` said yes.
+
+        While the peer is down the frame is dropped, and its trees fail when the link is back (or
+        closes), not now: a spout that replays a failed tree at once would send it into the same dead
+        link, fail it again, and so on as fast as the CPU goes. On k8s-local that loop failed 40,000
+        trees a second for as long as a worker pod was away, and starved the node enough to delay the
+        replacement pod by a minute. Held, the trees stay pending and max spout pending stops the
+        spout, as Storm's timeouts would; once the peer is back they are replayed at once.
+        """
         if not self.connected.is_set():
-            self._drop(frame)
+            self._hold(frame)
             return
         try:
             self._frames.put_nowait(frame)
@@ -242,6 +257,7 @@ class PeerLink:
                     log.info("reconnected to %s (%s) on the %s lane", self.peer, self.address, self.lane)
                 self.ever_connected = True
                 self.connected.set()
+                self._let_go()
             read = None
             try:
                 read = future.result().batches  # the peer read them all, or (closing) this many
@@ -270,6 +286,25 @@ class PeerLink:
                 ceiling = min(2 * ceiling, BACKOFF[1])
                 self._closed.wait(random.uniform(BACKOFF[0], ceiling))
 
+    def _hold(self, frame: bytes) -> None:
+        self.stats.dropped += 1
+        with self._held_lock:
+            if self._held_bytes + len(frame) <= HELD_BYTES:
+                self._held.append(frame)
+                self._held_bytes += len(frame)
+        if self.connected.is_set():  # it came back after the check in offer(): it may have let go already
+            self._let_go()
+
+    def _let_go(self) -> None:
+        """Fail the trees of the frames held while the peer was down (it is back, or the link closes)."""
+        with self._held_lock:
+            held, self._held, self._held_bytes = self._held, deque(), 0
+        if held:
+            log.info("failing the trees of %d frames offered while %s (%s lane) was unreachable", len(held),
+                     self.peer, self.lane)
+        for frame in held:
+            self._dropped(frame)
+
     def _drop_queued(self) -> None:
         while True:
             try:
@@ -287,3 +322,4 @@ class PeerLink:
         self._closed.set()
         self._thread.join(timeout=2)
         self._channel.close()
+        self._let_go()  # the trees of held frames fail now: the link will not be back
