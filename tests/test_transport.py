@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import filecmp
 import tempfile
+from array import array
 from pathlib import Path
 from typing import Any
 
@@ -18,8 +19,9 @@ from squall.acker.acker import ACK, FAIL, INIT, RESET, AckerMessage, Notificatio
 from squall.proto import generate
 from squall.proto.squall_pb2 import AckerColumns, Batch
 from squall.topology import Plan
-from squall.transport import Transport, fold
+from squall.transport import Transport
 from squall.transport.codec import Decoder, FrameError, encode_acker, encode_tuples, encode_verdicts
+from squall.transport.outbox import AckerOutbox
 from squall.tuples import Fields, Tuple
 
 
@@ -375,13 +377,13 @@ def test_acker_and_verdict_columns_decode_or_are_refused(plan, kinds, roots, tas
 
 
 def _folded(messages: list[tuple[int, int, int, int]]) -> list[tuple[int, int, int, int]]:
-    """What a worker's batch to an acker holds after the transport folds each message in."""
-    buf: list[tuple[int, int, int, int]] = []
-    merged: dict[int, int] = {}
+    """What a worker's frame to an acker carries after its outbox folds each message in."""
+    box = AckerOutbox(link=None, capacity=len(messages))
     for message in messages:
-        if not fold(buf, merged, message):
-            buf.append(message)
-    return buf
+        box.add(message)
+    cols = Batch.FromString(box.frame()).acker
+    assert box.size == 0  # the frame starts the next batch
+    return list(zip(cols.kind, array("Q", cols.root), array("Q", cols.val), array("i", cols.task), strict=True))
 
 
 def _traffic(rng) -> list[tuple[int, int, int, int]]:

@@ -21,7 +21,8 @@ ENV = "SQUALL_PURE_PYTHON"
 COMPILED = ("squall.acker.table", "squall.tuples", "squall.grouping", "squall.executor.routing",
             "squall.executor.base", "squall.executor.collectors", "squall.executor.stats", "squall.executor.bolt",
             "squall.executor.rotating", "squall.executor.spout", "squall.transport.codec",
-            "squall.transport.ingress", "squall.transport.transport", "squall.acker.acker", "squall.executor.acker")
+            "squall.transport.ingress", "squall.transport.outbox", "squall.transport.transport", "squall.acker.acker",
+            "squall.executor.acker")
 
 
 class _Sources(importlib.abc.MetaPathFinder):

@@ -3,6 +3,6 @@
 Within a process nothing here is used: executors hand tuples over in memory.
 """
 
-from squall.transport.transport import Transport, fold
+from squall.transport.transport import Transport
 
-__all__ = ["Transport", "fold"]
+__all__ = ["Transport"]

@@ -61,8 +61,15 @@ def _values(code: str, raw: bytes, name: str) -> list[int]:
 
 def encode_acker(messages: list[AckerMessage]) -> bytes:
     kinds, roots, vals, tasks = zip(*messages, strict=True)
-    cols = AckerColumns(kind=_column(U8, kinds), root=_column(U64, roots), val=_column(U64, vals),
-                        task=_column(I32, tasks))
+    return encode_acker_columns(array(U8, kinds), array(U64, roots), array(U64, vals), array(I32, tasks))
+
+
+def encode_acker_columns(kinds: array, roots: array, vals: array, tasks: array) -> bytes:
+    """Acker messages as the frame's columns: arrays of the codes ``U8``, ``U64``, ``U64``, ``I32``."""
+    if _SWAP:
+        for column in (kinds, roots, vals, tasks):
+            column.byteswap()
+    cols = AckerColumns(kind=kinds.tobytes(), root=roots.tobytes(), val=vals.tobytes(), task=tasks.tobytes())
     return Batch(acker=cols).SerializeToString()
 
 

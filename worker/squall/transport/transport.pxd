@@ -2,6 +2,7 @@
 cimport cython
 
 from squall.transport.ingress cimport Ingress
+from squall.transport.outbox cimport Outbox
 
 
 cdef class Transport:
@@ -12,13 +13,11 @@ cdef class Transport:
     cdef public double flush_interval
     cdef public object clock, lost, receiver, _wake
     cdef public Ingress ingress
-    cdef dict _buffers, _since, _merged
-    cdef object _ackers, _decoder, _bind, _max_frame, _tls, _control
+    cdef dict _outboxes, _to
+    cdef object _decoder, _bind, _max_frame, _tls, _control
     cdef long long _streams
 
-    @cython.locals(key=tuple, buf=list, size=Py_ssize_t, merged=dict)
+    @cython.locals(boxes=tuple, box=Outbox, size=Py_ssize_t)
     cpdef bint try_send(self, long long task, object item) except -1
 
-
-@cython.locals(kind=cython.int, at=object, first=object, value=object)
-cpdef bint fold(list buf, dict merged, tuple message) except -1
+    cpdef bint _flush(self, Outbox box) except -1

@@ -7,11 +7,11 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from squall.acker.acker import ACK, INIT
 from squall.proto.squall_pb2 import ControlRequest, ProcessState
-from squall.transport.codec import Decoder, encode_acker, encode_tuples, encode_verdicts, lost_trees
+from squall.transport.codec import Decoder, encode_tuples, encode_verdicts, lost_trees
 from squall.transport.ingress import Ingress
 from squall.transport.links import CONTROL, DATA, PeerLink
+from squall.transport.outbox import AckerOutbox, Outbox
 from squall.transport.server import Receiver
 from squall.transport.tls import Credentials
 from squall.tuples import Tuple
@@ -48,12 +48,12 @@ class Transport:
                                           max_frame=max_frame, wake=self.wake,
                                           dropped=self._dropped, tls=tls)
                       for p in peers for lane in (DATA, CONTROL)}
-        self._buffers: dict[tuple[str, str], list[Any]] = {key: [] for key in self.links}
-        self._since: dict[tuple[str, str], float] = {}
-        # Per batch to an acker: root → where its INIT or ACKs so far are, merged into one message
-        self._merged: dict[tuple[str, str], dict[int, int]] = {(p, CONTROL): {} for p in ackers}
         # The control lane carries acker messages to ackers and verdicts to workers.
-        self._ackers = ackers
+        self._outboxes = {key: AckerOutbox(link, batch_size) if key[1] == CONTROL and key[0] in ackers else
+                          Outbox(link, encode_tuples if key[1] == DATA else encode_verdicts)
+                          for key, link in self.links.items()}
+        #: task → its process's (data, control) outboxes: one lookup per item sent
+        self._to = {task: (self._outboxes[(p, DATA)], self._outboxes[(p, CONTROL)]) for task, p in owner.items()}
         self.ingress: Ingress | None = None
         self.receiver: Receiver | None = None
         self._decoder, self._bind, self._max_frame, self._tls, self._control = decoder, bind, max_frame, tls, control
@@ -96,7 +96,7 @@ class Transport:
 
     def unsent(self) -> int:
         """Items batched or queued here and not yet handed to gRPC."""
-        return sum(map(len, self._buffers.values())) + sum(link.queued() for link in self.links.values())
+        return sum(box.size for box in self._outboxes.values()) + sum(link.queued() for link in self.links.values())
 
     def undelivered(self) -> int:
         """Frames and items received from peers and not yet in an inbox."""
@@ -109,58 +109,48 @@ class Transport:
     # -- the scheduler thread's side -------------------------------------------------------
 
     def try_send(self, task: int, item: Any) -> bool:
-        key = (self.owner[task], DATA if type(item) is Tuple else CONTROL)
-        buf = self._buffers[key]
-        if not buf:
-            self._since[key] = self.clock()
-        else:
-            size = len(buf)
-            # The clock is read every 32 items only: the end of each scheduler round flushes anyway.
-            if size >= self.batch_size or not size & 31 and self.clock() - self._since[key] >= self.flush_interval:
-                if self._flush(key):
-                    # The item starts a new batch: with the old batch's start time it would count as
-                    # overdue at once, and go out 32 items small.
-                    self._since[key] = self.clock()
-                elif size >= self.batch_size:
-                    return False  # a full batch and a busy link: backpressure
-        merged = self._merged.get(key)
-        if merged is not None and fold(buf, merged, item):
-            return True
-        buf.append(item)
+        boxes = self._to[task]
+        box = boxes[0] if type(item) is Tuple else boxes[1]
+        size = box.size
+        if not size:
+            box.since = self.clock()
+        # The clock is read every 32 items only: the end of each scheduler round flushes anyway.
+        elif size >= self.batch_size or not size & 31 and self.clock() - box.since >= self.flush_interval:
+            if self._flush(box):
+                # The item starts a new batch: with the old batch's start time it would count as
+                # overdue at once, and go out 32 items small.
+                box.since = self.clock()
+            elif size >= self.batch_size:
+                return False  # a full batch and a busy link: backpressure
+        box.add(item)
         return True
 
-    def _flush(self, key: tuple[str, str]) -> bool:
-        """Hand the buffered batch to its link if the link has room.
+    def _flush(self, box: Outbox) -> bool:
+        """Hand the batch to its link if the link has room.
 
         While the link is busy the batch keeps growing (up to ``batch_size``), so a saturated link
         sends fewer, larger frames: a gRPC stream's per-frame cost, not bytes, is its limit.
         """
-        link = self.links[key]
+        link = box.link
         if not link.has_room():
             return False
-        buf = self._buffers[key]
-        frame = encode_tuples(buf) if key[1] == DATA else \
-            encode_acker(buf) if key[0] in self._ackers else encode_verdicts(buf)
-        buf.clear()
-        if key in self._merged:
-            self._merged[key].clear()
-        link.offer(frame)
+        link.offer(box.frame())
         return True
 
     def flush(self, *, busy: bool = False) -> bool:
-        """Send buffered batches whose link has room; True when nothing is left waiting.
+        """Send batches whose link has room; True when nothing is left waiting.
 
         ``busy``: more work follows at once, so only batches that are full or have waited the
         flush interval go now; the rest keep filling. Fewer, larger frames are cheaper to send.
         """
         done = True
         now = self.clock() if busy else 0.0
-        for key, buf in self._buffers.items():
-            if not buf:
+        for box in self._outboxes.values():
+            if not box.size:
                 continue
-            if busy and len(buf) < self.batch_size and now - self._since[key] < self.flush_interval:
+            if busy and box.size < self.batch_size and now - box.since < self.flush_interval:
                 done = False
-            elif not self._flush(key):
+            elif not self._flush(box):
                 done = False
         return done
 
@@ -173,21 +163,3 @@ class Transport:
         if self.receiver:
             self.receiver.stop()
 
-
-def fold(buf: list[Any], merged: dict[int, int], message: tuple[int, int, int, int]) -> bool:
-    """Fold an acker message into the batch's earlier message of its tree, if that is an INIT or ACK:
-    XOR is associative, so the acker reaches the same value, in one message instead of many (a tree's
-    9 acks leave a worker as 1 to 3). A FAIL or RESET is never folded, and starts a new message for the
-    acks after it, so every verdict stays what the messages one by one give. ``merged`` maps the roots
-    of ``buf`` onto their message. Whether ``message`` was folded; if not, it is the next one of ``buf``."""
-    kind, root, val, spout = message
-    if kind > ACK:
-        merged.pop(root, None)
-        return False
-    at = merged.get(root)
-    if at is None:
-        merged[root] = len(buf)
-        return False
-    first, _, value, first_spout = buf[at]
-    buf[at] = (INIT, root, value ^ val, spout) if kind == INIT else (first, root, value ^ val, first_spout)
-    return True
