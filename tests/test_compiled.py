@@ -22,7 +22,8 @@ ENGINE_TESTS = ["tests/test_acker.py", "tests/test_reliability.py", "tests/test_
                 "tests/test_basic_bolt.py", "tests/test_held.py", "tests/test_groupings.py", "tests/test_spout.py",
                 "tests/test_ticks_errors.py", "tests/test_values.py",
                 "tests/test_transport.py::test_acks_folded_per_tree_in_a_batch_give_the_verdicts_of_the_messages_one_by_one",
-                "tests/test_transport.py::test_a_trees_acks_leave_a_worker_as_one_message"]
+                "tests/test_transport.py::test_a_trees_acks_leave_a_worker_as_one_message",
+                "tests/test_transport.py::test_a_data_frame_carries_tuples_and_the_acker_messages_its_worker_forwards"]
 
 
 @pytest.mark.skipif(os.environ.get(_pure.ENV) == "1", reason="this run imports the sources on purpose")

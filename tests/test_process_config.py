@@ -113,6 +113,26 @@ def test_wiring_says_who_runs_what_and_who_talks_to_whom():
         assignment.wiring(WORKER, 2)
 
 
+@pytest.mark.parametrize("spouts, ackers, homes", [
+    (2, 2, ["worker-0", "worker-1"]),  # each acker has one spout task: its worker is the acker's home
+    (1, 2, ["worker-0", "worker-0"]),  # one spout task draws roots for both ackers
+    (2, 1, [None]),  # the acker's spout tasks run on both workers: no home, every worker sends to it
+])
+def test_a_worker_sends_acker_messages_through_their_ackers_home(spouts, ackers, homes):
+    """A worker streams acker messages only to the ackers whose spout tasks all run in it (their home);
+    for the others it hands them to the home with its tuples, and the home forwards them."""
+    doc = {**SPEC, "workers": 2, "ackers": ackers,
+           "spouts": [{**SPEC["spouts"][0], "parallelism": spouts}]}
+    assignment = assign(layout(TopologySpec.from_dict(doc)))
+    home_of = dict(zip(assignment.layout.acker_tasks, homes, strict=True))
+    assert assignment.acker_homes == {a: home for a, home in home_of.items() if home}
+    for i in range(2):
+        w = assignment.wiring(WORKER, i)
+        assert w.acker_via == {a: home for a, home in home_of.items() if home not in (None, w.name)}
+        assert w.forwards == {a for a, home in home_of.items() if home == w.name}
+    assert all(not assignment.wiring(ACKER, j).acker_via for j in range(ackers))
+
+
 def test_tls_files_come_from_squall_tls_dir(spec_file, tmp_path):
     from squall.transport.tls import issue
 

@@ -86,6 +86,33 @@ def test_verdicts_round_trip(plan):
     assert [item for _, item in decoder(plan).decode(encode_verdicts(notes))] == notes
 
 
+def test_a_data_frame_carries_tuples_and_the_acker_messages_its_worker_forwards(plan):
+    """Acker messages for an acker whose home is another worker go there with the tuples, folded per tree;
+    the home hands each to its acker task, and a worker that is not the home refuses them."""
+    from squall.transport.codec import lost_trees
+    from squall.transport.outbox import DataOutbox
+
+    spout_task, bolt_task = plan.component_tasks["words"][0], plan.component_tasks["upper"][0]
+    acker = plan.acker_tasks[0]
+    box = DataOutbox(link=None, capacity=8)
+    tup = Tuple(["w", None], Fields(["word", "meta"]), "words", "default", spout_task, {40: 3}, bolt_task)
+    for item in [(INIT, 41, 0b11, spout_task), tup, (ACK, 40, 0b01, -1), (ACK, 41, 0b01, -1), (ACK, 40, 0b10, -1)]:
+        box.add(item)
+    assert box.size == 3  # the tuple; 41's INIT with its ACK; 40's two ACKs as one
+    frame = box.frame()
+    assert box.size == 0
+    bolts = frozenset(plan.component_tasks["upper"] + plan.component_tasks["last"])
+    home = Decoder(plan, bolt_tasks=bolts, spout_tasks=frozenset(), acker_tasks=frozenset(),
+                   forwards=frozenset({acker}))
+    items = home.decode(frame)
+    assert [(task, got.values) for task, got in items[:1]] == [(bolt_task, ["w", None])]
+    assert items[1:] == [(acker, (INIT, 41, 0b10, spout_task)), (acker, (ACK, 40, 0b11, -1))]
+    assert sorted(lost_trees(frame)) == [(-1, 40), (spout_task, 41)]  # the tuple's tree, and the INIT's
+    other = Decoder(plan, bolt_tasks=bolts, spout_tasks=frozenset(), acker_tasks=frozenset())
+    with pytest.raises(FrameError, match="neither runs nor forwards"):
+        other.decode(frame)
+
+
 def _tuples(*rows) -> bytes:
     return Batch(tuples=msgpack.packb(list(rows))).SerializeToString()
 

@@ -19,6 +19,12 @@ from squall.process.contract import TLS_DIR
 def test_every_tree_is_acked_across_processes(cluster, tmp_path):
     sup = cluster(count=3000, workers=2, ackers=2)
     wait_for(lambda t: t.acked["a-numbers"] >= 3000, timeout=60, sup=sup, what="3000 trees acked")
+    # The spout runs in worker-0, the home of both ackers: worker-1 sent its acker messages with its
+    # tuples to worker-0, which forwarded them, and never streamed a frame to an acker itself.
+    sent = {(s.labels["peer"], s.labels["lane"]): s.value for s in _samples(sup, "worker-1")
+            if s.name == "squall_transport_batches_sent_total"}
+    assert sent[("worker-0", "data")] > 0
+    assert sent[("acker-0", "control")] == sent[("acker-1", "control")] == 0
     codes = sup.stop()
     assert codes == {"worker-0": 0, "worker-1": 0, "acker-0": 0, "acker-1": 0}
     report = spout_report(tmp_path)
@@ -29,6 +35,15 @@ def test_every_tree_is_acked_across_processes(cluster, tmp_path):
     # The spouts recorded the complete latency of every acked tree, and their processes handed it over.
     assert final.recorded.count == final.acked["a-numbers"] >= 3000
     assert 0 < final.recorded.quantile(0.5) <= final.recorded.quantile(0.99) < 30
+
+
+def _samples(sup, name: str) -> list:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from squall.metrics.scrape import fetch
+
+    text = fetch(f"http://127.0.0.1:{sup.child(name).metrics_port}/metrics")
+    return [s for family in text_string_to_metric_families(text) for s in family.samples]
 
 
 @pytest.mark.parametrize("victim, workers", [("worker-1", 2), ("acker-0", 1)])

@@ -28,8 +28,11 @@ class Transfer:
 
     def try_deliver(self, task: int, item: Any) -> bool:
         """Append ``item`` to the inbox of ``task``, a task of this process, if it has room (the
-        transport's inbound path: what arrives from other processes never goes out again)."""
-        inbox = self.inboxes[task]
+        transport's inbound path). Only an acker message this worker forwards to its acker, a task of
+        another process, goes out again (see ``Assignment.acker_homes``)."""
+        inbox = self.inboxes.get(task)
+        if inbox is None:
+            return self.remote.try_send(task, item)
         if len(inbox) >= self.capacity:
             return False
         inbox.append(item)

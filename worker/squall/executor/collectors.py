@@ -14,6 +14,7 @@ from squall.errors import EmitError
 from squall.executor.routing import Router
 from squall.executor.stats import SAMPLE_EVERY, TaskStats
 from squall.system import DEFAULT_STREAM
+from squall.topology.assignment import acker_shares
 from squall.tuples import ACKED, FAILED, Fields, Tuple
 
 if TYPE_CHECKING:
@@ -33,23 +34,19 @@ def new_root(rng: random.Random, n: int, residues: tuple[int, ...]) -> int:
 class AckerRoute:
     """Where acker messages go: the acker task that owns a root is ``tasks[root % n]``, as in Storm.
 
-    A spout task draws the roots of its trees for its own share of the ackers (``residues``), so an
-    acker's verdicts go to the workers of its spout tasks only, not to every worker: between N
-    workers and N ackers, N verdict links carry frames instead of N² (each frame costs the processes
-    at both ends far more than the verdicts in it; docs/performance.md). With at least as many spout
-    tasks as ackers, spout task i (of all spout tasks, in id order) has acker i mod n; with fewer, it
-    has every acker j with j mod (spout tasks) = i. Either way every acker has a spout task.
+    A spout task draws the roots of its trees for its own share of the ackers (``residues``,
+    :func:`~squall.topology.assignment.acker_shares`), so an acker's verdicts go to the workers of its
+    spout tasks only, not to every worker: between N workers and N ackers, N verdict links carry frames
+    instead of N² (each frame costs the processes at both ends far more than the verdicts in it;
+    docs/performance.md).
     """
 
     __slots__ = ("tasks", "n", "residues")
 
     def __init__(self, acker_tasks: Sequence[int], spout_tasks: Sequence[int]) -> None:
         self.tasks = tuple(acker_tasks)
-        self.n = n = len(self.tasks)
-        spouts = sorted(spout_tasks)
-        s = len(spouts)
-        self.residues: dict[int, tuple[int, ...]] = {
-            task: (i % n,) if s >= n else tuple(j for j in range(n) if j % s == i) for i, task in enumerate(spouts)}
+        self.n = len(self.tasks)
+        self.residues: dict[int, tuple[int, ...]] = acker_shares(self.n, tuple(sorted(spout_tasks)))
 
 
 class HeldCount:

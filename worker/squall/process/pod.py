@@ -157,10 +157,11 @@ class Process:
         addresses = {contract.process_name(WORKER, i): a for i, a in enumerate(cfg.worker_addresses)}
         addresses |= {contract.process_name(ACKER, j): a for j, a in enumerate(cfg.acker_addresses)}
         decoder = Decoder(plan, bolt_tasks=wiring.bolt_tasks, spout_tasks=wiring.spout_tasks,
-                          acker_tasks=frozenset(wiring.acker_tasks))
+                          acker_tasks=frozenset(wiring.acker_tasks), forwards=wiring.forwards)
         t = cfg.spec.transfer
         self.transport = Transport(name=cfg.name, plan=self.plan, owner=wiring.owner,
-                                   ackers=wiring.ackers, addresses=addresses, senders=wiring.senders,
+                                   ackers=wiring.ackers, acker_via=wiring.acker_via, addresses=addresses,
+                                   senders=wiring.senders,
                                    decoder=decoder, bind=f"{cfg.bind_host}:{cfg.grpc_port}",
                                    batch_size=t.batch_size, flush_interval=t.flush_interval_ms / 1000,
                                    max_frame=t.max_frame_bytes, tls=cfg.tls, control=self.control)

@@ -86,6 +86,21 @@ class Layout:
     def task_component(self) -> dict[int, str]:
         return {task: comp for comp, tasks in self.component_tasks.items() for task in tasks}
 
+    @cached_property
+    def spout_tasks(self) -> tuple[int, ...]:
+        """Every spout task of the topology, in id order."""
+        return tuple(sorted(t for c in self.spouts for t in self.component_tasks[c]))
+
+
+def acker_shares(ackers: int, spout_tasks: tuple[int, ...]) -> dict[int, tuple[int, ...]]:
+    """Spout task → the ackers (indices ``root % ackers``) it draws its trees' roots for, so that an
+    acker's verdicts go to the workers of its spout tasks only. With at least as many spout tasks as
+    ackers, spout task i (in id order) has acker i mod n; with fewer, every acker j with j mod (spout
+    tasks) = i. Either way every acker has a spout task."""
+    s = len(spout_tasks)
+    return {task: (i % ackers,) if s >= ackers else tuple(j for j in range(ackers) if j % s == i)
+            for i, task in enumerate(spout_tasks)}
+
 
 def layout(spec: TopologySpec) -> Layout:
     """Number the tasks as Storm does (components in name order, consecutive ids from 1, then the acker
@@ -134,6 +149,10 @@ class Wiring:
     senders: frozenset[str]
     #: which processes of ``owner`` are acker processes (their control lane carries acker messages)
     ackers: frozenset[str]
+    #: acker task → the worker this one sends its acker messages through (:attr:`Assignment.acker_homes`)
+    acker_via: dict[int, str]
+    #: the acker tasks whose messages other workers send through this one
+    forwards: frozenset[int]
 
     @property
     def local_tasks(self) -> frozenset[int]:
@@ -155,6 +174,21 @@ class Assignment:
     @property
     def ackers(self) -> int:
         return len(self.acker_tasks)
+
+    @cached_property
+    def acker_homes(self) -> dict[int, str]:
+        """Acker task → its home: the one worker that runs every spout task drawing roots for it, where
+        there is one. Other workers send that acker's messages to its home with their tuples, and the
+        home forwards them, folded with its own: a worker then streams to its home ackers only, not
+        to every acker (between N workers and N ackers, N acker links instead of N²; each link's frames
+        cost both processes far more than what they carry, docs/performance.md). If the home dies, so
+        have the spouts of every tree those messages belong to."""
+        owner, ackers = self.task_owner(), self.layout.acker_tasks
+        workers: dict[int, set[str]] = {}
+        for task, share in acker_shares(len(ackers), self.layout.spout_tasks).items():
+            for j in share:
+                workers.setdefault(ackers[j], set()).add(owner[task])
+        return {acker: next(iter(ws)) for acker, ws in workers.items() if len(ws) == 1}
 
     def task_owner(self) -> dict[int, str]:
         """task id → the name of the process that runs it (``worker-0``, ``acker-1``)."""
@@ -187,8 +221,11 @@ class Assignment:
         if spout_tasks:
             senders |= acker_names
         ackers = frozenset(p for p in owner.values() if p in acker_names)
+        homes = self.acker_homes if role == WORKER else {}
         return Wiring(name=name, executors=executors, spout_tasks=spout_tasks, bolt_tasks=bolt_tasks,
-                      acker_tasks=acker_tasks, owner=owner, senders=frozenset(senders), ackers=ackers)
+                      acker_tasks=acker_tasks, owner=owner, senders=frozenset(senders), ackers=ackers,
+                      acker_via={a: home for a, home in homes.items() if home != name},
+                      forwards=frozenset(a for a, home in homes.items() if home == name))
 
 
 def assign(layout: Layout) -> Assignment:

@@ -62,7 +62,7 @@ class Plan:
         self.executors = lay.executors
         self.spout_names = lay.spouts
         #: every spout task of the topology, in id order
-        self.spout_tasks = tuple(sorted(t for c in lay.spouts for t in lay.component_tasks[c]))
+        self.spout_tasks = lay.spout_tasks
         self.classes: dict[str, type[Component]] = {}
         self.outputs: dict[str, dict[str, OutputStream]] = {}
         for comp in spec.spouts:

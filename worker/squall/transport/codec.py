@@ -35,11 +35,16 @@ def _no_ext(code: int, data: bytes) -> Any:
     raise FrameError(f"msgpack extension type {code} is not allowed")
 
 
-def encode_tuples(tuples: list[Tuple]) -> bytes:
+def tuple_rows(tuples: list[Tuple]) -> bytes:
+    """Tuples as a frame carries them: a msgpack array of [task, source task, stream, values, anchors]."""
     rows = []
     for t in tuples:
         rows.append([t.task, t.source_task, t.source_stream, t.values, [*chain.from_iterable(t.anchors.items())]])
-    return Batch(tuples=msgpack.packb(rows)).SerializeToString()
+    return msgpack.packb(rows)
+
+
+def encode_tuples(tuples: list[Tuple]) -> bytes:
+    return Batch(tuples=tuple_rows(tuples)).SerializeToString()
 
 
 def _column(code: str, values: Any) -> bytes:
@@ -64,13 +69,16 @@ def encode_acker(messages: list[AckerMessage]) -> bytes:
     return encode_acker_columns(array(U8, kinds), array(U64, roots), array(U64, vals), array(I32, tasks))
 
 
-def encode_acker_columns(kinds: array, roots: array, vals: array, tasks: array) -> bytes:
-    """Acker messages as the frame's columns: arrays of the codes ``U8``, ``U64``, ``U64``, ``I32``."""
+def acker_columns(kinds: array, roots: array, vals: array, tasks: array) -> AckerColumns:
+    """Acker messages as a frame's columns, from arrays of the codes ``U8``, ``U64``, ``U64``, ``I32``."""
     if _SWAP:
         for column in (kinds, roots, vals, tasks):
             column.byteswap()
-    cols = AckerColumns(kind=kinds.tobytes(), root=roots.tobytes(), val=vals.tobytes(), task=tasks.tobytes())
-    return Batch(acker=cols).SerializeToString()
+    return AckerColumns(kind=kinds.tobytes(), root=roots.tobytes(), val=vals.tobytes(), task=tasks.tobytes())
+
+
+def encode_acker_columns(kinds: array, roots: array, vals: array, tasks: array) -> bytes:
+    return Batch(acker=acker_columns(kinds, roots, vals, tasks)).SerializeToString()
 
 
 def encode_verdicts(notes: list[Notification]) -> bytes:
@@ -84,24 +92,25 @@ def lost_trees(frame: bytes) -> list[tuple[int, int]]:
     is dropped: a tuple's roots (spout task -1: its acker fails it), an INIT's root with its spout task
     (that acker never heard of the tree: the spout fails it). Acks, fails and verdicts carry none."""
     batch = Batch.FromString(frame)
-    if batch.tuples:
-        return [(-1, root) for row in msgpack.unpackb(batch.tuples) for root in row[4][::2]]
+    trees = [(-1, root) for row in msgpack.unpackb(batch.tuples) for root in row[4][::2]] if batch.tuples else []
     if batch.HasField("acker"):
         cols = batch.acker
-        return [(task, root) for kind, root, task in zip(cols.kind, _values(U64, cols.root, "root"),
-                                                          _values(I32, cols.task, "task"), strict=True)
-                if kind == INIT]
-    return []
+        trees += [(task, root) for kind, root, task in zip(cols.kind, _values(U64, cols.root, "root"),
+                                                            _values(I32, cols.task, "task"), strict=True)
+                  if kind == INIT]
+    return trees
 
 
 class Decoder:
     """Turns frames into (task, item) pairs for this process's inboxes."""
 
     def __init__(self, plan: Plan, *, bolt_tasks: frozenset[int], spout_tasks: frozenset[int],
-                 acker_tasks: frozenset[int]) -> None:
+                 acker_tasks: frozenset[int], forwards: frozenset[int] = frozenset()) -> None:
         self.plan = plan
         self.spout_tasks = spout_tasks
         self.acker_task = min(acker_tasks) if acker_tasks else None
+        # A worker takes acker messages only for the ackers it forwards for (Assignment.acker_homes).
+        self.forwards = forwards
         # INITs may name any spout task of the topology: the acker sends that task its verdict
         self.all_spout_tasks = frozenset(plan.spout_tasks)
         # Per bolt task of this process, the (source component, stream) pairs its component subscribes
@@ -194,9 +203,9 @@ class Decoder:
             raise FrameError("columns have different lengths")
         return columns
 
-    def _acker(self, cols: AckerColumns) -> list[tuple[int, AckBatch]]:
-        if self.acker_task is None:
-            raise FrameError("acker messages sent to a process without an acker task")
+    def _acker(self, cols: AckerColumns) -> list[tuple[int, Any]]:
+        if self.acker_task is None and not self.forwards:
+            raise FrameError("acker messages sent to a process that neither runs nor forwards for an acker")
         kinds, roots, vals, tasks = self._columns(cols, (("kind", U8), ("root", U64), ("val", U64), ("task", I32)))
         spouts = self.all_spout_tasks
         for i in range(len(kinds)):
@@ -212,7 +221,21 @@ class Decoder:
                 raise FrameError("root ids 0 and 1 are reserved")
         if not kinds:
             return []
+        if self.acker_task is None:
+            return self._forwarded(kinds, roots, vals, tasks)
         return [(self.acker_task, AckBatch(list(zip(kinds, roots, vals, tasks, strict=True))))]
+
+    def _forwarded(self, kinds: list[int], roots: list[int], vals: list[int],
+                   tasks: list[int]) -> list[tuple[int, Any]]:
+        """Acker messages a worker forwards to their acker: each for an acker task it is the home of."""
+        ackers, n, forwards = self.plan.acker_tasks, len(self.plan.acker_tasks), self.forwards
+        out = []
+        for i in range(len(kinds)):
+            acker = ackers[roots[i] % n]
+            if acker not in forwards:
+                raise FrameError(f"acker message for acker task {acker}, which this worker does not forward for")
+            out.append((acker, (kinds[i], roots[i], vals[i], tasks[i])))
+        return out
 
     def _verdicts(self, cols: VerdictColumns) -> list[tuple[int, Notification]]:
         kinds, roots, tasks = self._columns(cols, (("kind", U8), ("root", U64), ("task", I32)))

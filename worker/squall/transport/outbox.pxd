@@ -19,7 +19,15 @@ cdef class AckerOutbox(Outbox):
     cdef int[::1] tasks
     cdef unsigned long long[::1] roots, vals
     cdef dict _open
+    cdef Py_ssize_t _n
 
     @cython.locals(kind=cython.int, root=object, val=cython.ulonglong, task=cython.int, at=Py_ssize_t)
     cpdef add(self, object item)
+
+    cdef tuple _columns(self)
+
+
+cdef class DataOutbox(AckerOutbox):
+    cpdef add(self, object item)
+    cpdef bytes frame(self)
 

@@ -7,7 +7,9 @@ from collections.abc import Callable
 from typing import Any
 
 from squall.acker.acker import ACK, INIT
-from squall.transport.codec import I32, U8, U64, encode_acker, encode_acker_columns
+from squall.proto.squall_pb2 import Batch
+from squall.transport.codec import I32, U8, U64, acker_columns, encode_acker, encode_acker_columns, tuple_rows
+from squall.tuples import Tuple
 
 
 class Outbox:
@@ -49,6 +51,7 @@ class AckerOutbox(Outbox):
         self._roots, self._vals = array(U64, bytes(8 * capacity)), array(U64, bytes(8 * capacity))
         self.kinds, self.tasks, self.roots, self.vals = self._kinds, self._tasks, self._roots, self._vals
         self._open: dict[int, int] = {}  # root → its INIT or ACK message that later ones fold into
+        self._n = 0  # messages in the columns
 
     def add(self, item: Any) -> None:
         kind, root, val, task = item
@@ -62,19 +65,44 @@ class AckerOutbox(Outbox):
                     self.kinds[at] = INIT
                     self.tasks[at] = task
                 return
-            self._open[root] = self.size
-        at = self.size
+            self._open[root] = self._n
+        at = self._n
         if at == len(self.kinds):
             raise OverflowError(f"an acker batch holds {at} messages at most")
         self.kinds[at] = kind
         self.roots[at] = root
         self.vals[at] = val
         self.tasks[at] = task
-        self.size = at + 1
+        self._n = at + 1
+        self.size += 1
+
+    def _columns(self) -> tuple[array, array, array, array]:
+        """The messages so far, as new arrays; the columns start the next batch."""
+        n = self._n
+        self._open.clear()
+        self._n = 0
+        return self._kinds[:n], self._roots[:n], self._vals[:n], self._tasks[:n]
 
     def frame(self) -> bytes:
-        n = self.size
-        frame = encode_acker_columns(self._kinds[:n], self._roots[:n], self._vals[:n], self._tasks[:n])
-        self._open.clear()
         self.size = 0
-        return frame
+        return encode_acker_columns(*self._columns())
+
+
+class DataOutbox(AckerOutbox):
+    """Tuples for one worker, and the acker messages it forwards to their acker: those of the ackers
+    whose home it is (:attr:`squall.topology.assignment.Assignment.acker_homes`), folded as they come."""
+
+    def add(self, item: Any) -> None:
+        if type(item) is Tuple:
+            self._items.append(item)
+            self.size += 1
+        else:
+            AckerOutbox.add(self, item)
+
+    def frame(self) -> bytes:
+        batch = Batch(acker=acker_columns(*self._columns())) if self._n else Batch()
+        if self._items:
+            batch.tuples = tuple_rows(self._items)
+            self._items = []
+        self.size = 0
+        return batch.SerializeToString()

@@ -8,10 +8,10 @@ from collections.abc import Callable
 from typing import Any
 
 from squall.proto.squall_pb2 import ControlRequest, ProcessState
-from squall.transport.codec import Decoder, encode_tuples, encode_verdicts, lost_trees
+from squall.transport.codec import Decoder, encode_verdicts, lost_trees
 from squall.transport.ingress import Ingress
 from squall.transport.links import CONTROL, DATA, PeerLink
-from squall.transport.outbox import AckerOutbox, Outbox
+from squall.transport.outbox import AckerOutbox, DataOutbox, Outbox
 from squall.transport.server import Receiver
 from squall.transport.tls import Credentials
 from squall.tuples import Tuple
@@ -21,7 +21,9 @@ class Transport:
     """This process's links to its peers: batches outgoing items, and receives incoming frames.
 
     ``owner`` maps every task not in this process onto its process name, ``ackers`` names the acker
-    processes among them; ``addresses`` maps process names onto ``host:port``. ``plan`` is the spec's
+    processes among them; ``acker_via`` maps the acker tasks whose messages go through a worker, their
+    home, onto that worker (:attr:`~squall.topology.assignment.Assignment.acker_homes`); ``addresses``
+    maps process names onto ``host:port``. ``plan`` is the spec's
     fingerprint: streams are refused between processes of different plans. ``control`` answers a
     rebalance's commands (:mod:`squall.process.control`), whatever the plan of who sends them.
     """
@@ -30,7 +32,7 @@ class Transport:
                  addresses: dict[str, str], senders: frozenset[str], decoder: Decoder, bind: str, batch_size: int,
                  flush_interval: float, max_frame: int, tls: Credentials | None = None,
                  control: Callable[[ControlRequest], ProcessState] | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 acker_via: dict[int, str] | None = None, clock: Callable[[], float] = time.monotonic) -> None:
         self.name = name
         self.plan = plan
         # The peers that keep streams open to us: until they all have, what they send may be dropped.
@@ -48,12 +50,15 @@ class Transport:
                                           max_frame=max_frame, wake=self.wake,
                                           dropped=self._dropped, tls=tls)
                       for p in peers for lane in (DATA, CONTROL)}
-        # The control lane carries acker messages to ackers and verdicts to workers.
-        self._outboxes = {key: AckerOutbox(link, batch_size) if key[1] == CONTROL and key[0] in ackers else
-                          Outbox(link, encode_tuples if key[1] == DATA else encode_verdicts)
+        # The control lane carries acker messages to ackers and verdicts to workers; the data lane
+        # tuples, and acker messages for the ackers whose home its worker is.
+        self._outboxes = {key: DataOutbox(link, batch_size) if key[1] == DATA else
+                          AckerOutbox(link, batch_size) if key[0] in ackers else Outbox(link, encode_verdicts)
                           for key, link in self.links.items()}
-        #: task → its process's (data, control) outboxes: one lookup per item sent
+        #: task → the (data, control) outboxes of its process, or of the worker it is reached through:
+        #: one lookup per item sent
         self._to = {task: (self._outboxes[(p, DATA)], self._outboxes[(p, CONTROL)]) for task, p in owner.items()}
+        self._to |= {task: (self._outboxes[(home, DATA)],) * 2 for task, home in (acker_via or {}).items()}
         self.ingress: Ingress | None = None
         self.receiver: Receiver | None = None
         self._decoder, self._bind, self._max_frame, self._tls, self._control = decoder, bind, max_frame, tls, control
