@@ -668,6 +668,28 @@ def test_a_peer_that_stops_reading_is_cut_off_and_what_it_did_not_read_fails_at_
         peers.close()
 
 
+def test_a_link_that_is_down_holds_a_bounded_amount_of_what_it_is_offered(monkeypatch):
+    """Frames offered while the peer is unreachable are all counted as dropped; the trees of at most
+    ``HELD_BYTES`` of them are failed later (here: when the link closes), the rest left to time out,
+    so an outage cannot grow a process without bound. Real gRPC: the link dials a port nobody serves."""
+    from squall.transport import links
+
+    monkeypatch.setattr(links, "HELD_BYTES", 1000)
+    reported: list[bytes] = []
+    link = links.PeerLink(peer="worker-1", address="127.0.0.1:1", lane=links.DATA, sender="worker-0", plan="p1",
+                          max_frame=1 << 20, wake=lambda: None, dropped=reported.append)
+    link.ever_connected = True  # it had been up: frames are taken, not waited for
+    link.start()
+    try:
+        assert link.has_room()
+        for n in range(30):
+            link.offer(bytes([n]) * 100)
+        assert link.stats.dropped == 30 and reported == []  # none failed while the peer is down
+    finally:
+        link.close()
+    assert reported == [bytes([n]) * 100 for n in range(10)]  # 1,000 bytes held, failed as the link closed
+
+
 def test_frames_a_closing_peer_did_not_read_are_counted_as_dropped_exactly(plan):
     """Real gRPC: worker-1 stops while frames wait for its blocked bolt. It answers the stream with how
     many frames it took in, and the sender counts exactly the others as dropped and fails their trees:

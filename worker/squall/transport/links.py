@@ -44,9 +44,11 @@ UNREAD_BOUND = 4 * STREAM_WINDOW  # bytes written after a frame beyond which the
 MESSAGE_PREFIX = 5  # gRPC's length prefix: a message takes 5 bytes more of the window than its frame
 KEEPALIVE_MS = 10_000  # pings find a silently vanished or stopped peer (a partition, SIGSTOP) in ~15 s
 KEEPALIVE_TIMEOUT_MS = 5_000
-# What a link that is down keeps of the frames offered to it, to fail their trees once it is back.
-# Beyond it (a source with no max spout pending, an outage of minutes) trees time out instead.
-HELD_BYTES = 16 * 1024 * 1024
+# What a link that is down keeps of the frames offered to it, to fail their trees once it is back:
+# tens of thousands of tuples, many times what max spout pending lets a topology send into an outage
+# (a process has two links per peer, so all of them down hold 8 MiB per peer at most). Beyond it (no
+# max spout pending) trees time out instead.
+HELD_BYTES = 4 * 1024 * 1024
 
 
 def channel_options(max_frame: int) -> list[tuple[str, int]]:
