@@ -4,8 +4,8 @@ cimport cython
 from squall.tuples cimport Fields, Tuple
 
 
-@cython.locals(t=Tuple, rows=list)
-cpdef bytes encode_tuples(list tuples)
+@cython.locals(t=Tuple, rows=list, flat=list)
+cpdef bytes tuple_rows(list tuples)
 
 
 cdef class Decoder:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import sys
 from array import array
-from itertools import chain
 from typing import Any
 
 import msgpack
@@ -39,7 +38,11 @@ def tuple_rows(tuples: list[Tuple]) -> bytes:
     """Tuples as a frame carries them: a msgpack array of [task, source task, stream, values, anchors]."""
     rows = []
     for t in tuples:
-        rows.append([t.task, t.source_task, t.source_stream, t.values, [*chain.from_iterable(t.anchors.items())]])
+        flat = []
+        for root, edge in t.anchors.items():
+            flat.append(root)
+            flat.append(edge)
+        rows.append([t.task, t.source_task, t.source_stream, t.values, flat])
     return msgpack.packb(rows)
 
 
@@ -171,14 +174,20 @@ class Decoder:
             raise FrameError("tuples must be a msgpack array")
         out = []
         known = self._routes
+        # the route of the row before: a frame's tuples mostly share theirs
+        last_task = last_source = last_stream = component = fields = None
         for row in rows:
             if type(row) is not list or len(row) != 5:
                 raise FrameError("each tuple must be [task, source_task, stream, values, anchors]")
             task, source_task, stream, values, flat = row
-            # The routes seen before, without a call (type checks first: a list would not hash).
-            found = (known.get((task, source_task, stream))
-                     if type(task) is int and type(source_task) is int and type(stream) is str else None)
-            component, fields = found or self._route(task, source_task, stream)
+            if type(task) is int and type(source_task) is int and type(stream) is str:
+                if task != last_task or source_task != last_source or stream != last_stream:
+                    # the routes seen before, without a call
+                    component, fields = known.get((task, source_task, stream)) or \
+                        self._route(task, source_task, stream)
+                    last_task, last_source, last_stream = task, source_task, stream
+            else:  # type checks first: a list would not hash
+                self._route(task, source_task, stream)  # raises FrameError, naming what is wrong
             if type(values) is not list or len(values) != len(fields):
                 raise FrameError(f"tuple on {component}/{stream} must have {len(fields)} values")
             if type(flat) is not list or len(flat) % 2:
