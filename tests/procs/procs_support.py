@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
 from squall.process.supervisor import Supervisor
 from squall.topology import TopologySpec
@@ -48,6 +49,15 @@ def wait_for(condition, *, timeout: float, sup: Supervisor, what: str):
         time.sleep(0.2)
     logs = "\n".join(f"--- {c.name}\n{c.log_path.read_text()[-2000:]}" for c in sup.children if c.log_path.exists())
     raise AssertionError(f"timed out waiting for {what}; last totals {sup.scrape()}\n{logs}")
+
+
+def samples(text: str) -> dict[str, list]:
+    """A process's scrape: sample name → its samples (labels and value)."""
+    out: dict[str, list] = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            out.setdefault(s.name, []).append(s)
+    return out
 
 
 def spout_report(tmp_path: Path) -> dict:

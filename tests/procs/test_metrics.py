@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 
-from procs_support import wait_for
+from procs_support import samples, wait_for
 from prometheus_client.parser import text_string_to_metric_families
 from tests.metric_docs import ENGINE, PROCESS, documented, documented_labels, exported_name
 
@@ -24,14 +24,6 @@ MOVING = ["squall_busy_seconds_total", "process_cpu_seconds_total",
           "squall_complete_latency_seconds_count", "squall_execute_latency_seconds_count",
           "squall_transport_batches_sent_total", "squall_transport_bytes_sent_total",
           "squall_transport_batches_received_total", "squall_transport_bytes_received_total"]
-
-
-def samples(text: str) -> dict[str, list]:
-    out: dict[str, list] = {}
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            out.setdefault(s.name, []).append(s)
-    return out
 
 
 def total(text: str, name: str) -> float:

@@ -11,8 +11,9 @@ import time
 import psutil
 import pytest
 import yaml
-from procs_support import COMPONENTS, spout_report, topology, wait_for
+from procs_support import COMPONENTS, samples, spout_report, topology, wait_for
 
+from squall.metrics.scrape import fetch
 from squall.process.contract import TLS_DIR
 
 
@@ -21,8 +22,8 @@ def test_every_tree_is_acked_across_processes(cluster, tmp_path):
     wait_for(lambda t: t.acked["a-numbers"] >= 3000, timeout=60, sup=sup, what="3000 trees acked")
     # The spout runs in worker-0, the home of both ackers: worker-1 sent its acker messages with its
     # tuples to worker-0, which forwarded them, and never streamed a frame to an acker itself.
-    sent = {(s.labels["peer"], s.labels["lane"]): s.value for s in _samples(sup, "worker-1")
-            if s.name == "squall_transport_batches_sent_total"}
+    scrape = samples(fetch(f"http://127.0.0.1:{sup.child('worker-1').metrics_port}/metrics"))
+    sent = {(s.labels["peer"], s.labels["lane"]): s.value for s in scrape["squall_transport_batches_sent_total"]}
     assert sent[("worker-0", "data")] > 0
     assert sent[("acker-0", "control")] == sent[("acker-1", "control")] == 0
     codes = sup.stop()
@@ -35,15 +36,6 @@ def test_every_tree_is_acked_across_processes(cluster, tmp_path):
     # The spouts recorded the complete latency of every acked tree, and their processes handed it over.
     assert final.recorded.count == final.acked["a-numbers"] >= 3000
     assert 0 < final.recorded.quantile(0.5) <= final.recorded.quantile(0.99) < 30
-
-
-def _samples(sup, name: str) -> list:
-    from prometheus_client.parser import text_string_to_metric_families
-
-    from squall.metrics.scrape import fetch
-
-    text = fetch(f"http://127.0.0.1:{sup.child(name).metrics_port}/metrics")
-    return [s for family in text_string_to_metric_families(text) for s in family.samples]
 
 
 @pytest.mark.parametrize("victim, workers", [("worker-1", 2), ("acker-0", 1)])
@@ -137,7 +129,6 @@ def _send_raw(port: int, frames: list[bytes], plan: str, lane: str = "data", *, 
 def test_a_peer_without_the_certificate_is_refused_and_a_bad_frame_closes_only_its_stream(cluster, tmp_path):
     import grpc
 
-    from squall.metrics.scrape import fetch
     from squall.transport.tls import Credentials, issue
 
     sup = cluster(count=-1, workers=1, ackers=1, config={"test.rate": 500})
@@ -177,7 +168,6 @@ def test_an_acker_refuses_an_init_for_a_bolt_task_and_keeps_serving(cluster):
     import grpc
 
     from squall.acker.acker import INIT, AckerMessage
-    from squall.metrics.scrape import fetch
     from squall.topology.assignment import layout
     from squall.transport.codec import encode_acker
     from squall.transport.tls import Credentials
@@ -292,8 +282,6 @@ def test_processes_of_different_plans_never_exchange_tuples(cluster, tmp_path):
 
 def test_reported_errors_are_queryable_on_each_process(cluster):
     import json
-
-    from squall.metrics.scrape import fetch
 
     sup = cluster(count=100, workers=1, ackers=1, sink="ReportingSink")
     wait_for(lambda t: t.acked["a-numbers"] >= 100, timeout=60, sup=sup, what="every tree acked")
