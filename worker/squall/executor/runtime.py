@@ -235,10 +235,14 @@ class Runtime:
             progress = True
         remote = self.remote
         if remote is not None:
-            if remote.lost:
-                self._fail_lost(remote.lost)
+            # Delivered first: a peer that exits closes its own streams (their last frames are in our
+            # ingress) before it cuts ours (which reports our frames to it as lost). Its last acks, which
+            # we may forward to their acker, then go out before our FAILs for the same trees, so a tree
+            # it did complete is not failed for a frame it did read.
             if remote.deliver():
                 progress = True
+            if remote.lost:
+                self._fail_lost(remote.lost)
         for ex in self.executors:
             if ex.run_once(now):
                 progress = True
