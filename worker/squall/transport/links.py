@@ -261,6 +261,9 @@ class PeerLink:
                 self.connected.set()
                 self._let_go()
             read = None
+            # Waiting on the call's own condition (future.result()) would wake this thread at every
+            # frame's event, for nothing: the done callback's event wakes it once, at the end.
+            in_flight.over.wait()
             try:
                 read = future.result().batches  # the peer read them all, or (closing) this many
             except grpc.RpcError as exc:
