@@ -187,6 +187,32 @@ def test_an_acker_refuses_an_init_for_a_bolt_task_and_keeps_serving(cluster):
         f"http://127.0.0.1:{acker.metrics_port}/metrics")
 
 
+def test_an_acker_that_exits_counts_only_the_trees_it_could_still_decide(cluster):
+    """A FAIL for a tree decided before (what a peer sends for a frame that was read after all, when a
+    stream broke) leaves an acker entry that never gives a verdict. The drain does not wait for it, and
+    the exit log must not report it as a pending tree (it said "1 tree(s) still pending")."""
+    import grpc
+
+    from squall.acker.acker import FAIL, AckerMessage
+    from squall.proto.squall_pb2 import TransferSummary
+    from squall.transport.codec import encode_acker
+    from squall.transport.tls import SERVER_NAME, Credentials
+
+    sup = cluster(count=-1, workers=1, ackers=1, config={"test.rate": 500})
+    wait_for(lambda t: t.acked["a-numbers"] >= 100, timeout=60, sup=sup, what="the topology to run")
+    acker = sup.child("acker-0")
+    tls = Credentials.load(sup.env[TLS_DIR])
+    with grpc.secure_channel(f"127.0.0.1:{acker.grpc_port}", tls.channel(),
+                             options=[("grpc.ssl_target_name_override", SERVER_NAME)]) as channel:
+        call = channel.stream_unary("/squall.v1.Squall/Transfer", request_serializer=None,
+                                    response_deserializer=TransferSummary.FromString)
+        summary = call(iter([encode_acker([AckerMessage(FAIL, 12345, 0, -1)])]), timeout=10, metadata=(
+            ("squall-lane", "control"), ("squall-sender", "intruder"), ("squall-plan", sup.spec.fingerprint())))
+    assert summary.batches == 1
+    assert sup.stop(timeout=30) == {c.name: 0 for c in sup.children}
+    assert "acker-0 stopped (0 tree(s) still pending)" in acker.log_path.read_text()
+
+
 def test_suspended_in_the_spec_file_deactivates_and_reactivates_spouts(cluster, tmp_path):
     """`suspended` is followed live from the spec file (a mounted ConfigMap in Kubernetes)."""
     import yaml

@@ -205,7 +205,8 @@ class Process:
                 and self.transport.all_connected())
 
     def _pending(self) -> int:
-        return self.runtime.pending_trees() + sum(a.acker.pending for a in self.runtime.ackers)
+        """Trees this process still waits for (for the log): its spouts' and those its ackers can decide."""
+        return self.runtime.pending_trees() + sum(a.acker.trees.awaiting() for a in self.runtime.ackers)
 
     def _mtime(self) -> float:
         try:
