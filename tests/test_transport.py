@@ -711,6 +711,35 @@ def test_frames_a_closing_peer_did_not_read_are_counted_as_dropped_exactly(plan)
         peers.close()
 
 
+def test_a_peer_that_stops_answers_an_idle_stream_with_what_it_read(plan):
+    """Real gRPC: worker-1 stops after it has taken in every frame, its stream idle. It answers the stream
+    with the count rather than cutting it, so the sender fails none of the trees it sent. Before, the
+    stream was cancelled after the server's grace, and the sender failed the trees of every frame still
+    in its window of possibly unread ones (here all 200, read long before)."""
+    import threading
+    import time
+
+    peers = _Peers(plan)
+    roots = range(2, 202)
+    try:
+        peers.produce(roots).join(30)
+        while peers.received() != set(roots):
+            assert peers.arrived.wait(30), "worker-1 stopped receiving"
+            peers.arrived.clear()
+        peers.receiver.close()
+        deadline = time.monotonic() + 30
+        while peers.link.connected.is_set():  # no event tells when the link has seen its stream end
+            assert time.monotonic() < deadline, "the sender never saw its stream end"
+            time.sleep(0.01)
+        assert peers.link.stats.dropped == 0 and not peers.lost()
+        # the threads that read worker-1's streams end with them
+        while any(t.name.startswith("read-worker-0") for t in threading.enumerate()):
+            assert time.monotonic() < deadline, "a stopped receiver's stream reader is still running"
+            time.sleep(0.01)
+    finally:
+        peers.close()
+
+
 def test_what_a_process_received_and_has_not_delivered_counts_until_it_reaches_an_inbox():
     """A draining process may exit only once its ingress is empty too: frames the receiver took in
     were counted as read by their sender, so leaving them behind would lose their trees silently

@@ -29,6 +29,19 @@ class ReceiveStats:
         self.malformed = 0
 
 
+class _Stream:
+    """One inbound stream while it is served: the frames taken in so far, and whether it is over."""
+
+    __slots__ = ("taken", "ended", "error", "over", "lock")
+
+    def __init__(self) -> None:
+        self.taken = 0  # frames put into the ingress
+        self.ended = False  # the count is answered: no frame is taken in after it
+        self.error: str | None = None  # a malformed frame: the stream is closed with this
+        self.over = threading.Event()  # the peer ended the stream, it broke, or this process stops
+        self.lock = threading.Lock()  # the reader takes a frame in, or the handler reads the count
+
+
 class Receiver:
     def __init__(self, *, decoder: Decoder, ingress: Ingress, bind: str, plan: str, max_frame: int,
                  streams: int, tls: Credentials | None = None,
@@ -38,6 +51,7 @@ class Receiver:
         self.ingress = ingress
         self.stats = ReceiveStats()
         self.open_streams: set[tuple[str, str]] = set()  # (sender, lane) of the streams being served
+        self._served: set[_Stream] = set()
         self._closed = threading.Event()
         self._lock = threading.Lock()
         # One thread per inbound stream: every peer keeps two streams open.
@@ -62,6 +76,8 @@ class Receiver:
         self.server.start()
 
     def _transfer(self, frames, context: grpc.ServicerContext) -> TransferSummary:
+        if self._closed.is_set():  # refused before it is accepted: the sender backs off and retries
+            context.abort(grpc.StatusCode.UNAVAILABLE, "this process is stopping")
         meta = dict(context.invocation_metadata())
         lane, sender = meta.get("squall-lane", ""), meta.get("squall-sender", "?")
         if lane not in (DATA, CONTROL):
@@ -93,26 +109,57 @@ class Receiver:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
 
     def _serve(self, frames, context: grpc.ServicerContext, key: tuple[str, str]) -> TransferSummary:
-        sender, lane = key
-        n = 0
-        for frame in frames:
-            try:
-                items = self.decoder.decode(frame)
-            except FrameError as exc:
-                with self._lock:
-                    self.stats.malformed += 1
-                log.error("closing the %s stream from %s: malformed frame: %s", lane, sender, exc)
-                context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"malformed frame: {exc}")
+        """Answer the stream with how many frames this process took in; the sender counts the rest as
+        dropped, and fails their trees. A thread of the stream's own reads it, so that this one can
+        answer when the process stops, too: waiting for a frame in gRPC's iterator cannot be
+        interrupted, and a stream cut instead made its sender fail the trees of every frame it could
+        not be sure was read (its last ones, read long before)."""
+        stream = _Stream()
+        with self._lock:
+            self._served.add(stream)
+        if self._closed.is_set():  # stop() may have gone through the streams before this one was added
+            stream.over.set()
+        threading.Thread(target=self._read, args=(frames, key, stream), name=f"read-{key[0]}-{key[1]}",
+                         daemon=True).start()
+        try:
+            stream.over.wait()
+            with stream.lock:
+                stream.ended = True
+                taken = stream.taken
+        finally:
             with self._lock:
-                self.stats.batches[key] = self.stats.batches.get(key, 0) + 1
-                self.stats.bytes[key] = self.stats.bytes.get(key, 0) + len(frame)
-            if not self.ingress.put(lane, items, closed=self._closed.is_set):
-                break
-            n += 1
-        # How many frames this process took in: the sender counts the rest (closing, this one stopped
-        # reading) as dropped, and fails their trees
-        return TransferSummary(batches=n)
+                self._served.discard(stream)
+        if stream.error is not None:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"malformed frame: {stream.error}")
+        return TransferSummary(batches=taken)
+
+    def _read(self, frames, key: tuple[str, str], stream: _Stream) -> None:
+        sender, lane = key
+        try:
+            for frame in frames:
+                try:
+                    items = self.decoder.decode(frame)
+                except FrameError as exc:
+                    with self._lock:
+                        self.stats.malformed += 1
+                    log.error("closing the %s stream from %s: malformed frame: %s", lane, sender, exc)
+                    stream.error = str(exc)
+                    return
+                with self._lock:
+                    self.stats.batches[key] = self.stats.batches.get(key, 0) + 1
+                    self.stats.bytes[key] = self.stats.bytes.get(key, 0) + len(frame)
+                with stream.lock:  # taken in and counted together, or neither once the count is answered
+                    if stream.ended or not self.ingress.put(lane, items, closed=self._closed.is_set):
+                        return
+                    stream.taken += 1
+        except grpc.RpcError:  # the stream broke, or ended with this process's answer
+            pass
+        finally:
+            stream.over.set()
 
     def stop(self, grace: float = 1.0) -> None:
         self._closed.set()
+        with self._lock:
+            for stream in self._served:
+                stream.over.set()
         self.server.stop(grace).wait()
