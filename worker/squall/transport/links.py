@@ -323,8 +323,13 @@ class PeerLink:
         self.stats.dropped += 1
         self._dropped(frame)
 
-    def close(self) -> None:
+    def stop(self) -> None:
+        """Begin closing: the stream ends within 0.2 s (at once if the peer is unreachable, within a
+        second). :meth:`close` waits for it; a process stops every link first, so they end together."""
         self._closed.set()
+
+    def close(self) -> None:
+        self.stop()
         self._thread.join(timeout=2)
         self._channel.close()
         self._let_go()  # the trees of held frames fail now: the link will not be back

@@ -164,6 +164,8 @@ class Transport:
 
     def close(self) -> None:
         for link in self.links.values():
+            link.stop()
+        for link in self.links.values():
             link.close()
         if self.receiver:
             self.receiver.stop()
