@@ -236,9 +236,9 @@ class Runtime:
         remote = self.remote
         if remote is not None:
             # Delivered first: a peer that exits closes its own streams (their last frames are in our
-            # ingress) before it cuts ours (which reports our frames to it as lost). Its last acks, which
-            # we may forward to their acker, then go out before our FAILs for the same trees, so a tree
-            # it did complete is not failed for a frame it did read.
+            # ingress) before it stops reading ours (our frames after its count are reported as lost).
+            # Its last acks, which we may forward to their acker, then go out before our FAILs for the
+            # same trees, so a tree it did complete is not failed for a frame it did read.
             if remote.deliver():
                 progress = True
             if remote.lost:
