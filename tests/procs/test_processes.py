@@ -108,8 +108,9 @@ def test_summary_and_exit_of_squall_run(tmp_path, monkeypatch):
 
 
 
-def _send_raw(port: int, frames: list[bytes], plan: str, lane: str = "data", *, tls=None):
-    """Stream ``frames`` to a process as a peer named "intruder" would; ``tls``: the credentials it presents."""
+def _send(port: int, frames: list[bytes], plan: str, lane: str = "data", *, tls=None):
+    """Stream ``frames`` to a process as a peer named "intruder" would, and return its answer (the
+    ``TransferSummary``); ``tls``: the credentials it presents."""
     import grpc
 
     from squall.proto.squall_pb2 import TransferSummary
@@ -120,9 +121,16 @@ def _send_raw(port: int, frames: list[bytes], plan: str, lane: str = "data", *, 
           if tls else grpc.insecure_channel(address)) as channel:
         call = channel.stream_unary("/squall.v1.Squall/Transfer", request_serializer=None,
                                     response_deserializer=TransferSummary.FromString)
-        with pytest.raises(grpc.RpcError) as err:
-            call(iter(frames), metadata=(("squall-lane", lane), ("squall-sender", "intruder"), ("squall-plan", plan)),
-                 timeout=10)
+        metadata = (("squall-lane", lane), ("squall-sender", "intruder"), ("squall-plan", plan))
+        return call(iter(frames), metadata=metadata, timeout=10)
+
+
+def _send_raw(port: int, frames: list[bytes], plan: str, lane: str = "data", *, tls=None):
+    """:func:`_send`, which the process must refuse: the error it answered with."""
+    import grpc
+
+    with pytest.raises(grpc.RpcError) as err:
+        _send(port, frames, plan, lane, tls=tls)
     return err.value
 
 
@@ -191,23 +199,15 @@ def test_an_acker_that_exits_counts_only_the_trees_it_could_still_decide(cluster
     """A FAIL for a tree decided before (what a peer sends for a frame that was read after all, when a
     stream broke) leaves an acker entry that never gives a verdict. The drain does not wait for it, and
     the exit log must not report it as a pending tree (it said "1 tree(s) still pending")."""
-    import grpc
-
     from squall.acker.acker import FAIL, AckerMessage
-    from squall.proto.squall_pb2 import TransferSummary
     from squall.transport.codec import encode_acker
-    from squall.transport.tls import SERVER_NAME, Credentials
+    from squall.transport.tls import Credentials
 
     sup = cluster(count=-1, workers=1, ackers=1, config={"test.rate": 500})
     wait_for(lambda t: t.acked["a-numbers"] >= 100, timeout=60, sup=sup, what="the topology to run")
     acker = sup.child("acker-0")
-    tls = Credentials.load(sup.env[TLS_DIR])
-    with grpc.secure_channel(f"127.0.0.1:{acker.grpc_port}", tls.channel(),
-                             options=[("grpc.ssl_target_name_override", SERVER_NAME)]) as channel:
-        call = channel.stream_unary("/squall.v1.Squall/Transfer", request_serializer=None,
-                                    response_deserializer=TransferSummary.FromString)
-        summary = call(iter([encode_acker([AckerMessage(FAIL, 12345, 0, -1)])]), timeout=10, metadata=(
-            ("squall-lane", "control"), ("squall-sender", "intruder"), ("squall-plan", sup.spec.fingerprint())))
+    summary = _send(acker.grpc_port, [encode_acker([AckerMessage(FAIL, 12345, 0, -1)])], sup.spec.fingerprint(),
+                    lane="control", tls=Credentials.load(sup.env[TLS_DIR]))
     assert summary.batches == 1
     assert sup.stop(timeout=30) == {c.name: 0 for c in sup.children}
     assert "acker-0 stopped (0 tree(s) still pending)" in acker.log_path.read_text()
