@@ -28,6 +28,7 @@ import time
 from concurrent import futures
 
 import grpc
+from wordcount import cpu_seconds  # this script's directory is on the path: it is bench/
 
 SERVICE, METHOD = "bench.Frames", "/bench.Frames/Transfer"
 QUIET = 1.0  # seconds without a frame after which the receiver counts the sender as done
@@ -42,18 +43,15 @@ def busy(seconds: float) -> None:
 
 
 def cpu_and_switches() -> tuple[float, int]:
-    """CPU seconds and context switches (voluntary and not) of every thread of this process."""
-    cpu, switches = 0, 0
+    """CPU seconds of this process, and the context switches (voluntary and not) of its threads."""
+    switches = 0
     for tid in os.listdir("/proc/self/task"):
         try:
-            with open(f"/proc/self/task/{tid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            cpu += int(fields[11]) + int(fields[12])
             with open(f"/proc/self/task/{tid}/status") as f:
                 switches += sum(int(line.split()[1]) for line in f if "ctxt_switches" in line)
         except OSError:  # a thread that ended meanwhile
             pass
-    return cpu / os.sysconf("SC_CLK_TCK"), switches
+    return cpu_seconds([os.getpid()]), switches
 
 
 class Meter:
