@@ -8,13 +8,13 @@ import os
 import random
 import subprocess
 import sys
-from collections import Counter
+from collections import Counter, deque
 
 import pytest
 
 from engine_kit import RecordingSpout, one, run_until_quiet
 from squall import Bolt, EmitError, Spout, TopologyBuilder, direct
-from squall.grouping import make_grouper
+from squall.grouping import CHECK_EVERY, Locality, make_grouper
 from squall.testing import LocalCluster
 from squall.topology.plan import Subscriber
 from squall.topology.spec import Grouping, Input
@@ -165,6 +165,51 @@ def test_local_or_shuffle_prefers_the_tasks_in_this_worker():
     assert set(local) == {4, 6}
     assert abs(local[4] - local[6]) <= 100
     assert set(choices(frozenset({1, 2}))) == {3, 4, 5, 6}  # no local task: shuffle over all of them
+
+
+def test_a_shuffle_keeps_to_this_workers_tasks_until_they_fall_behind():
+    """Storm 2's locality-aware shuffle, on the worker's real inboxes (deques of capacity 100): local
+    while the local tasks' inboxes are under 80 % full on average, every task from there on, local
+    again once they are under 20 %."""
+    sub = Subscriber("bolt", Input(component="spout", grouping=Grouping(type="shuffle")), (3, 4, 5, 6))
+    inboxes = {4: deque(), 6: deque()}
+    grouper = make_grouper(sub, source=("spout", "default"), fields=Fields(["key", "n"]), task_id=1,
+                           local_tasks=frozenset({1, 4, 6}), context=None, rng=random.Random(1),
+                           locality=Locality(inboxes, 100, 0.8, 0.2))
+
+    def choices(n: int = 40 * CHECK_EVERY) -> Counter:
+        return Counter(t for _ in range(n) for t in grouper.choose(["k", 0]))
+
+    local = choices()
+    assert set(local) == {4, 6} and abs(local[4] - local[6]) <= 0.1 * sum(local.values())
+    inboxes[4].extend(range(100))
+    inboxes[6].extend(range(59))  # on average 79.5 % full: still local
+    assert set(choices()) == {4, 6}
+    inboxes[6].append(59)  # 80 %: every task, evenly
+    choices(CHECK_EVERY)  # the next look at the inboxes comes within this many tuples
+    wide = choices()
+    assert set(wide) == {3, 4, 5, 6} and min(wide.values()) >= 0.2 * sum(wide.values())
+    inboxes[4].clear()
+    inboxes[6] = deque(range(40))  # 20 %: still every task (the bounds' hysteresis)
+    choices(CHECK_EVERY)
+    assert set(choices()) == {3, 4, 5, 6}
+    inboxes[6].pop()  # 19.5 %: local again
+    choices(CHECK_EVERY)
+    assert set(choices()) == {4, 6}
+
+
+def test_a_shuffle_is_plain_without_locality_or_when_all_or_none_of_its_tasks_are_local():
+    sub = Subscriber("bolt", Input(component="spout", grouping=Grouping(type="shuffle")), (3, 4, 5, 6))
+
+    def choices(local: frozenset[int], locality: Locality | None) -> set[int]:
+        grouper = make_grouper(sub, source=("spout", "default"), fields=Fields(["key", "n"]), task_id=1,
+                               local_tasks=local, context=None, rng=random.Random(1), locality=locality)
+        return {t for _ in range(400) for t in grouper.choose(["k", 0])}
+
+    locality = Locality({t: deque() for t in (3, 4, 5, 6)}, 100, 0.8, 0.2)
+    assert choices(frozenset({4, 6}), None) == {3, 4, 5, 6}  # localityAware.enabled false
+    assert choices(frozenset({3, 4, 5, 6}), locality) == {3, 4, 5, 6}  # in one process
+    assert choices(frozenset({1}), locality) == {3, 4, 5, 6}  # none in this worker
 
 
 def test_local_or_shuffle_in_one_process_uses_every_task():

@@ -183,6 +183,9 @@ def test_unknown_keys(mutate, expected):
     (lambda d: d.update(maxSpoutPending=0), ["maxSpoutPending", "greater than or equal to 1"]),
     (lambda d: d.update(ackers=-1), ["ackers", "greater than or equal to 0"]),
     (lambda d: d["bolts"][1].update(tickFrequencySeconds=0), ["tickFrequencySeconds", "greater than 0"]),
+    (lambda d: d.update(localityAware={"higherBound": 1.5}), ["localityAware.higherBound", "less than or equal to 1"]),
+    (lambda d: d.update(localityAware={"lowerBound": 0.9}), ["localityAware", "lowerBound (0.9) must be below "
+                                                             "higherBound (0.8)"]),
 ])
 def test_wrong_types_and_bounds(mutate, expected):
     assert_mentions(error_of(mutate), *expected)

@@ -18,7 +18,8 @@ COMPONENTS = Path(__file__).parent
 def topology(tmp_path: Path, *, count: int, workers: int, ackers: int | None = None, timeout: int = 30,
              max_pending: int | None = 1000, sink: str = "Sink",
              config: dict | None = None, spout: str = "NumberSpout", ticks: float | None = None,
-             ) -> tuple[Path, TopologySpec]:
+             settings: dict | None = None) -> tuple[Path, TopologySpec]:
+    """``settings``: more top-level keys of the spec."""
     doc = {
         "name": "proc-test", "workers": workers, "ackers": ackers, "messageTimeoutSeconds": timeout,
         "maxSpoutPending": max_pending,
@@ -32,6 +33,7 @@ def topology(tmp_path: Path, *, count: int, workers: int, ackers: int | None = N
              "tickFrequencySeconds": ticks,
              "inputs": [{"component": "b-double", "grouping": {"type": "fields", "fields": ["n"]}}]},
         ],
+        **(settings or {}),
     }
     path = tmp_path / "topology.yaml"
     path.write_text(yaml.safe_dump(doc))

@@ -38,6 +38,25 @@ def test_every_tree_is_acked_across_processes(cluster, tmp_path):
     assert 0 < final.recorded.quantile(0.5) <= final.recorded.quantile(0.99) < 30
 
 
+@pytest.mark.parametrize("aware", [True, False])
+def test_a_shuffle_keeps_tuples_in_the_worker_that_emits_them_while_its_tasks_keep_up(cluster, aware):
+    """The spout runs in worker-0, b-double has a task in each worker. With at most 500 trees pending the
+    local task's inbox (1024) never reaches localityAware's higher bound (80 %), so not one number
+    crosses to worker-1's b-double; with localityAware off the shuffle spreads them over both."""
+    sup = cluster(count=3000, workers=2, ackers=2, max_pending=500, settings={"localityAware": {"enabled": aware}})
+    wait_for(lambda t: t.acked["a-numbers"] >= 3000, timeout=60, sup=sup, what="3000 trees acked")
+
+    def doubled(worker: str) -> float:
+        scrape = samples(fetch(f"http://127.0.0.1:{sup.child(worker).metrics_port}/metrics"))
+        counts = [s.value for s in scrape["squall_executed_total"] if s.labels["component"] == "b-double"]
+        assert counts, f"{worker} runs no b-double task"
+        return sum(counts)
+
+    assert doubled("worker-0") + doubled("worker-1") >= 3000
+    assert (doubled("worker-1") == 0) is aware
+    assert sup.stop() == {"worker-0": 0, "worker-1": 0, "acker-0": 0, "acker-1": 0}
+
+
 @pytest.mark.parametrize("victim, workers", [("worker-1", 2), ("acker-0", 1)])
 def test_kill_9_mid_run_loses_nothing(cluster, tmp_path, victim, workers):
     """kill -9 a worker (not the spout's) or the acker mid-run: the trees it took with it time out,

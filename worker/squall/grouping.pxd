@@ -10,6 +10,22 @@ cdef class Shuffle(Grouper):
     cdef object rng
 
 
+cdef class Locality:
+    cdef readonly object inboxes
+    cdef readonly Py_ssize_t capacity
+    cdef readonly double higher, lower
+
+
+cdef class LocalityShuffle(Grouper):
+    cdef readonly Shuffle near, far
+    cdef readonly list local
+    cdef readonly Locality locality
+    cdef readonly bint wide
+    cdef Py_ssize_t countdown
+
+    cpdef double load(self)
+
+
 cdef class FieldsHash(Grouper):
     cdef readonly list tasks, indices
     cdef readonly object single

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import random
 import zlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence, Sized
 from typing import Any, Protocol
 
 import msgpack
@@ -79,6 +79,60 @@ class Shuffle(Grouper):
         return [task]
 
 
+class Locality:
+    """Where a worker's locality-aware shuffles read how busy its own tasks are: the inboxes of this
+    process (filled in as its executors are built) and their capacity, and the bounds of
+    ``localityAware``."""
+
+    __slots__ = ("inboxes", "capacity", "higher", "lower")
+
+    def __init__(self, inboxes: Mapping[int, Sized], capacity: int, higher: float, lower: float) -> None:
+        self.inboxes, self.capacity, self.higher, self.lower = inboxes, capacity, higher, lower
+
+
+# Tuples between two looks at the local tasks' inboxes: often enough to widen before an inbox fills
+# (executorQueueSize is 1024 by default), rarely enough that the look costs nothing per tuple.
+CHECK_EVERY = 32
+
+
+class LocalityShuffle(Grouper):
+    """Storm 2's locality-aware shuffle (``LoadAwareShuffleGrouping``'s scopes, worker and everything):
+    a shuffle over the receiving tasks in this worker while they keep up, over every task once their
+    inboxes are on average ``higher`` full or more, and back to this worker's below ``lower``.
+
+    Crossing to another worker costs encoding, a frame and decoding; a local hop is an append to an
+    inbox. Storm also weighs the remote tasks by the load they report; Squall does not exchange loads,
+    so a widened shuffle spreads evenly, as a plain shuffle does.
+    """
+
+    __slots__ = ("near", "far", "local", "locality", "wide", "countdown")
+
+    def __init__(self, local: Sequence[int], everything: Sequence[int], rng: random.Random,
+                 locality: Locality) -> None:
+        self.near = Shuffle(local, rng)
+        self.far = Shuffle(everything, rng)
+        self.local = list(local)
+        self.locality = locality
+        self.wide = False
+        self.countdown = 0
+
+    def load(self) -> float:
+        """The local receiving tasks' average inbox fill, 0 (empty) to 1 (full)."""
+        inboxes = self.locality.inboxes
+        queued = 0
+        for task in self.local:
+            queued += len(inboxes[task])
+        return queued / (self.locality.capacity * len(self.local))
+
+    def choose(self, values: list[Any]) -> list[int]:
+        self.countdown -= 1
+        if self.countdown <= 0:
+            self.countdown = CHECK_EVERY
+            load = self.load()
+            self.wide = load >= self.locality.lower if self.wide else load >= self.locality.higher
+        return self.far.choose(values) if self.wide else self.near.choose(values)
+
+
 def _one_str_prefix_crc(size: int) -> int:
     """CRC-32 of what msgpack writes before the bytes of ``[s]``, for a str ``s`` of ``size`` bytes."""
     if size < 32:
@@ -139,10 +193,12 @@ class Custom(Grouper):
 
 
 def make_grouper(sub: Subscriber, *, source: tuple[str, str], fields: Fields, task_id: int,
-                 local_tasks: frozenset[int], context: Any, rng: random.Random) -> Grouper | None:
+                 local_tasks: frozenset[int], context: Any, rng: random.Random,
+                 locality: Locality | None = None) -> Grouper | None:
     """The grouper a task uses to send ``source`` (component, stream) tuples to ``sub``.
 
-    Returns None for a direct grouping: those tuples only go where ``emit_direct`` says.
+    Returns None for a direct grouping: those tuples only go where ``emit_direct`` says. With
+    ``locality``, a shuffle whose receiving tasks run partly in this worker is locality-aware.
     """
     grouping = sub.input.grouping
     kind = grouping.type
@@ -162,5 +218,9 @@ def make_grouper(sub: Subscriber, *, source: tuple[str, str], fields: Fields, ta
         if hasattr(impl, "prepare"):
             impl.prepare(context, source, list(sub.tasks))
         return Custom(impl, task_id)
-    # shuffle, and none (which Storm also implements as a random choice)
+    if kind == GroupingType.SHUFFLE.value and locality is not None:
+        local = [t for t in sub.tasks if t in local_tasks]
+        if local and len(local) < len(sub.tasks):
+            return LocalityShuffle(local, sub.tasks, rng, locality)
+    # shuffle, and none (which Storm implements as a random choice, not a locality-aware one)
     return Shuffle(sub.tasks, rng)

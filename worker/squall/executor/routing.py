@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Mapping, Sized
 from typing import Any
 
 from squall.errors import EmitError
-from squall.grouping import Grouper, make_grouper
+from squall.grouping import Grouper, Locality, make_grouper
 from squall.topology.context import TaskContext
 from squall.topology.plan import Plan
 from squall.tuples import Fields
@@ -27,21 +28,29 @@ class DirectOnly(Grouper):
 
 
 class Router:
-    """One task's outgoing routes. ``targets`` validates the values and picks the destination tasks."""
+    """One task's outgoing routes. ``targets`` validates the values and picks the destination tasks.
 
-    def __init__(self, *, plan: Plan, context: TaskContext, rng: random.Random) -> None:
+    ``inboxes``: the inboxes of this process's tasks, which its locality-aware shuffles watch.
+    """
+
+    def __init__(self, *, plan: Plan, context: TaskContext, rng: random.Random,
+                 inboxes: Mapping[int, Sized]) -> None:
         self.component = context.component_id
         self.task_id = context.task_id
         self.max_value_bytes = plan.spec.transfer.max_value_bytes
         self.fields: dict[str, Fields] = {}
         self.groupers: dict[str, list[Any]] = {}
         self.direct: dict[str, frozenset[int]] = {}
+        aware = plan.spec.locality_aware
+        locality = Locality(inboxes, plan.spec.executor_queue_size, aware.higher_bound, aware.lower_bound) \
+            if aware.enabled else None
         for stream in plan.outputs[self.component]:
             fields = plan.stream_fields(self.component, stream)
             self.fields[stream] = fields
             subs = plan.subscribers.get((self.component, stream), [])
             groupers = [make_grouper(s, source=(self.component, stream), fields=fields, task_id=self.task_id,
-                                     local_tasks=context.worker_tasks, context=context, rng=rng) for s in subs]
+                                     local_tasks=context.worker_tasks, context=context, rng=rng, locality=locality)
+                        for s in subs]
             if plan.outputs[self.component][stream].direct:
                 self.groupers[stream] = [DirectOnly(self.component, stream)]
             else:

@@ -126,7 +126,8 @@ class Runtime:
         """What every task gets: its counters, its context and the routes of its emits."""
         stats = self.stats[task_id] = TaskStats()
         context = TaskContext(plan=self.plan, task_id=task_id, worker_tasks=self.local_tasks)
-        return stats, context, Router(plan=self.plan, context=context, rng=self._rng)
+        return stats, context, Router(plan=self.plan, context=context, rng=self._rng,
+                                     inboxes=self.transfer.inboxes)
 
     def _spout(self, plan_ex: ExecutorPlan) -> SpoutExecutor:
         spec = self.plan.spec

@@ -156,6 +156,24 @@ class Transfer(_Model):
         return self
 
 
+class LocalityAware(_Model):
+    """Storm 2's locality-aware shuffle: a shuffle grouping sends to the consuming tasks in the
+    emitting worker while they keep up, and to every task once they fall behind."""
+
+    enabled: bool = Field(default=True, description="false: a shuffle spreads over every task, wherever it runs")
+    higher_bound: float = Field(default=0.8, gt=0, le=1, description=(
+        "average inbox fill of the worker's own tasks at which a shuffle widens to every task"))
+    lower_bound: float = Field(default=0.2, ge=0, lt=1, description=(
+        "average inbox fill below which a widened shuffle keeps to the worker's own tasks again"))
+
+    @model_validator(mode="after")
+    def _bounds_in_order(self) -> Self:
+        if self.lower_bound >= self.higher_bound:
+            raise ValueError(f"lowerBound ({self.lower_bound}) must be below higherBound ({self.higher_bound}), "
+                             "or a shuffle would switch back and forth at every check")
+        return self
+
+
 class Spark(_Model):
     """Spark for SparkBolts in Kubernetes: the worker pod is the driver, executors are pods."""
 
@@ -233,6 +251,7 @@ class TopologySpec(_Model):
     spout_wait: SpoutWait = Field(default_factory=SpoutWait)
     error_reporting: ErrorReporting = Field(default_factory=ErrorReporting)
     transfer: Transfer = Field(default_factory=Transfer)
+    locality_aware: LocalityAware = Field(default_factory=LocalityAware)
     config: dict[str, Any] = Field(default_factory=dict)
     spouts: list[SpoutSpec] = Field(min_length=1)
     bolts: list[BoltSpec] = Field(default_factory=list)
