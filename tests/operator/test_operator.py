@@ -155,6 +155,9 @@ async def test_a_stopping_operator_ends_its_own_tasks_before_kopf_has_to(api, st
     included, took 5 s longer)."""
     caplog.set_level(logging.DEBUG, logger="kopf")
     op = await start_operator()
+    # kopf's own discovery of the API's resources must be over too: a stop in the middle of it leaves
+    # kopf's observer retrying a request, and kopf waits for that task of its own
+    await eventually("kopf's watch streams", lambda: logged(caplog.records, "Starting the watch-stream for topologies"))
     await op.stop()
     assert logged(caplog.records, "Activity 'resync' succeeded")  # the cleanup handler ran
     assert logged(caplog.records, "Hung tasks stopping is skipped: no tasks given")
