@@ -1,4 +1,6 @@
 # C types for grouping.py where Squall is compiled with Cython (squall/_pure.py).
+cimport cython
+
 
 cdef class Grouper:
     cpdef list choose(self, list values)
@@ -18,11 +20,11 @@ cdef class Locality:
 
 cdef class LocalityShuffle(Grouper):
     cdef readonly Shuffle near, far
-    cdef readonly list local
     cdef readonly Locality locality
     cdef readonly bint wide
     cdef Py_ssize_t countdown
 
+    @cython.locals(local=list)
     cpdef double load(self)
 
 

@@ -105,24 +105,23 @@ class LocalityShuffle(Grouper):
     so a widened shuffle spreads evenly, as a plain shuffle does.
     """
 
-    __slots__ = ("near", "far", "local", "locality", "wide", "countdown")
+    __slots__ = ("near", "far", "locality", "wide", "countdown")
 
     def __init__(self, local: Sequence[int], everything: Sequence[int], rng: random.Random,
                  locality: Locality) -> None:
         self.near = Shuffle(local, rng)
         self.far = Shuffle(everything, rng)
-        self.local = list(local)
         self.locality = locality
         self.wide = False
         self.countdown = 0
 
     def load(self) -> float:
         """The local receiving tasks' average inbox fill, 0 (empty) to 1 (full)."""
-        inboxes = self.locality.inboxes
+        inboxes, local = self.locality.inboxes, self.near.tasks
         queued = 0
-        for task in self.local:
+        for task in local:
             queued += len(inboxes[task])
-        return queued / (self.locality.capacity * len(self.local))
+        return queued / (self.locality.capacity * len(local))
 
     def choose(self, values: list[Any]) -> list[int]:
         self.countdown -= 1
