@@ -690,6 +690,55 @@ def test_a_link_that_is_down_holds_a_bounded_amount_of_what_it_is_offered(monkey
     assert reported == [bytes([n]) * 100 for n in range(10)]  # 1,000 bytes held, failed as the link closed
 
 
+def test_a_link_of_a_draining_process_fails_what_it_cannot_deliver_at_once(monkeypatch):
+    """A process that drains to exit cannot wait for a peer to come back: the trees of the frames its
+    link held while the peer was down fail now, and so do those of frames offered from then on (held,
+    they kept the process up until their timeout). Real gRPC: the link dials a port nobody serves."""
+    from squall.transport import links
+
+    reported: list[bytes] = []
+    link = links.PeerLink(peer="worker-1", address="127.0.0.1:1", lane=links.DATA, sender="worker-0", plan="p1",
+                          max_frame=1 << 20, wake=lambda: None, dropped=reported.append)
+    link.ever_connected = True  # it had been up: the peer left
+    link.start()
+    try:
+        link.offer(b"held")
+        assert reported == []  # held: a peer that is replaced comes back, and the tree fails then
+        link.stop_holding()
+        assert reported == [b"held"]
+        link.offer(b"later")
+        assert reported == [b"held", b"later"] and link.stats.dropped == 2
+    finally:
+        link.close()
+    assert reported == [b"held", b"later"]  # each reported once
+
+
+def test_a_receiver_that_stops_taking_frames_answers_with_exactly_what_it_took_in(plan):
+    """Real gRPC: a draining process shuts its door before it exits. Once ``stop_receiving`` returns, no
+    frame enters its ingress any more, and what is there is still delivered; the sender learns the
+    count of frames taken in and fails exactly the trees of the others. Before, frames that arrived
+    between a drain's last look and the receiver's stop were counted as read and vanished with the
+    process, their trees left to time out."""
+    peers = _Peers(plan)
+    peers.gate.set()  # worker-1's bolt takes everything at once
+    roots = range(2, 3002)
+    try:
+        producer = peers.produce(roots)
+        while peers.link.stats.batches < 100:  # frames streaming in
+            peers.room.wait(0.05)
+        peers.receiver.stop_receiving()
+        received = peers.received()  # the ingress after the door shut: delivered still
+        producer.join(30)
+        assert not producer.is_alive()
+        assert peers.received() == received  # nothing more came in
+        peers.link.close()  # worker-1 is not coming back: the trees of what its link held fail now
+        lost = peers.lost()
+        assert received | lost == set(roots) and not received & lost
+        assert peers.link.stats.dropped == len(lost)
+    finally:
+        peers.close()
+
+
 def test_frames_a_closing_peer_did_not_read_are_counted_as_dropped_exactly(plan):
     """Real gRPC: worker-1 stops while frames wait for its blocked bolt. It answers the stream with how
     many frames it took in, and the sender counts exactly the others as dropped and fails their trees:

@@ -16,7 +16,8 @@ from squall.testing import TestingSpout
 
 class NumberSpout(TestingSpout):
     """Emits ids 0..N-1 (``test.count``; < 0: forever) with message ids, at most ``test.rate`` new ids
-    per second; replays failed ids; writes what it saw at close()."""
+    per second, and only while the file ``test.gate`` exists (if set); replays failed ids; writes what
+    it saw at close()."""
 
     outputs = ["n"]
 
@@ -27,6 +28,9 @@ class NumberSpout(TestingSpout):
         return ([n] for n in (itertools.count() if total < 0 else range(total)))
 
     def ready(self):
+        gate = self.conf.get("test.gate")
+        if gate and not os.path.exists(gate):
+            return False
         return not self.rate or self.emitted < self.rate * (time.monotonic() - self.start)
 
     def close(self):

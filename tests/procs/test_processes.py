@@ -15,6 +15,7 @@ from procs_support import COMPONENTS, samples, spout_report, topology, wait_for
 
 from squall.metrics.scrape import fetch
 from squall.process.contract import TLS_DIR
+from squall.process.pod import DRAIN_QUIET
 
 
 def test_every_tree_is_acked_across_processes(cluster, tmp_path):
@@ -288,6 +289,33 @@ def test_a_draining_worker_waits_for_tuples_its_bolts_still_hold(cluster, tmp_pa
                   config={"test.rate": 500})
     wait_for(lambda t: t.acked["a-numbers"] >= 300, timeout=60, sup=sup, what="the topology to run")
     codes = sup.stop(timeout=30)  # held tuples that died with a worker would wait out the 120 s timeout
+    assert set(codes.values()) == {0}, codes
+    report = spout_report(tmp_path)
+    assert report["acked"] == list(range(report["emitted"])) and report["failed"] == 0
+
+
+def test_an_idle_worker_given_sigterm_takes_what_its_peers_emit_until_their_own_sigterm(cluster, tmp_path):
+    """The SIGTERMs of a topology's processes land one by one (Kubernetes signals each pod by itself). A
+    worker without spouts that was idle when its SIGTERM came stays a drain's quiet at least, and then as
+    long as input arrives. Before, it exited at once, and the trees that worker-0's spouts emitted after
+    that failed, or waited out their timeout in a link to a process that had left (a fresh-clone CI's
+    flake: it kept worker-0 from exiting)."""
+    gate = tmp_path / "gate"  # worker-0's spout emits while it exists
+    gate.touch()
+    sup = cluster(count=-1, workers=2, ackers=1, timeout=120, config={"test.rate": 500, "test.gate": str(gate)})
+    wait_for(lambda t: t.acked["a-numbers"] >= 300, timeout=60, sup=sup, what="the topology to run")
+    gate.unlink()
+    done = wait_for(lambda t: t.pending["a-numbers"] == 0, timeout=60, sup=sup, what="every tree to complete")
+    time.sleep(DRAIN_QUIET + 0.5)  # worker-1 has had no input for longer than a drain's quiet
+    worker = sup.child("worker-1")
+    worker.proc.send_signal(signal.SIGTERM)
+    gate.touch()  # worker-0's SIGTERM has not landed: its spout emits on
+    wait_for(lambda t: t.acked["a-numbers"] >= done.acked["a-numbers"] + 300, timeout=60, sup=sup,
+             what="trees through worker-1 after its SIGTERM")  # and restarts worker-1 if it exited
+    gate.unlink()
+    assert worker.proc.wait(timeout=30) == 0  # quiet again: it drained and left by itself
+    assert worker.restarts == 0
+    codes = sup.stop(timeout=30)
     assert set(codes.values()) == {0}, codes
     report = spout_report(tmp_path)
     assert report["acked"] == list(range(report["emitted"])) and report["failed"] == 0

@@ -39,8 +39,10 @@ log = logging.getLogger("squall.process")
 
 HEALTHY_WITHIN = 10.0  # seconds since the scheduler loop last ran
 COMMAND_WAIT = 5.0  # seconds a rebalance's command waits for the scheduler loop to carry it out
-# A draining process with nothing pending of its own stays up until it has been idle this long:
-# its bolts and acker may still be serving trees of other workers' spouts.
+# A draining process with nothing pending of its own stays up until it has been idle this long, and at
+# least this long after its SIGTERM: its bolts and acker may still be serving trees of other workers'
+# spouts, and the SIGTERMs of a topology's processes land one by one (what a peer's spouts emit until
+# theirs lands must find it up, or it is stranded in a link to a process that left).
 DRAIN_QUIET = 1.0
 
 
@@ -360,6 +362,7 @@ class Process:
                      self._pending())
             self.draining_since = self.runtime.clock()
             self.runtime.set_active(False)
+            self.transport.stop_holding()
 
     def _done(self) -> bool:
         if self.draining_since is None:
@@ -367,14 +370,22 @@ class Process:
         now = self.runtime.clock()
         if now - self.draining_since >= self.cfg.spec.message_timeout_seconds:
             return True
-        # Quiet: nothing of our own pending, nothing queued or held by a bolt (a batch, a Spark job),
-        # no input for a while (ticks don't count). An acker waits for the trees it can still decide: a
-        # message for a tree decided before (a FAIL a peer sent for a frame that was read after all, when
-        # the stream broke as the receiver exited) leaves an entry that never could be.
-        rt = self.runtime
-        return (rt.pending_trees() == 0 and rt.queued() == 0 and rt.held() == 0 and self.transport.unsent() == 0
-                and self.transport.undelivered() == 0 and now - self.transport.last_input >= DRAIN_QUIET
-                and all(a.acker.trees.awaiting() == 0 for a in rt.ackers))
+        # Quiet: nothing of our own pending, nothing queued or held by a bolt (a batch, a Spark job), no
+        # input for a while, counted from the SIGTERM at the earliest (ticks don't count). An acker waits
+        # for the trees it can still decide: a message for a tree decided before (a FAIL a peer sent for a
+        # frame that was read after all, when the stream broke as the receiver exited) leaves an entry
+        # that never could be.
+        rt, transport = self.runtime, self.transport
+        if not (rt.pending_trees() == 0 and rt.queued() == 0 and rt.held() == 0 and transport.unsent() == 0
+                and transport.undelivered() == 0
+                and now - max(transport.last_input, self.draining_since) >= DRAIN_QUIET
+                and all(a.acker.trees.awaiting() == 0 for a in rt.ackers)):
+            return False
+        # Shut the door, then look again: a frame taken in after the check above would be counted as
+        # read by its sender and vanish with this process, its trees left to time out. Frames sent from
+        # now on fail at their senders; any that came in meanwhile are delivered first.
+        transport.stop_receiving()
+        return transport.undelivered() == 0
 
     def run(self) -> int:
         rt = self.runtime

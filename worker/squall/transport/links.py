@@ -5,7 +5,8 @@ streams them to the peer. A full queue refuses frames (backpressure into the exe
 stream breaks, the frames it had handed to gRPC that the peer may not have read
 (:class:`InFlight`) are dropped and counted, and the tuple trees they carried fail at once (their
 spouts replay them). Frames offered while the peer is unreachable are dropped and counted too, but
-their trees fail once the link is back (:meth:`PeerLink.offer`).
+their trees fail once the link is back (:meth:`PeerLink.offer`), or at once in a process that drains
+to exit (:meth:`PeerLink.stop_holding`).
 """
 
 from __future__ import annotations
@@ -170,6 +171,7 @@ class PeerLink:
         self.ever_connected = False
         self._held: deque[bytes] = deque()  # dropped while down; their trees fail once the link is back
         self._held_bytes = 0
+        self._holding = True  # False once the process drains to exit
         self._held_lock = threading.Lock()  # the scheduler thread holds frames, the link's thread lets go
         options = channel_options(max_frame)
         if tls:  # peers are checked against the topology's CA, not the address dialled (pod IPs change)
@@ -291,7 +293,21 @@ class PeerLink:
                 ceiling = min(2 * ceiling, BACKOFF[1])
                 self._closed.wait(random.uniform(BACKOFF[0], ceiling))
 
+    def stop_holding(self) -> None:
+        """Fail the trees of held frames now, and of frames offered while the peer is down from now on.
+
+        For a process that drains to exit: its spouts no longer emit, so no replay can loop into the
+        dead link, and it cannot wait for the peer to come back (a peer that drained and left before
+        it, as a topology's processes stop one by one); held, the trees would keep it up until their
+        timeout.
+        """
+        self._holding = False
+        self._let_go()
+
     def _hold(self, frame: bytes) -> None:
+        if not self._holding:
+            self._drop(frame)
+            return
         self.stats.dropped += 1
         with self._held_lock:
             if self._held_bytes + len(frame) <= HELD_BYTES:

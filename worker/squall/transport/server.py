@@ -157,9 +157,18 @@ class Receiver:
         finally:
             stream.over.set()
 
-    def stop(self, grace: float = 1.0) -> None:
-        self._closed.set()
+    def stop_taking(self) -> None:
+        """Take no more frames in: every stream is answered with the count it took in (its sender fails
+        the trees of the rest), and new streams are refused. Once this returns, no frame is on its way
+        into the ingress: what it holds is all this process was sent and must deliver."""
+        self._closed.set()  # a reader that has not begun putting its frame now never will
         with self._lock:
-            for stream in self._served:
-                stream.over.set()
+            streams = list(self._served)
+        for stream in streams:
+            stream.over.set()
+            with stream.lock:  # a reader that was putting a frame has put it, and counted it
+                pass
+
+    def stop(self, grace: float = 1.0) -> None:
+        self.stop_taking()
         self.server.stop(grace).wait()

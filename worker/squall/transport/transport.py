@@ -107,6 +107,17 @@ class Transport:
         """Frames and items received from peers and not yet in an inbox."""
         return self.ingress.waiting() if self.ingress else 0
 
+    def stop_receiving(self) -> None:
+        """Take no more frames in (see :meth:`Receiver.stop_taking`); what the ingress holds then is still
+        delivered."""
+        if self.receiver:
+            self.receiver.stop_taking()
+
+    def stop_holding(self) -> None:
+        """This process drains to exit: what its links cannot deliver fails now (see :meth:`PeerLink.stop_holding`)."""
+        for link in self.links.values():
+            link.stop_holding()
+
     @property
     def last_input(self) -> float:
         return self.ingress.last_input if self.ingress else float("-inf")
