@@ -817,3 +817,66 @@ def test_what_a_process_received_and_has_not_delivered_counts_until_it_reaches_a
     room["n"] = 1
     ingress.deliver()
     assert ingress.waiting() == 0
+
+
+def test_fails_for_lost_trees_that_find_their_batch_full_wait_for_a_later_round():
+    """Real gRPC and a worker's real runtime and transport: the trees of dropped frames fail at their
+    acker. A FAIL that finds the acker's batch full (its link not up yet) waits for a later round with
+    those after it; before, each was dropped, its tree left to time out. Once the acker is up, every
+    one of them arrives."""
+    import socket
+    import threading
+    import time
+
+    from bench.wordcount import spec
+
+    from squall.executor.runtime import Runtime
+    from squall.topology import TopologySpec
+    from squall.topology.assignment import assign
+
+    topology = TopologySpec.from_dict(spec(workers=1, ackers=1))
+    plan, fingerprint = Plan(topology), topology.fingerprint()
+    assignment = assign(plan.layout)
+    with socket.socket() as probe:  # a port for acker-0, which starts only later
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    common = {"plan": fingerprint, "batch_size": 1, "flush_interval": 0.001, "max_frame": 1 << 20}
+    worker = assignment.wiring("worker", 0)
+    sender = Transport(name="worker-0", owner=worker.owner, ackers=worker.ackers, senders=worker.senders,
+                       addresses={"acker-0": f"127.0.0.1:{port}"}, bind="127.0.0.1:0",
+                       decoder=Decoder(plan, bolt_tasks=worker.bolt_tasks, spout_tasks=worker.spout_tasks,
+                                       acker_tasks=frozenset()), **common)
+    runtime = Runtime(plan, executors=worker.executors, acker_tasks=(), remote=sender)
+    acker = assignment.wiring("acker", 0)
+    receiver = Transport(name="acker-0", owner=acker.owner, ackers=frozenset(), senders=acker.senders,
+                         addresses={"worker-0": "127.0.0.1:1"}, bind=f"127.0.0.1:{port}",
+                         decoder=Decoder(plan, bolt_tasks=frozenset(), spout_tasks=frozenset(),
+                                         acker_tasks=frozenset(acker.acker_tasks)), **common)
+    failed, arrived = [], threading.Event()
+
+    def take(task: int, batch: Any) -> bool:
+        failed.extend(root for kind, root, _, _ in batch.messages if kind == FAIL)
+        arrived.set()
+        return True
+
+    roots = list(range(100, 110))
+    try:
+        sender.lost.extend((-1, root) for root in roots)
+        runtime.step()
+        assert list(sender.lost) == [(-1, root) for root in roots[1:]]  # one FAIL fills the batch of 1
+        runtime.step()
+        assert len(sender.lost) == 9  # still waiting, not dropped
+        receiver.attach(try_deliver=take, wake=lambda: None, frames=8)
+        deadline = time.monotonic() + 30
+        while sorted(failed) != roots:
+            assert time.monotonic() < deadline, f"FAILs that reached acker-0: {sorted(failed)}"
+            runtime.step()
+            while receiver.deliver():
+                pass
+            arrived.wait(0.05)
+            arrived.clear()
+        assert not sender.lost
+    finally:
+        runtime.close()
+        sender.close()
+        receiver.close()

@@ -177,15 +177,19 @@ class Runtime:
 
     def _fail_lost(self, lost: deque[tuple[int, int]]) -> None:
         """Fail the trees of frames the transport dropped (a peer died or was replaced): a tuple's tree
-        at its acker, a tree whose INIT never reached its acker at the spout itself. Best effort: if
-        that cannot be sent now, the message timeout still fails the tree."""
+        at its acker, a tree whose INIT never reached its acker at the spout itself. A FAIL that finds
+        its inbox or batch full waits, with those after it, for a later round: dropped, its tree would
+        wait for its timeout, and keep a draining process up that long."""
         route = self._acker_route
         while lost:
-            task, root = lost.popleft()
+            task, root = lost[0]
             if task >= 0:
-                self.transfer.try_deliver(task, Notification(FAIL, root, task))
-            elif route is not None:
-                self.transfer.try_send(route.tasks[root % route.n], (FAIL, root, 0, -1))
+                sent = self.transfer.try_deliver(task, Notification(FAIL, root, task))
+            else:
+                sent = route is None or self.transfer.try_send(route.tasks[root % route.n], (FAIL, root, 0, -1))
+            if not sent:
+                return
+            lost.popleft()
 
     def _rotate(self) -> None:
         """Every message timeout: spouts time out their oldest trees, ackers forget theirs."""

@@ -377,7 +377,7 @@ class Process:
         # that never could be.
         rt, transport = self.runtime, self.transport
         if not (rt.pending_trees() == 0 and rt.queued() == 0 and rt.held() == 0 and transport.unsent() == 0
-                and transport.undelivered() == 0
+                and transport.undelivered() == 0 and not transport.lost  # FAILs of dropped frames still to send
                 and now - max(transport.last_input, self.draining_since) >= DRAIN_QUIET
                 and all(a.acker.trees.awaiting() == 0 for a in rt.ackers)):
             return False
