@@ -145,3 +145,48 @@ def test_tls_files_come_from_squall_tls_dir(spec_file, tmp_path):
     with pytest.raises(ConfigError, match=r"cannot read the topology's TLS files from .*nowhere.*ca\.crt, tls\.crt "
                                           r"and tls\.key"):
         ProcessConfig.from_env(WORKER, {**env, "SQUALL_TLS_DIR": str(tmp_path / "nowhere")})
+
+
+def test_sigterm_takes_no_lock_of_the_scheduler_it_interrupts(spec_file):
+    """The SIGTERM handler runs on the scheduler's own thread, between any two of its bytecodes, maybe
+    while it holds the lock of the work posted to it. It must not take that lock again: posting the
+    drain did, and a worker deadlocked, deaf to SIGTERM until its SIGKILL. Here another thread holds the
+    lock; ``terminate`` must return without it, and the loop's next look starts the drain. A real
+    process's runtime and transport (gRPC on loopback), not run."""
+    import socket
+    import threading
+
+    from squall.process.pod import Process
+
+    ports = []
+    for _ in range(2):
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            ports.append(str(probe.getsockname()[1]))
+    env = {"SQUALL_TOPOLOGY": spec_file, "SQUALL_WORKER_INDEX": "0", "SQUALL_BIND_HOST": "127.0.0.1",
+           "SQUALL_GRPC_PORT": ports[0], "SQUALL_METRICS_PORT": ports[1],
+           "SQUALL_WORKER_PEERS": "127.0.0.1:1,127.0.0.1:2", "SQUALL_ACKER_PEERS": "127.0.0.1:3,127.0.0.1:4"}
+    process = Process(ProcessConfig.from_env(WORKER, env))
+    held, returned, waited_out = threading.Event(), threading.Event(), []
+
+    def hold() -> None:
+        with process.runtime._posted_lock:  # as the scheduler does in every round
+            held.set()
+            waited_out.append(not returned.wait(10))
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    try:
+        assert held.wait(10)
+        process.terminate()
+        returned.set()
+        holder.join()
+        assert waited_out == [False], "terminate waited for the scheduler's lock"
+        assert process.draining_since is None
+        assert not process._done()  # the loop's next look: draining now, for at least a second
+        assert process.draining_since is not None
+    finally:
+        returned.set()
+        holder.join()
+        process.runtime.close()
+        process.transport.close()

@@ -352,9 +352,14 @@ class Process:
     # -- stopping ----------------------------------------------------------------------------
 
     def terminate(self) -> None:
-        """SIGTERM (any thread): drain and exit, even if a rebalance is switching this process."""
+        """SIGTERM (any thread): drain and exit, even if a rebalance is switching this process.
+
+        Only a flag, which the loop reads at every round (:meth:`_done`): the signal handler runs on the
+        scheduler's own thread, between any two of its bytecodes, maybe while it holds a lock of its own
+        (the posted work's, an Event's). Posting the drain from there took that lock again: a deadlock
+        that left the process deaf to SIGTERM until its SIGKILL (seen once in a test run).
+        """
         self.terminated = True
-        self.runtime.post(self._drain)
 
     def _drain(self) -> None:
         if self.draining_since is None:
@@ -366,7 +371,9 @@ class Process:
 
     def _done(self) -> bool:
         if self.draining_since is None:
-            return False
+            if not self.terminated:
+                return False
+            self._drain()
         now = self.runtime.clock()
         if now - self.draining_since >= self.cfg.spec.message_timeout_seconds:
             return True
