@@ -153,18 +153,14 @@ def test_sigterm_takes_no_lock_of_the_scheduler_it_interrupts(spec_file):
     drain did, and a worker deadlocked, deaf to SIGTERM until its SIGKILL. Here another thread holds the
     lock; ``terminate`` must return without it, and the loop's next look starts the drain. A real
     process's runtime and transport (gRPC on loopback), not run."""
-    import socket
     import threading
 
     from squall.process.pod import Process
+    from squall.process.supervisor import free_ports
 
-    ports = []
-    for _ in range(2):
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            ports.append(str(probe.getsockname()[1]))
+    grpc_port, metrics_port = free_ports(2)
     env = {"SQUALL_TOPOLOGY": spec_file, "SQUALL_WORKER_INDEX": "0", "SQUALL_BIND_HOST": "127.0.0.1",
-           "SQUALL_GRPC_PORT": ports[0], "SQUALL_METRICS_PORT": ports[1],
+           "SQUALL_GRPC_PORT": str(grpc_port), "SQUALL_METRICS_PORT": str(metrics_port),
            "SQUALL_WORKER_PEERS": "127.0.0.1:1,127.0.0.1:2", "SQUALL_ACKER_PEERS": "127.0.0.1:3,127.0.0.1:4"}
     process = Process(ProcessConfig.from_env(WORKER, env))
     held, returned, waited_out = threading.Event(), threading.Event(), []

@@ -824,22 +824,20 @@ def test_fails_for_lost_trees_that_find_their_batch_full_wait_for_a_later_round(
     acker. A FAIL that finds the acker's batch full (its link not up yet) waits for a later round with
     those after it; before, each was dropped, its tree left to time out. Once the acker is up, every
     one of them arrives."""
-    import socket
     import threading
     import time
 
     from bench.wordcount import spec
 
     from squall.executor.runtime import Runtime
+    from squall.process.supervisor import free_ports
     from squall.topology import TopologySpec
     from squall.topology.assignment import assign
 
     topology = TopologySpec.from_dict(spec(workers=1, ackers=1))
     plan, fingerprint = Plan(topology), topology.fingerprint()
     assignment = assign(plan.layout)
-    with socket.socket() as probe:  # a port for acker-0, which starts only later
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    [port] = free_ports(1)  # for acker-0, which starts only later
     common = {"plan": fingerprint, "batch_size": 1, "flush_interval": 0.001, "max_frame": 1 << 20}
     worker = assignment.wiring("worker", 0)
     sender = Transport(name="worker-0", owner=worker.owner, ackers=worker.ackers, senders=worker.senders,

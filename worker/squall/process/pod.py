@@ -362,12 +362,10 @@ class Process:
         self.terminated = True
 
     def _drain(self) -> None:
-        if self.draining_since is None:
-            log.info("%s: SIGTERM: deactivating spouts and draining %d pending tree(s)", self.cfg.name,
-                     self._pending())
-            self.draining_since = self.runtime.clock()
-            self.runtime.set_active(False)
-            self.transport.stop_holding()
+        log.info("%s: SIGTERM: deactivating spouts and draining %d pending tree(s)", self.cfg.name, self._pending())
+        self.draining_since = self.runtime.clock()
+        self.runtime.set_active(False)
+        self.transport.stop_holding()
 
     def _done(self) -> bool:
         if self.draining_since is None:
