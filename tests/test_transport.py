@@ -17,7 +17,7 @@ from squall import BasicBolt, Spout, TopologyBuilder
 from squall.acker import AckBatch
 from squall.acker.acker import ACK, FAIL, INIT, RESET, AckerMessage, Notification
 from squall.proto import generate
-from squall.proto.squall_pb2 import AckerColumns, Batch
+from squall.proto.squall_pb2 import AckerColumns, Batch, TupleColumns
 from squall.topology import Plan
 from squall.transport import Transport
 from squall.transport.codec import Decoder, FrameError, encode_acker, encode_tuples, encode_verdicts
@@ -114,7 +114,29 @@ def test_a_data_frame_carries_tuples_and_the_acker_messages_its_worker_forwards(
 
 
 def _tuples(*rows) -> bytes:
-    return Batch(tuples=msgpack.packb(list(rows))).SerializeToString()
+    """A frame of tuples given as rows [task, source_task, stream, values, [root, edge, root, edge, ...]]."""
+    routes, index, anchored, roots, edges = [], [], [], [], []
+    for task, source, stream, _values, flat in rows:
+        if [task, source, stream] not in routes:
+            routes.append([task, source, stream])
+        index.append(routes.index([task, source, stream]))
+        anchored.append(len(flat) // 2)
+        roots += flat[::2]
+        edges += flat[1::2]
+    return _columns(routes=msgpack.packb(routes), route=array("I", index).tobytes(),
+                    values=msgpack.packb([row[3] for row in rows]), anchored=array("I", anchored).tobytes(),
+                    root=array("Q", roots).tobytes(), edge=array("Q", edges).tobytes())
+
+
+def _columns(**columns: bytes) -> bytes:
+    return Batch(tuples=TupleColumns(**columns)).SerializeToString()
+
+
+def _one(bolt: int, spout: int, **column: bytes) -> bytes:
+    """A frame of one valid tuple anchored to one tree, with ``column`` replaced."""
+    valid = Batch.FromString(_tuples([bolt, spout, "default", ["w", None], [5, 2]])).tuples
+    return _columns(**{name: column.get(name, getattr(valid, name)) for name in
+                       ("routes", "route", "values", "anchored", "root", "edge")})
 
 
 def _acker(kind: bytes, root: bytes, val: bytes, task: bytes) -> bytes:
@@ -124,23 +146,22 @@ def _acker(kind: bytes, root: bytes, val: bytes, task: bytes) -> bytes:
 # Each case builds a frame from (a bolt task, the spout task) of the plan.
 MALFORMED = {
     "garbage": (lambda b, s: b"\xff\xff\xff\xff", "not a Batch protobuf"),
-    "bad msgpack": (lambda b, s: Batch(tuples=b"\xc1").SerializeToString(), "not valid msgpack"),
-    "msgpack ext": (lambda b, s: Batch(tuples=msgpack.packb(msgpack.ExtType(1, b"x"))).SerializeToString(),
-                    "extension type"),
-    "not an array": (lambda b, s: Batch(tuples=msgpack.packb({"a": 1})).SerializeToString(), "must be a msgpack array"),
-    "short row": (lambda b, s: _tuples([1, 2, 3]), "each tuple must be"),
+    "bad msgpack": (lambda b, s: _one(b, s, routes=b"\xc1"), "routes is not valid msgpack"),
+    "msgpack ext": (lambda b, s: _one(b, s, values=msgpack.packb([msgpack.ExtType(1, b"x")])), "extension type"),
+    "not an array": (lambda b, s: _one(b, s, values=msgpack.packb({"a": 1})), "values must be a msgpack array"),
+    "short route": (lambda b, s: _one(b, s, routes=msgpack.packb([[b, s]])), "each route must be"),
     "foreign task": (lambda b, s: _tuples([999, s, "default", ["w", None], []]), "not a bolt task of this worker"),
     "unknown source": (lambda b, s: _tuples([b, 999, "default", ["w", None], []]), "unknown source task"),
     "unknown stream": (lambda b, s: _tuples([b, s, "nope", ["w", None], []]), "declares no stream"),
     "arity": (lambda b, s: _tuples([b, s, "default", ["only-one"], []]), "must have 2 values"),
-    "odd anchors": (lambda b, s: _tuples([b, s, "default", ["w", None], [1]]), "anchors must be"),
-    "negative anchor": (lambda b, s: _tuples([b, s, "default", ["w", None], [-1, 2]]), "anchors must be"),
-    "negative edge": (lambda b, s: _tuples([b, s, "default", ["w", None], [5, -2]]), "anchors must be"),
-    "text anchor": (lambda b, s: _tuples([b, s, "default", ["w", None], ["5", 2]]), "anchors must be"),
-    "bad anchor of two trees": (lambda b, s: _tuples([b, s, "default", ["w", None], [5, 2, 7, "x"]]),
-                                "anchors must be"),
+    "values not an array": (lambda b, s: _one(b, s, values=msgpack.packb(["w"])), "must have 2 values"),
     "task not a number": (lambda b, s: _tuples([[b], s, "default", ["w", None], []]), "not a bolt task"),
     "source not a number": (lambda b, s: _tuples([b, [s], "default", ["w", None], []]), "unknown source task"),
+    "route out of range": (lambda b, s: _one(b, s, route=array("I", [1]).tobytes()), "not among the frame's 1 routes"),
+    "ragged tuple columns": (lambda b, s: _one(b, s, anchored=b""), "tuple columns have different lengths"),
+    "torn anchor column": (lambda b, s: _one(b, s, root=b"\x05" * 7), "whole number"),
+    "anchored beyond the pairs": (lambda b, s: _one(b, s, anchored=array("I", [2]).tobytes()), "more trees than"),
+    "pairs of no tuple": (lambda b, s: _one(b, s, anchored=array("I", [0]).tobytes()), "no tuple is anchored by"),
     "torn column": (lambda b, s: _acker(b"\x00", b"\x01" * 7, b"", b""), "whole number"),
     "ragged columns": (lambda b, s: _acker(b"\x00\x01", b"\x01" * 8, b"\x00" * 8, b"\x00" * 4), "different lengths"),
     "unknown kind": (lambda b, s: _acker(b"\x09", b"\x01" * 8, b"\x00" * 8, b"\x00" * 4), "unknown acker message kind"),
@@ -318,20 +339,27 @@ _values = st.recursive(st.none() | st.booleans() | st.floats() | st.text(max_siz
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(rows=st.lists(st.one_of(
-    st.lists(st.one_of(_ints, st.text(max_size=8), _values), max_size=6),
+@given(routes=st.lists(st.one_of(
+    st.lists(st.one_of(_ints, st.text(max_size=8), _values), max_size=4),
     st.tuples(st.sampled_from([1, 2, 3, 4, 99, -1]), st.sampled_from([1, 2, 3, 4, 99]),
-              st.sampled_from(["default", "x", ""]), st.lists(_values, max_size=3),
-              st.lists(_ints, max_size=4)).map(list)), max_size=5))
-def test_structured_tuple_frames_decode_or_are_refused(plan, rows):
-    """Frames that are valid msgpack of almost the right shape: every field is checked against the plan."""
+              st.sampled_from(["default", "x", ""])).map(list)), max_size=3),
+    tuples=st.lists(st.tuples(st.integers(0, 3), st.one_of(_values, st.lists(_values, max_size=3)),
+                              st.integers(0, 3)), max_size=5),
+    pairs=st.integers(0, 8))
+def test_structured_tuple_frames_decode_or_are_refused(plan, routes, tuples, pairs):
+    """Frames whose columns are valid of almost the right shape: every field is checked against the plan."""
+    frame = _columns(routes=msgpack.packb(routes), route=array("I", [t[0] for t in tuples]).tobytes(),
+                     values=msgpack.packb([t[1] for t in tuples]),
+                     anchored=array("I", [t[2] for t in tuples]).tobytes(),
+                     root=array("Q", range(2, 2 + pairs)).tobytes(), edge=array("Q", range(pairs)).tobytes())
     try:
-        items = decoder(plan).decode(Batch(tuples=msgpack.packb(rows)).SerializeToString())
+        items = decoder(plan).decode(frame)
     except FrameError:
         return
     consumes = subscriptions(plan)
     assert all(len(tup.values) == len(tup.fields) and (tup.source_component, tup.source_stream)
                in consumes.get(plan.task_component[task], ()) for task, tup in items)
+    assert sum(len(tup.anchors) for _, tup in items) == pairs
 
 
 def subscriptions(plan: Plan) -> dict[str, set[tuple[str, str]]]:

@@ -16,6 +16,7 @@ from procs_support import COMPONENTS, samples, spout_report, topology, wait_for
 from squall.metrics.scrape import fetch
 from squall.process.contract import TLS_DIR
 from squall.process.pod import DRAIN_QUIET
+from squall.transport.transport import wire_plan
 
 
 def test_every_tree_is_acked_across_processes(cluster, tmp_path):
@@ -163,7 +164,7 @@ def test_a_peer_without_the_certificate_is_refused_and_a_bad_frame_closes_only_i
     sup = cluster(count=-1, workers=1, ackers=1, config={"test.rate": 500})
     wait_for(lambda t: t.acked["a-numbers"] >= 100, timeout=60, sup=sup, what="the topology to run")
     worker = sup.child("worker-0")
-    plan = sup.spec.fingerprint()
+    plan = wire_plan(sup.spec.fingerprint())
     frame = b"\x0a\x05garbage-that-is-not-msgpack"
     # Without a certificate of this topology's CA (none, or another topology's), the TLS handshake
     # fails: nothing reaches the decoder.
@@ -181,6 +182,9 @@ def test_a_peer_without_the_certificate_is_refused_and_a_bad_frame_closes_only_i
     # A sender routing by another plan (another spec, W or A: a rolling update) is refused up front.
     other = _send_raw(worker.grpc_port, [b""], "0123456789abcdef", tls=tls)
     assert other.code() == grpc.StatusCode.FAILED_PRECONDITION and "runs plan 0123456789abcdef" in other.details()
+    # So is a process of the same spec whose frames have another format (an older Squall, mid-upgrade).
+    older = _send_raw(worker.grpc_port, [b""], sup.spec.fingerprint(), tls=tls)
+    assert older.code() == grpc.StatusCode.FAILED_PRECONDITION and f"this process runs plan {plan}" in older.details()
     # The process kept serving its real peers: trees keep completing, nothing failed.
     before = sup.scrape().acked["a-numbers"]
     after = wait_for(lambda t: t.acked["a-numbers"] >= before + 200, timeout=30, sup=sup, what="more acks")
@@ -206,7 +210,7 @@ def test_an_acker_refuses_an_init_for_a_bolt_task_and_keeps_serving(cluster):
     acker = sup.child("acker-0")
     bolt_task = layout(sup.spec).component_tasks["b-double"][0]
     frame = encode_acker([AckerMessage(INIT, 12345, 1, bolt_task)])
-    refused = _send_raw(acker.grpc_port, [frame], sup.spec.fingerprint(), lane="control",
+    refused = _send_raw(acker.grpc_port, [frame], wire_plan(sup.spec.fingerprint()), lane="control",
                         tls=Credentials.load(sup.env[TLS_DIR]))
     assert refused.code() == grpc.StatusCode.INVALID_ARGUMENT and "not a spout task" in refused.details()
     before = sup.scrape().acked["a-numbers"]
@@ -227,7 +231,8 @@ def test_an_acker_that_exits_counts_only_the_trees_it_could_still_decide(cluster
     sup = cluster(count=-1, workers=1, ackers=1, config={"test.rate": 500})
     wait_for(lambda t: t.acked["a-numbers"] >= 100, timeout=60, sup=sup, what="the topology to run")
     acker = sup.child("acker-0")
-    summary = _send(acker.grpc_port, [encode_acker([AckerMessage(FAIL, 12345, 0, -1)])], sup.spec.fingerprint(),
+    summary = _send(acker.grpc_port, [encode_acker([AckerMessage(FAIL, 12345, 0, -1)])],
+                    wire_plan(sup.spec.fingerprint()),
                     lane="control", tls=Credentials.load(sup.env[TLS_DIR]))
     assert summary.batches == 1
     assert sup.stop(timeout=30) == {c.name: 0 for c in sup.children}

@@ -24,27 +24,29 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x0csquall.proto\x12\tsquall.v1\"l\n\x05\x42\x61tch\x12\x0e\n\x06tuples\x18\x01 \x01(\x0c\x12&\n\x05\x61\x63ker\x18\x02 \x01(\x0b\x32\x17.squall.v1.AckerColumns\x12+\n\x08verdicts\x18\x03 \x01(\x0b\x32\x19.squall.v1.VerdictColumns\"E\n\x0c\x41\x63kerColumns\x12\x0c\n\x04kind\x18\x01 \x01(\x0c\x12\x0c\n\x04root\x18\x02 \x01(\x0c\x12\x0b\n\x03val\x18\x03 \x01(\x0c\x12\x0c\n\x04task\x18\x04 \x01(\x0c\"@\n\x0eVerdictColumns\x12\x0c\n\x04kind\x18\x01 \x01(\x0c\x12\x0c\n\x04root\x18\x02 \x01(\x0c\x12\x0c\n\x04task\x18\x03 \x01(\x0cJ\x04\x08\x04\x10\x05\"\"\n\x0fTransferSummary\x12\x0f\n\x07\x62\x61tches\x18\x01 \x01(\x04\"\x93\x01\n\x0e\x43ontrolRequest\x12\x32\n\x07\x63ommand\x18\x01 \x01(\x0e\x32!.squall.v1.ControlRequest.Command\x12\x0c\n\x04spec\x18\x02 \x01(\t\"?\n\x07\x43ommand\x12\n\n\x06STATUS\x10\x00\x12\x0e\n\nDEACTIVATE\x10\x01\x12\n\n\x06SWITCH\x10\x02\x12\x0c\n\x08\x41\x43TIVATE\x10\x03\"\x81\x01\n\x0cProcessState\x12\x0c\n\x04plan\x18\x01 \x01(\t\x12\x0e\n\x06\x61\x63tive\x18\x02 \x01(\x08\x12\x0c\n\x04held\x18\x03 \x01(\x08\x12\x11\n\tconnected\x18\x04 \x01(\x08\x12\x0f\n\x07pending\x18\x05 \x01(\x04\x12\x11\n\tin_flight\x18\x06 \x01(\x04\x12\x0e\n\x06member\x18\x07 \x01(\x08\x32\x83\x01\n\x06Squall\x12:\n\x08Transfer\x12\x10.squall.v1.Batch\x1a\x1a.squall.v1.TransferSummary(\x01\x12=\n\x07\x43ontrol\x12\x19.squall.v1.ControlRequest\x1a\x17.squall.v1.ProcessStateb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x0csquall.proto\x12\tsquall.v1\"\x8b\x01\n\x05\x42\x61tch\x12\'\n\x06tuples\x18\x04 \x01(\x0b\x32\x17.squall.v1.TupleColumns\x12&\n\x05\x61\x63ker\x18\x02 \x01(\x0b\x32\x17.squall.v1.AckerColumns\x12+\n\x08verdicts\x18\x03 \x01(\x0b\x32\x19.squall.v1.VerdictColumnsJ\x04\x08\x01\x10\x02\"k\n\x0cTupleColumns\x12\x0e\n\x06routes\x18\x01 \x01(\x0c\x12\r\n\x05route\x18\x02 \x01(\x0c\x12\x0e\n\x06values\x18\x03 \x01(\x0c\x12\x10\n\x08\x61nchored\x18\x04 \x01(\x0c\x12\x0c\n\x04root\x18\x05 \x01(\x0c\x12\x0c\n\x04\x65\x64ge\x18\x06 \x01(\x0c\"E\n\x0c\x41\x63kerColumns\x12\x0c\n\x04kind\x18\x01 \x01(\x0c\x12\x0c\n\x04root\x18\x02 \x01(\x0c\x12\x0b\n\x03val\x18\x03 \x01(\x0c\x12\x0c\n\x04task\x18\x04 \x01(\x0c\"@\n\x0eVerdictColumns\x12\x0c\n\x04kind\x18\x01 \x01(\x0c\x12\x0c\n\x04root\x18\x02 \x01(\x0c\x12\x0c\n\x04task\x18\x03 \x01(\x0cJ\x04\x08\x04\x10\x05\"\"\n\x0fTransferSummary\x12\x0f\n\x07\x62\x61tches\x18\x01 \x01(\x04\"\x93\x01\n\x0e\x43ontrolRequest\x12\x32\n\x07\x63ommand\x18\x01 \x01(\x0e\x32!.squall.v1.ControlRequest.Command\x12\x0c\n\x04spec\x18\x02 \x01(\t\"?\n\x07\x43ommand\x12\n\n\x06STATUS\x10\x00\x12\x0e\n\nDEACTIVATE\x10\x01\x12\n\n\x06SWITCH\x10\x02\x12\x0c\n\x08\x41\x43TIVATE\x10\x03\"\x81\x01\n\x0cProcessState\x12\x0c\n\x04plan\x18\x01 \x01(\t\x12\x0e\n\x06\x61\x63tive\x18\x02 \x01(\x08\x12\x0c\n\x04held\x18\x03 \x01(\x08\x12\x11\n\tconnected\x18\x04 \x01(\x08\x12\x0f\n\x07pending\x18\x05 \x01(\x04\x12\x11\n\tin_flight\x18\x06 \x01(\x04\x12\x0e\n\x06member\x18\x07 \x01(\x08\x32\x83\x01\n\x06Squall\x12:\n\x08Transfer\x12\x10.squall.v1.Batch\x1a\x1a.squall.v1.TransferSummary(\x01\x12=\n\x07\x43ontrol\x12\x19.squall.v1.ControlRequest\x1a\x17.squall.v1.ProcessStateb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'squall_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_BATCH']._serialized_start=27
-  _globals['_BATCH']._serialized_end=135
-  _globals['_ACKERCOLUMNS']._serialized_start=137
-  _globals['_ACKERCOLUMNS']._serialized_end=206
-  _globals['_VERDICTCOLUMNS']._serialized_start=208
-  _globals['_VERDICTCOLUMNS']._serialized_end=272
-  _globals['_TRANSFERSUMMARY']._serialized_start=274
-  _globals['_TRANSFERSUMMARY']._serialized_end=308
-  _globals['_CONTROLREQUEST']._serialized_start=311
-  _globals['_CONTROLREQUEST']._serialized_end=458
-  _globals['_CONTROLREQUEST_COMMAND']._serialized_start=395
-  _globals['_CONTROLREQUEST_COMMAND']._serialized_end=458
-  _globals['_PROCESSSTATE']._serialized_start=461
-  _globals['_PROCESSSTATE']._serialized_end=590
-  _globals['_SQUALL']._serialized_start=593
-  _globals['_SQUALL']._serialized_end=724
+  _globals['_BATCH']._serialized_start=28
+  _globals['_BATCH']._serialized_end=167
+  _globals['_TUPLECOLUMNS']._serialized_start=169
+  _globals['_TUPLECOLUMNS']._serialized_end=276
+  _globals['_ACKERCOLUMNS']._serialized_start=278
+  _globals['_ACKERCOLUMNS']._serialized_end=347
+  _globals['_VERDICTCOLUMNS']._serialized_start=349
+  _globals['_VERDICTCOLUMNS']._serialized_end=413
+  _globals['_TRANSFERSUMMARY']._serialized_start=415
+  _globals['_TRANSFERSUMMARY']._serialized_end=449
+  _globals['_CONTROLREQUEST']._serialized_start=452
+  _globals['_CONTROLREQUEST']._serialized_end=599
+  _globals['_CONTROLREQUEST_COMMAND']._serialized_start=536
+  _globals['_CONTROLREQUEST_COMMAND']._serialized_end=599
+  _globals['_PROCESSSTATE']._serialized_start=602
+  _globals['_PROCESSSTATE']._serialized_end=731
+  _globals['_SQUALL']._serialized_start=734
+  _globals['_SQUALL']._serialized_end=865
 # @@protoc_insertion_point(module_scope)

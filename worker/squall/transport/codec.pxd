@@ -4,16 +4,19 @@ cimport cython
 from squall.tuples cimport Fields, Tuple
 
 
-@cython.locals(t=Tuple, rows=list, flat=list)
-cpdef bytes tuple_rows(list tuples)
+@cython.locals(t=Tuple, routes=dict, index=list, values=list, anchored=list, roots=list, edges=list,
+               last_task=cython.longlong, last_source=cython.longlong, anchors=dict)
+cpdef tuple_columns(list tuples)
 
 
 cdef class Decoder:
     cdef public object plan, spout_tasks, acker_task, all_spout_tasks, forwards
     cdef dict _subscribed, _routes
 
-    @cython.locals(out=list, known=dict, fields=Fields)
-    cpdef list _tuples(self, bytes data)
+    @cython.locals(routes=list, values=list, index=list, anchored=list, roots=list, edges=list, out=list,
+                   n=Py_ssize_t, pairs=Py_ssize_t, k=Py_ssize_t, i=Py_ssize_t, at=Py_ssize_t, c=Py_ssize_t,
+                   fields=Fields)
+    cpdef list _tuples(self, cols)
 
     @cython.locals(kinds=list, roots=list, vals=list, tasks=list, i=Py_ssize_t, kind=cython.long)
     cpdef list _acker(self, cols)

@@ -13,13 +13,13 @@ from typing import Any
 import msgpack
 
 from squall.acker.acker import INIT, RESET, AckBatch, AckerMessage, Notification
-from squall.proto.squall_pb2 import AckerColumns, Batch, VerdictColumns
+from squall.proto.squall_pb2 import AckerColumns, Batch, TupleColumns, VerdictColumns
 from squall.topology.plan import Plan
 from squall.tuples import Fields, Tuple
 
 # Column item types (array codes), all little-endian on the wire: kind, root and value, spout task.
-U8, U64, I32 = "B", "Q", "i"
-assert array(U64).itemsize == 8 and array(I32).itemsize == 4
+U8, U32, U64, I32 = "B", "I", "Q", "i"
+assert array(U64).itemsize == 8 and array(I32).itemsize == 4 and array(U32).itemsize == 4
 _SWAP = sys.byteorder == "big"
 
 
@@ -27,27 +27,35 @@ class FrameError(ValueError):
     """A frame that cannot be decoded or does not fit the topology."""
 
 
-BAD_ANCHORS = "anchors must be a flat list of 64-bit root, edge pairs"
-
-
 def _no_ext(code: int, data: bytes) -> Any:
     raise FrameError(f"msgpack extension type {code} is not allowed")
 
 
-def tuple_rows(tuples: list[Tuple]) -> bytes:
-    """Tuples as a frame carries them: a msgpack array of [task, source task, stream, values, anchors]."""
-    rows = []
+def tuple_columns(tuples: list[Tuple]) -> TupleColumns:
+    """Tuples as a frame carries them: columns of routes, values and anchors (see squall.proto)."""
+    routes: dict[tuple[int, int, str], int] = {}
+    index, values, anchored, roots, edges = [], [], [], [], []
+    last_task = last_source = -1
+    last_stream = None
+    at = 0
     for t in tuples:
-        flat = []
-        for root, edge in t.anchors.items():
-            flat.append(root)
-            flat.append(edge)
-        rows.append([t.task, t.source_task, t.source_stream, t.values, flat])
-    return msgpack.packb(rows)
+        if t.task != last_task or t.source_task != last_source or t.source_stream != last_stream:
+            last_task, last_source, last_stream = t.task, t.source_task, t.source_stream
+            key = (last_task, last_source, last_stream)
+            at = routes.setdefault(key, len(routes))
+        index.append(at)
+        values.append(t.values)
+        anchors = t.anchors
+        anchored.append(len(anchors))
+        for root, edge in anchors.items():
+            roots.append(root)
+            edges.append(edge)
+    return TupleColumns(routes=msgpack.packb(list(routes)), route=_column(U32, index), values=msgpack.packb(values),
+                        anchored=_column(U32, anchored), root=_column(U64, roots), edge=_column(U64, edges))
 
 
 def encode_tuples(tuples: list[Tuple]) -> bytes:
-    return Batch(tuples=tuple_rows(tuples)).SerializeToString()
+    return Batch(tuples=tuple_columns(tuples)).SerializeToString()
 
 
 def _column(code: str, values: Any) -> bytes:
@@ -95,13 +103,26 @@ def lost_trees(frame: bytes) -> list[tuple[int, int]]:
     is dropped: a tuple's roots (spout task -1: its acker fails it), an INIT's root with its spout task
     (that acker never heard of the tree: the spout fails it). Acks, fails and verdicts carry none."""
     batch = Batch.FromString(frame)
-    trees = [(-1, root) for row in msgpack.unpackb(batch.tuples) for root in row[4][::2]] if batch.tuples else []
+    trees = [(-1, root) for root in _values(U64, batch.tuples.root, "root")] if batch.HasField("tuples") else []
     if batch.HasField("acker"):
         cols = batch.acker
         trees += [(task, root) for kind, root, task in zip(cols.kind, _values(U64, cols.root, "root"),
                                                             _values(I32, cols.task, "task"), strict=True)
                   if kind == INIT]
     return trees
+
+
+def _unpack(data: bytes, name: str) -> list:
+    """A msgpack array of a frame's column ``name``, with msgpack's safe types only."""
+    try:
+        items = msgpack.unpackb(data, raw=False, strict_map_key=False, ext_hook=_no_ext)
+    except FrameError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - msgpack raises several types on bad input
+        raise FrameError(f"{name} is not valid msgpack: {exc}") from None
+    if type(items) is not list:
+        raise FrameError(f"{name} must be a msgpack array")
+    return items
 
 
 class Decoder:
@@ -133,7 +154,7 @@ class Decoder:
         except Exception as exc:  # noqa: BLE001 - the protobuf runtime raises several types
             raise FrameError(f"not a Batch protobuf: {exc}") from None
         out: list[tuple[int, Any]] = []
-        if batch.tuples:
+        if batch.HasField("tuples"):
             out += self._tuples(batch.tuples)
         if batch.HasField("acker"):
             out += self._acker(batch.acker)
@@ -163,46 +184,49 @@ class Decoder:
         self._routes[(task, source_task, stream)] = found = (component, fields)
         return found
 
-    def _tuples(self, data: bytes) -> list[tuple[int, Tuple]]:
-        try:
-            rows = msgpack.unpackb(data, raw=False, strict_map_key=False, ext_hook=_no_ext)
-        except FrameError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - msgpack raises several types on bad input
-            raise FrameError(f"tuples are not valid msgpack: {exc}") from None
-        if type(rows) is not list:
-            raise FrameError("tuples must be a msgpack array")
-        out = []
-        known = self._routes
-        # the route of the row before: a frame's tuples mostly share theirs
-        last_task = last_source = last_stream = component = fields = None
-        for row in rows:
-            if type(row) is not list or len(row) != 5:
-                raise FrameError("each tuple must be [task, source_task, stream, values, anchors]")
-            task, source_task, stream, values, flat = row
+    def _tuples(self, cols: TupleColumns) -> list[tuple[int, Tuple]]:
+        routes = []
+        for route in _unpack(cols.routes, "routes"):
+            if type(route) is not list or len(route) != 3:
+                raise FrameError("each route must be [task, source_task, stream]")
+            task, source_task, stream = route
             if type(task) is int and type(source_task) is int and type(stream) is str:
-                if task != last_task or source_task != last_source or stream != last_stream:
-                    # the routes seen before, without a call
-                    component, fields = known.get((task, source_task, stream)) or \
-                        self._route(task, source_task, stream)
-                    last_task, last_source, last_stream = task, source_task, stream
+                component, fields = self._routes.get((task, source_task, stream)) or \
+                    self._route(task, source_task, stream)
             else:  # type checks first: a list would not hash
-                self._route(task, source_task, stream)  # raises FrameError, naming what is wrong
-            if type(values) is not list or len(values) != len(fields):
+                component, fields = self._route(task, source_task, stream)  # raises FrameError
+            routes.append((task, source_task, stream, component, fields))
+        values = _unpack(cols.values, "values")
+        index = _values(U32, cols.route, "route")
+        anchored = _values(U32, cols.anchored, "anchored")
+        roots, edges = _values(U64, cols.root, "root"), _values(U64, cols.edge, "edge")
+        n, pairs = len(index), len(roots)
+        if len(values) != n or len(anchored) != n or len(edges) != pairs:
+            raise FrameError("tuple columns have different lengths")
+        out = []
+        k = 0
+        for i in range(n):
+            at = index[i]
+            if at >= len(routes):
+                raise FrameError(f"route {at} of a tuple is not among the frame's {len(routes)} routes")
+            task, source_task, stream, component, fields = routes[at]
+            vals = values[i]
+            if type(vals) is not list or len(vals) != len(fields):
                 raise FrameError(f"tuple on {component}/{stream} must have {len(fields)} values")
-            if type(flat) is not list or len(flat) % 2:
-                raise FrameError(BAD_ANCHORS)
-            if len(flat) == 2:  # the common case, one tree: checked without a generator
-                root, edge = flat
-                if type(root) is not int or type(edge) is not int or not (0 <= root < 2**64 and 0 <= edge < 2**64):
-                    raise FrameError(BAD_ANCHORS)
-                anchors = {root: edge}
+            c = anchored[i]
+            if c > pairs - k:
+                raise FrameError("tuples are anchored to more trees than the frame's root and edge columns hold")
+            if c == 1:  # the common case, one tree
+                anchors = {roots[k]: edges[k]}
+                k += 1
+            elif c == 0:
+                anchors = {}
             else:
-                for x in flat:
-                    if type(x) is not int or not 0 <= x < 2**64:
-                        raise FrameError(BAD_ANCHORS)
-                anchors = dict(zip(flat[::2], flat[1::2], strict=True))
-            out.append((task, Tuple(values, fields, component, stream, source_task, anchors, task)))
+                anchors = dict(zip(roots[k:k + c], edges[k:k + c], strict=True))
+                k += c
+            out.append((task, Tuple(vals, fields, component, stream, source_task, anchors, task)))
+        if k != pairs:
+            raise FrameError("the frame's root and edge columns hold pairs no tuple is anchored by")
         return out
 
     @staticmethod

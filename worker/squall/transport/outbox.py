@@ -8,7 +8,7 @@ from typing import Any
 
 from squall.acker.acker import ACK, INIT
 from squall.proto.squall_pb2 import Batch
-from squall.transport.codec import I32, U8, U64, acker_columns, encode_acker, encode_acker_columns, tuple_rows
+from squall.transport.codec import I32, U8, U64, acker_columns, encode_acker, encode_acker_columns, tuple_columns
 from squall.tuples import Tuple
 
 
@@ -100,9 +100,10 @@ class DataOutbox(AckerOutbox):
             AckerOutbox.add(self, item)
 
     def frame(self) -> bytes:
-        batch = Batch(acker=acker_columns(*self._columns())) if self._n else Batch()
+        acker = acker_columns(*self._columns()) if self._n else None
+        tuples = None
         if self._items:
-            batch.tuples = tuple_rows(self._items)
+            tuples = tuple_columns(self._items)
             self._items = []
         self.size = 0
-        return batch.SerializeToString()
+        return Batch(tuples=tuples, acker=acker).SerializeToString()

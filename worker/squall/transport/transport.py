@@ -16,6 +16,17 @@ from squall.transport.server import Receiver
 from squall.transport.tls import Credentials
 from squall.tuples import Tuple
 
+# The frames' format (squall.proto). Peers agree on it as on the plan: a process announces its plan as
+# ``<fingerprint>+wire<N>``, so during an upgrade that changes the format, processes of two versions
+# refuse each other's streams (their trees fail and replay once both sides run one version) instead
+# of reading frames they cannot understand.
+WIRE_FORMAT = 2
+
+
+def wire_plan(fingerprint: str) -> str:
+    """The plan id a process's streams carry: its spec's fingerprint and the frames' format."""
+    return f"{fingerprint}+wire{WIRE_FORMAT}"
+
 
 class Transport:
     """This process's links to its peers: batches outgoing items, and receives incoming frames.
@@ -24,7 +35,8 @@ class Transport:
     processes among them; ``acker_via`` maps the acker tasks whose messages go through a worker, their
     home, onto that worker (:attr:`~squall.topology.assignment.Assignment.acker_homes`); ``addresses``
     maps process names onto ``host:port``. ``plan`` is the spec's
-    fingerprint: streams are refused between processes of different plans. ``control`` answers a
+    fingerprint: streams are refused between processes of different plans, or of different
+    :data:`WIRE_FORMAT`. ``control`` answers a
     rebalance's commands (:mod:`squall.process.control`), whatever the plan of who sends them.
     """
 
@@ -34,7 +46,7 @@ class Transport:
                  control: Callable[[ControlRequest], ProcessState] | None = None,
                  acker_via: dict[int, str] | None = None, clock: Callable[[], float] = time.monotonic) -> None:
         self.name = name
-        self.plan = plan
+        plan = self.plan = wire_plan(plan)
         # The peers that keep streams open to us: until they all have, what they send may be dropped.
         self._inbound = {(peer, lane) for peer in senders for lane in (DATA, CONTROL)}
         self.owner = owner
