@@ -261,6 +261,33 @@ def test_a_batch_flushed_by_a_send_starts_the_next_one_afresh(plan):
         receiver.close()
 
 
+def test_a_link_that_makes_room_wakes_the_loop_only_while_a_batch_waits_for_it(plan):
+    """A link's thread signals each frame it takes from its queue. A sleeping scheduler woken by every one
+    spent a round on nothing (an acker's verdict link woke it for each frame it sent): it is woken only
+    when a batch could not go for want of room."""
+    from squall.process.supervisor import free_ports
+    from squall.transport import Transport
+
+    bolt_task, spout_task = plan.component_tasks["upper"][0], plan.component_tasks["words"][0]
+    [port] = free_ports(1)  # nobody listens there: the link never connects, so it has no room
+    wakes: list[int] = []
+    sender = Transport(name="worker-0", plan="p1", owner={bolt_task: "worker-1"}, ackers=frozenset(),
+                       senders=frozenset(), addresses={"worker-1": f"127.0.0.1:{port}"}, decoder=decoder(plan),
+                       bind="127.0.0.1:0", batch_size=100, flush_interval=0.001, max_frame=1 << 20)
+    sender.attach(try_deliver=lambda task, item: True, wake=lambda: wakes.append(1), frames=8)
+    try:
+        took_a_frame = sender.links[("worker-1", "data")]._wake  # what the link's thread calls for each frame
+        took_a_frame()
+        assert wakes == []  # no batch waits
+        assert sender.try_send(bolt_task, Tuple(["w", None], Fields(["word", "meta"]), "words", "default",
+                                                spout_task, {}, bolt_task))
+        assert not sender.flush()  # the batch waits for room in the link
+        took_a_frame()
+        assert wakes == [1]
+    finally:
+        sender.close()
+
+
 def test_refused_streams_never_steal_the_frames_of_the_stream_that_is_accepted(plan):
     """A rolling update, on real loopback gRPC: a new sender is refused by a peer of the old plan many
     times; then the peer comes back on the new plan. Each refused call's request iterator used to stay

@@ -16,6 +16,7 @@ cdef class Transport:
     cdef dict _outboxes, _to
     cdef object _decoder, _bind, _max_frame, _tls, _control
     cdef long long _streams
+    cdef public bint waiting_room
 
     @cython.locals(boxes=tuple, box=Outbox, size=Py_ssize_t)
     cpdef bint try_send(self, long long task, object item) except -1

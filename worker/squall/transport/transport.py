@@ -58,8 +58,10 @@ class Transport:
         #: (spout task, root) of trees whose frames were dropped: the runtime fails them at once
         #: (appended on link threads, taken on the scheduler thread)
         self.lost: deque[tuple[int, int]] = deque()
+        # Set while a batch waits for room in its link: only then does a link taking a frame wake the loop.
+        self.waiting_room = False
         self.links = {(p, lane): PeerLink(peer=p, address=addresses[p], lane=lane, sender=name, plan=plan,
-                                          max_frame=max_frame, wake=self.wake,
+                                          max_frame=max_frame, wake=self._room,
                                           dropped=self._dropped, tls=tls)
                       for p in peers for lane in (DATA, CONTROL)}
         # The control lane carries acker messages to ackers and verdicts to workers; the data lane
@@ -76,8 +78,11 @@ class Transport:
         self._decoder, self._bind, self._max_frame, self._tls, self._control = decoder, bind, max_frame, tls, control
         self._streams = 2 * len(peers) + 2
 
-    def wake(self) -> None:
-        self._wake()
+    def _room(self) -> None:
+        """On a link thread: the link took a frame and has room again. The loop needs to know only if a
+        batch waits for that room; otherwise the wake would cost a sleeping loop a round for nothing."""
+        if self.waiting_room:
+            self._wake()
 
     def _dropped(self, frame: bytes) -> None:
         """On a link thread: a frame will never arrive; its trees should fail now, not at their timeout."""
@@ -161,7 +166,11 @@ class Transport:
         """
         link = box.link
         if not link.has_room():
-            return False
+            # The flag, then a second look: room the link made before the flag was up is seen here,
+            # room it makes after comes with a wake (see _room).
+            self.waiting_room = True
+            if not link.has_room():
+                return False
         link.offer(box.frame())
         return True
 
@@ -172,6 +181,7 @@ class Transport:
         flush interval go now; the rest keep filling. Fewer, larger frames are cheaper to send.
         """
         done = True
+        blocked = False
         now = self.clock() if busy else 0.0
         for box in self._outboxes.values():
             if not box.size:
@@ -179,7 +189,8 @@ class Transport:
             if busy and box.size < self.batch_size and now - box.since < self.flush_interval:
                 done = False
             elif not self._flush(box):
-                done = False
+                done, blocked = False, True
+        self.waiting_room = blocked
         return done
 
     def deliver(self) -> bool:
