@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import random
+from array import array
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from squall.acker import Acker, AckerMessage, PendingTrees
+from squall.acker import AckBatch, Acker, AckerMessage, PendingTrees
 from squall.acker.acker import ACK, FAIL, INIT, RESET
 
 
@@ -303,6 +304,25 @@ def test_verdicts_do_not_depend_on_how_messages_fall_into_batches(seed, cuts):
         size = cuts[k % len(cuts)]
         got |= verdicts(batched, messages[i:i + size])
         i, k = i + size, k + 1
+    assert got == expected
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 2**32), cuts=st.lists(st.integers(1, 400), min_size=1, max_size=30))
+def test_a_frames_columns_give_the_verdicts_of_its_messages_one_by_one(seed, cuts):
+    """An acker applies another process's frame from its columns, without an object per message: the
+    same verdicts, in the same order, as the same messages applied one by one."""
+    messages = random_traffic(random.Random(seed), 150)
+    one_by_one, columns = Acker(), Acker()
+    expected = [note for m in messages for note in one_by_one.process_messages([m])]
+    got = []
+    i, k = 0, 0
+    while i < len(messages):
+        frame = messages[i:i + cuts[k % len(cuts)]]
+        kinds, roots, vals, tasks = zip(*frame, strict=True)
+        got += columns.process_batch(AckBatch(array("B", kinds), array("Q", roots), array("Q", vals),
+                                              array("i", tasks)))
+        i, k = i + len(frame), k + 1
     assert got == expected
 
 

@@ -4,10 +4,11 @@ from squall.acker.table cimport PendingTrees
 
 
 cdef class AckBatch:
-    cdef public list messages
+    cdef public object kinds, roots, vals, tasks
 
 
 cdef class Acker:
     cdef public PendingTrees trees
     cdef public long long expired
     cpdef list process_messages(self, object messages)
+    cpdef list process_batch(self, AckBatch batch)

@@ -3,6 +3,7 @@ messages to its pending trees and tells each tree's spout task when the tree is 
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Iterable
 from typing import NamedTuple
 
@@ -21,15 +22,21 @@ class AckerMessage(NamedTuple):
 
 
 class AckBatch:
-    """Acker messages that arrived from another process in one frame (see the transport), in order."""
+    """Acker messages that arrived from another process in one frame (see the transport), in order, as
+    the frame's columns: kinds (uint8), roots and values (uint64) and spout tasks (int32) arrays."""
 
-    __slots__ = ("messages",)
+    __slots__ = ("kinds", "roots", "vals", "tasks")
 
-    def __init__(self, messages: list[tuple[int, int, int, int]]) -> None:
-        self.messages = messages
+    def __init__(self, kinds: array, roots: array, vals: array, tasks: array) -> None:
+        self.kinds, self.roots, self.vals, self.tasks = kinds, roots, vals, tasks
 
     def __len__(self) -> int:
-        return len(self.messages)
+        return len(self.kinds)
+
+    @property
+    def messages(self) -> list[tuple[int, int, int, int]]:
+        """The messages one by one, as :class:`AckerMessage` fields."""
+        return list(zip(self.kinds, self.roots, self.vals, self.tasks, strict=True))
 
 
 class Notification(NamedTuple):
@@ -50,6 +57,11 @@ class Acker:
     def process_messages(self, messages: Iterable[tuple[int, int, int, int]]) -> list[Notification]:
         """Apply messages given as :class:`AckerMessage` tuples, one by one in order."""
         return [Notification(kind, root, task) for kind, root, task in self.trees.apply(messages)]
+
+    def process_batch(self, batch: AckBatch) -> list[Notification]:
+        """Apply a frame's messages, in order, from its columns."""
+        return [Notification(kind, root, task) for kind, root, task in
+                self.trees.apply_columns(batch.kinds, batch.roots, batch.vals, batch.tasks)]
 
     def rotate(self) -> None:
         """Called every message timeout: trees untouched for three rotations are forgotten."""

@@ -21,5 +21,9 @@ cdef class PendingTrees:
     cpdef long long update(self, int kind, unsigned long long root, unsigned long long val,
                            long long task) except? -2
 
+    @cython.locals(out=list, i=Py_ssize_t, verdict=cython.longlong)
+    cpdef list apply_columns(self, unsigned char[::1] kinds, unsigned long long[::1] roots,
+                             unsigned long long[::1] vals, int[::1] tasks)
+
     @cython.locals(cap=Py_ssize_t, at=Py_ssize_t, free=Py_ssize_t, key=cython.ulonglong)
     cdef Py_ssize_t _find(self, unsigned long long root) except -1

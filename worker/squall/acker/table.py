@@ -17,6 +17,7 @@ Root ids 0 and 1 are reserved (empty slot, deleted slot); spouts never generate 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 import numpy as np
 
@@ -163,6 +164,16 @@ class PendingTrees:
             verdict = self.update(kind, root, val, task)
             if verdict != NO_VERDICT:
                 out.append((verdict >> 16, root, verdict & 0xFFFF))
+        return out
+
+    def apply_columns(self, kinds: Any, roots: Any, vals: Any, tasks: Any) -> list[tuple[int, int, int]]:
+        """:meth:`apply` for messages given as columns (a frame's arrays: uint8 kinds, uint64 roots and
+        values, int32 tasks), without a Python object per message."""
+        out = []
+        for i in range(len(kinds)):
+            verdict = self.update(kinds[i], roots[i], vals[i], tasks[i])
+            if verdict != _NO_VERDICT:
+                out.append((verdict >> 16, roots[i], verdict & 0xFFFF))
         return out
 
     def rotate(self) -> int:

@@ -8,5 +8,5 @@ from squall.executor.base cimport Executor
 cdef class AckerExecutor(Executor):
     cdef public Acker acker
 
-    @cython.locals(messages=list)
+    @cython.locals(messages=list, notes=list, n=Py_ssize_t)
     cpdef bint run_once(self, double now) except -1

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from squall.acker.acker import AckBatch, Acker, AckerMessage
+from squall.acker.acker import AckBatch, Acker, AckerMessage, Notification
 from squall.executor.base import Executor, Transfer
 from squall.system import ACKER_COMPONENT
 
@@ -23,14 +23,23 @@ class AckerExecutor(Executor):
         if not inbox:
             return False
         # In arrival order: messages of this process one by one, those of other processes a frame at a time.
+        notes: list[Notification] = []
         messages: list[AckerMessage] = []
-        while inbox and len(messages) < BUDGET:
+        n = 0
+        while inbox and n < BUDGET:
             item = inbox.popleft()
             if type(item) is AckBatch:
-                messages += item.messages
+                if messages:
+                    notes += acker.process_messages(messages)
+                    messages = []
+                notes += acker.process_batch(item)
+                n += len(item)
             else:
                 messages.append(item)
-        for note in acker.process_messages(messages):
+                n += 1
+        if messages:
+            notes += acker.process_messages(messages)
+        for note in notes:
             self.send(note.task, note)
         return True
 

@@ -18,8 +18,10 @@ cdef class Decoder:
                    fields=Fields)
     cpdef list _tuples(self, cols)
 
-    @cython.locals(kinds=list, roots=list, vals=list, tasks=list, i=Py_ssize_t, kind=cython.long)
     cpdef list _acker(self, cols)
+
+    @cython.locals(i=Py_ssize_t, kind=cython.int, task=cython.int)
+    cpdef _check_acker(self, unsigned char[::1] kinds, unsigned long long[::1] roots, int[::1] tasks)
 
     @cython.locals(out=list, i=Py_ssize_t, n=Py_ssize_t, ackers=tuple)
     cpdef list _forwarded(self, list kinds, list roots, list vals, list tasks)

@@ -65,14 +65,18 @@ def _column(code: str, values: Any) -> bytes:
     return column.tobytes()
 
 
-def _values(code: str, raw: bytes, name: str) -> list[int]:
+def _array(code: str, raw: bytes, name: str) -> array:
     column = array(code)
     if len(raw) % column.itemsize:
         raise FrameError(f"column {name!r} is not a whole number of {column.itemsize}-byte values")
     column.frombytes(raw)
     if _SWAP:
         column.byteswap()
-    return column.tolist()
+    return column
+
+
+def _values(code: str, raw: bytes, name: str) -> list[int]:
+    return _array(code, raw, name).tolist()
 
 
 def encode_acker(messages: list[AckerMessage]) -> bytes:
@@ -239,7 +243,18 @@ class Decoder:
     def _acker(self, cols: AckerColumns) -> list[tuple[int, Any]]:
         if self.acker_task is None and not self.forwards:
             raise FrameError("acker messages sent to a process that neither runs nor forwards for an acker")
-        kinds, roots, vals, tasks = self._columns(cols, (("kind", U8), ("root", U64), ("val", U64), ("task", I32)))
+        kinds, roots = _array(U8, cols.kind, "kind"), _array(U64, cols.root, "root")
+        vals, tasks = _array(U64, cols.val, "val"), _array(I32, cols.task, "task")
+        if not len(kinds) == len(roots) == len(vals) == len(tasks):
+            raise FrameError("columns have different lengths")
+        if not kinds:
+            return []
+        self._check_acker(kinds, roots, tasks)
+        if self.acker_task is None:
+            return self._forwarded(kinds.tolist(), roots.tolist(), vals.tolist(), tasks.tolist())
+        return [(self.acker_task, AckBatch(kinds, roots, vals, tasks))]
+
+    def _check_acker(self, kinds: Any, roots: Any, tasks: Any) -> None:
         spouts = self.all_spout_tasks
         for i in range(len(kinds)):
             kind, task = kinds[i], tasks[i]
@@ -252,11 +267,6 @@ class Decoder:
                 raise FrameError("only an acker INIT carries a spout task (the others carry -1)")
             if roots[i] < 2:
                 raise FrameError("root ids 0 and 1 are reserved")
-        if not kinds:
-            return []
-        if self.acker_task is None:
-            return self._forwarded(kinds, roots, vals, tasks)
-        return [(self.acker_task, AckBatch(list(zip(kinds, roots, vals, tasks, strict=True))))]
 
     def _forwarded(self, kinds: list[int], roots: list[int], vals: list[int],
                    tasks: list[int]) -> list[tuple[int, Any]]:
