@@ -234,8 +234,8 @@ class Decoder:
         return out
 
     @staticmethod
-    def _columns(cols: Any, spec: tuple[tuple[str, str], ...]) -> list[list[int]]:
-        columns = [_values(code, getattr(cols, name), name) for name, code in spec]
+    def _columns(cols: Any, spec: tuple[tuple[str, str], ...]) -> list[array]:
+        columns = [_array(code, getattr(cols, name), name) for name, code in spec]
         if len({len(c) for c in columns}) != 1:
             raise FrameError("columns have different lengths")
         return columns
@@ -243,10 +243,7 @@ class Decoder:
     def _acker(self, cols: AckerColumns) -> list[tuple[int, Any]]:
         if self.acker_task is None and not self.forwards:
             raise FrameError("acker messages sent to a process that neither runs nor forwards for an acker")
-        kinds, roots = _array(U8, cols.kind, "kind"), _array(U64, cols.root, "root")
-        vals, tasks = _array(U64, cols.val, "val"), _array(I32, cols.task, "task")
-        if not len(kinds) == len(roots) == len(vals) == len(tasks):
-            raise FrameError("columns have different lengths")
+        kinds, roots, vals, tasks = self._columns(cols, (("kind", U8), ("root", U64), ("val", U64), ("task", I32)))
         if not kinds:
             return []
         self._check_acker(kinds, roots, tasks)
@@ -281,7 +278,7 @@ class Decoder:
         return out
 
     def _verdicts(self, cols: VerdictColumns) -> list[tuple[int, Notification]]:
-        kinds, roots, tasks = self._columns(cols, (("kind", U8), ("root", U64), ("task", I32)))
+        kinds, roots, tasks = [c.tolist() for c in self._columns(cols, (("kind", U8), ("root", U64), ("task", I32)))]
         out = []
         for i in range(len(kinds)):
             kind, task = kinds[i], tasks[i]
