@@ -15,6 +15,9 @@ Settings (environment):
 - ``SQUALL_E2E_CLUSTER``: the kind cluster's name (default ``squall-e2e``). An existing cluster of
   that name is used as it is; one the suite creates is deleted at the end...
 - ``SQUALL_E2E_KEEP=1``: ...unless this is set (to look around, or to rerun faster).
+- ``SQUALL_E2E_LOGS``: where a failed test leaves the logs of every pod of the Topologies' and the
+  operator's namespaces (default ``e2e/logs``, one folder per failed test); their warnings and
+  errors are also in the test's report, so a CI log shows what the pods saw.
 
 ``kubectl`` (on PATH) may be as old as the cluster: the suite uses no verb newer than 1.20. On kind,
 every test is skipped, with the reason, when a prerequisite is missing; with ``SQUALL_E2E_KUBECONFIG``
@@ -46,6 +49,8 @@ KUBECONFIG = os.environ.get("SQUALL_E2E_KUBECONFIG", "")
 DOCKER_BUILD = (f"docker build --tag {SQUALL_IMAGE} . && docker build --tag {TOPOLOGY_IMAGE}"
                 f" --build-arg BASE={SQUALL_IMAGE} e2e/image")
 BUILD = os.environ.get("SQUALL_E2E_BUILD", DOCKER_BUILD)
+LOGS = Path(os.environ.get("SQUALL_E2E_LOGS", E2E / "logs"))
+NOTABLE = (" WARNING ", " ERROR ", " CRITICAL ", "Traceback", " squall.transport: ")  # what a report shows
 
 
 def missing_prerequisites() -> list[str]:
@@ -92,6 +97,42 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         item.add_marker(pytest.mark.timeout(TIMEOUT))
         if MISSING:
             item.add_marker(pytest.mark.skip(reason="e2e needs " + "; ".join(MISSING)))
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):
+    """A failed test keeps its pods' logs (a pod's previous container's too): the cluster they
+    came from is gone when CI reports the failure."""
+    outcome = yield
+    report = outcome.get_result()
+    kubeconfig = getattr(item, "funcargs", {}).get("cluster")
+    if report.when == "call" and report.failed and isinstance(kubeconfig, Cluster):
+        report.sections.append(("pod logs", pod_logs(kubeconfig, LOGS / item.name)))
+
+
+def pod_logs(cluster: Cluster, folder: Path) -> str:
+    """Save the logs of every pod of the suite's namespaces under ``folder``; their notable lines."""
+    folder.mkdir(parents=True, exist_ok=True)
+    shown = [f"all of them in {folder}"]
+    for namespace in (TOPOLOGY_NAMESPACE, OPERATOR_NAMESPACE):
+        kubectl = cluster.kubectl(namespace)
+        try:
+            pods = [p["metadata"]["name"] for p in kubectl.get("pods")["items"]]
+        except (AssertionError, subprocess.TimeoutExpired) as exc:
+            shown.append(f"{namespace}: no pods listed ({exc})")
+            continue
+        for pod in pods:
+            for previous in (False, True):
+                try:
+                    text = kubectl("logs", pod, "--all-containers", *(["--previous"] if previous else []),
+                                   timeout=60)
+                except (AssertionError, subprocess.TimeoutExpired):
+                    continue  # no previous container, or the pod is gone
+                name = f"{namespace}.{pod}{'.previous' if previous else ''}.log"
+                (folder / name).write_text(text)
+                lines = [line for line in text.splitlines() if any(mark in line for mark in NOTABLE)]
+                shown += [f"--- {name}: {len(lines)} notable lines, the last 40:", *lines[-40:]]
+    return "\n".join(shown)
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
