@@ -108,6 +108,7 @@ class Acked:
         self.last: dict[str, float] = {}
         self.total = 0.0
         self.samples: list[tuple[float, float]] = []  # (monotonic time, acked since the first sample)
+        self.unanswered: dict[str, str] = {}  # pod → why its last scrape failed (while it fails)
 
     def sample(self) -> tuple[float, float]:
         first = not self.samples
@@ -115,8 +116,10 @@ class Acked:
             name, uid = pod["metadata"]["name"], pod["metadata"]["uid"]
             try:
                 value = self.kubectl.metrics(name).total("squall_acked_total", component=self.spout)
-            except (AssertionError, subprocess.TimeoutExpired, ValueError):
+            except (AssertionError, subprocess.TimeoutExpired, ValueError) as exc:
+                self.unanswered[name] = " ".join(str(exc).split())[:300]
                 continue  # not serving yet, or gone
+            self.unanswered.pop(name, None)
             before = value if first else self.last.get(uid, 0.0)
             self.total += value - before if value >= before else value
             self.last[uid] = value
@@ -151,7 +154,8 @@ class Acked:
         try:
             return self.follow(back, timeout=timeout, what=f"{self.topology} acking {self.spout} at {rate:.1f}/s")
         except AssertionError as exc:
-            raise AssertionError(f"{exc}; acked (count@time): {self.history(since)}") from None
+            failing = "".join(f"; {pod}'s scrapes fail: {why}" for pod, why in self.unanswered.items())
+            raise AssertionError(f"{exc}; acked (count@time): {self.history(since)}{failing}") from None
 
     def stall(self, *, since: float, rate: float) -> float:
         """The longest time after ``since`` during which fewer than ``rate`` trees a second were acked
