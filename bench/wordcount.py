@@ -205,13 +205,9 @@ def processes(label: str, seconds: float, *, workers: int, ackers: int, rate: fl
         path = Path(tmp) / "bench.yaml"
         path.write_text(yaml.safe_dump(spec(workers=workers, ackers=ackers, rate=rate)))
         sup = Supervisor(spec_path=path, spec=TopologySpec.from_dict(spec(workers=workers, ackers=ackers)),
-                         run_dir=Path(tmp) / "run", insecure=insecure)
+                         run_dir=Path(tmp) / "run", insecure=insecure, pin=pin)
         sup.start()
         try:
-            if pin:  # as `taskset -p`: each process on one core, round robin
-                cores = sorted(os.sched_getaffinity(0))
-                for k, child in enumerate(sup.children):
-                    os.sched_setaffinity(child.proc.pid, {cores[k % len(cores)]})
             deadline = time.monotonic() + 60
             while sup.scrape().acked["sentences"] == 0 and time.monotonic() < deadline:
                 time.sleep(0.2)
@@ -311,7 +307,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=float, default=10.0, help="measurement window per case")
     parser.add_argument("--cases", default=",".join(CASES), help=f"comma-separated subset of {','.join(CASES)}")
-    parser.add_argument("--pin", action="store_true", help="pin each worker and acker process to one core")
+    parser.add_argument("--pin", action="store_true", help="pin each process (every thread of it) to one core")
     parser.add_argument("--no-memory", action="store_true", help="skip the acker table's memory figure")
     parser.add_argument("--profile", type=Path, metavar="DIR",
                         help="py-spy --gil --native each worker and acker during the 1w1a and 2w2a windows "

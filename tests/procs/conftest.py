@@ -15,9 +15,9 @@ def cluster(tmp_path, monkeypatch):
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(COMPONENTS), os.environ.get("PYTHONPATH", "")]))
     started: list[Supervisor] = []
 
-    def start(**kwargs) -> Supervisor:
+    def start(*, pin: bool = False, **kwargs) -> Supervisor:
         path, spec = topology(tmp_path, **kwargs)
-        sup = Supervisor(spec_path=path, spec=spec, run_dir=tmp_path / "run")
+        sup = Supervisor(spec_path=path, spec=spec, run_dir=tmp_path / "run", pin=pin)
         sup.start()
         started.append(sup)
         return sup

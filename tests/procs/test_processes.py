@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -38,6 +39,27 @@ def test_every_tree_is_acked_across_processes(cluster, tmp_path):
     # The spouts recorded the complete latency of every acked tree, and their processes handed it over.
     assert final.recorded.count == final.acked["a-numbers"] >= 3000
     assert 0 < final.recorded.quantile(0.5) <= final.recorded.quantile(0.99) < 30
+
+
+def test_pinned_processes_run_every_thread_on_their_own_cpu(cluster):
+    """``squall run --pin``: worker i and acker i on the i-th CPU, round robin, and so is every thread they
+    started (gRPC's, the links', the receivers'), all of which start after the pin."""
+    sup = cluster(count=500, workers=2, ackers=2, pin=True)
+    wait_for(lambda t: t.acked["a-numbers"] >= 500, timeout=60, sup=sup, what="500 trees acked")
+    cpus = sorted(os.sched_getaffinity(0))
+
+    def masks(pid: int) -> list[frozenset[int]]:
+        out = []
+        for thread in psutil.Process(pid).threads():
+            with contextlib.suppress(ProcessLookupError):  # a thread that ended meanwhile
+                out.append(frozenset(os.sched_getaffinity(thread.id)))
+        return out
+
+    for child in sup.children:
+        found = masks(child.proc.pid)
+        assert len(found) > 3  # the scheduler, gRPC's and the transport's threads
+        assert set(found) == {frozenset({cpus[child.index % len(cpus)]})}, child.name
+    assert sup.stop() == {"worker-0": 0, "worker-1": 0, "acker-0": 0, "acker-1": 0}
 
 
 @pytest.mark.parametrize("aware", [True, False])

@@ -30,6 +30,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--run-dir", default=".squall/run", help="where process logs go (default .squall/run)")
     p.add_argument("--insecure", action="store_true",
                    help="plaintext gRPC between the processes (default: mutual TLS with a CA made for this run)")
+    p.add_argument("--pin", action="store_true",
+                   help="pin each process, all its threads, to one CPU (worker i and acker i on the i-th, round "
+                        "robin): less CPU per tree on VMs; the kernel can no longer move them off a busy CPU")
     p.set_defaults(func=run)
 
 
@@ -140,7 +143,8 @@ def _totals(cluster: LocalCluster) -> Totals:
 
 def _processes(spec: TopologySpec, args: argparse.Namespace, progress: Progress,
                stop_requested: Callable[[], bool]) -> int:
-    sup = Supervisor(spec_path=args.topology, spec=spec, run_dir=Path(args.run_dir), insecure=args.insecure)
+    sup = Supervisor(spec_path=args.topology, spec=spec, run_dir=Path(args.run_dir), insecure=args.insecure,
+                     pin=args.pin)
     security = "plaintext gRPC" if args.insecure else "mutual TLS"
     print(f"running {spec.name!r}: {spec.workers} worker(s) and {spec.num_ackers} acker(s) on 127.0.0.1 "
           f"({security}); "

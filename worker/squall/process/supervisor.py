@@ -3,6 +3,7 @@ same entrypoints and environment contract as pods, restarted when they die, as K
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -78,11 +79,13 @@ class Supervisor:
     """Starts and watches the processes of one topology on this machine."""
 
     def __init__(self, *, spec_path: str | Path, spec: TopologySpec, run_dir: str | Path,
-                 env: dict[str, str] | None = None, insecure: bool = False, room: int = 0) -> None:
+                 env: dict[str, str] | None = None, insecure: bool = False, room: int = 0,
+                 pin: bool = False) -> None:
         """``insecure``: plaintext gRPC on loopback; else the processes use mutual TLS with a CA issued
         for this run (as the operator does for pods), so no other local program can join or feed them.
         ``room``: how many processes of each role a :meth:`rebalance` may grow to (their ports are
-        reserved now; at least the spec's own counts)."""
+        reserved now; at least the spec's own counts). ``pin``: each process, every thread of it, on
+        one CPU of those this process may use: worker i and acker i on the i-th, round robin."""
         self.spec_path = Path(spec_path).resolve()
         self.spec = spec
         self.run_dir = Path(run_dir)
@@ -108,6 +111,7 @@ class Supervisor:
         if self.tls is not None:
             self.env[contract.TLS_DIR] = str(self.tls.write(self.run_dir / "tls"))
         self.stopping = False
+        self.cpus = sorted(os.sched_getaffinity(0)) if pin else []
 
     def _members(self, spec: TopologySpec) -> list[Child]:
         counts = {WORKER: spec.workers, ACKER: spec.num_ackers}
@@ -125,6 +129,12 @@ class Supervisor:
             child.started = time.monotonic()
             child.proc = subprocess.Popen([sys.executable, "-m", "squall", child.role], env=env, stdout=out,
                                           stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        if self.cpus:
+            # Popen returns once the child has exec'd Python, long before it starts a thread: every thread
+            # it starts inherits the mask. Its threads hand the GIL to one another on one CPU then, not
+            # across CPUs (a wake-up across vCPUs is an interrupt between them, dear on a VM).
+            with contextlib.suppress(ProcessLookupError):  # it died at once: check() reports it
+                os.sched_setaffinity(child.proc.pid, {self.cpus[child.index % len(self.cpus)]})
 
     def start(self) -> None:
         self._list_processes()
