@@ -245,9 +245,13 @@ class PeerLink:
         metadata = (("squall-lane", self.lane), ("squall-sender", self.sender), (PLAN_KEY, self.plan))
         ceiling = BACKOFF[0]
         while not self._closed.is_set():
+            ready = grpc.channel_ready_future(self._channel)
             try:
-                grpc.channel_ready_future(self._channel).result(timeout=1.0)
+                ready.result(timeout=1.0)
             except grpc.FutureTimeoutError:
+                # Cancelled, it stops watching the channel: each one left behind kept gRPC's connectivity
+                # polling thread going (after close() too, where it died on "Channel closed!").
+                ready.cancel()
                 continue
             in_flight = InFlight()
             future = call.future(self._stream(in_flight), metadata=metadata)
