@@ -105,9 +105,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):
     came from is gone when CI reports the failure."""
     outcome = yield
     report = outcome.get_result()
-    kubeconfig = getattr(item, "funcargs", {}).get("cluster")
-    if report.when == "call" and report.failed and isinstance(kubeconfig, Cluster):
-        report.sections.append(("pod logs", pod_logs(kubeconfig, LOGS / item.name)))
+    cluster = getattr(item, "funcargs", {}).get("cluster")  # every test's fixtures include it
+    if report.when == "call" and report.failed and isinstance(cluster, Cluster):
+        report.sections.append(("pod logs", pod_logs(cluster, LOGS / item.name)))
 
 
 def pod_logs(cluster: Cluster, folder: Path) -> str:
