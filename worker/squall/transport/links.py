@@ -15,6 +15,7 @@ import logging
 import queue
 import random
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Iterator
 
@@ -50,6 +51,7 @@ KEEPALIVE_TIMEOUT_MS = 5_000
 # (a process has two links per peer, so all of them down hold 8 MiB per peer at most). Beyond it (no
 # max spout pending) trees time out instead.
 HELD_BYTES = 4 * 1024 * 1024
+CONNECTIVITY_POLL = 0.25  # s: gRPC's connectivity polling period (0.2 s, grpc/_channel.py), and a margin
 
 
 def channel_options(max_frame: int) -> list[tuple[str, int]]:
@@ -180,6 +182,7 @@ class PeerLink:
         else:
             self._channel = grpc.insecure_channel(address, options=options)
         self._thread = threading.Thread(target=self._run, name=f"link-{peer}-{lane}", daemon=True)
+        self._watched = float("-inf")  # when the last channel-ready future was done (see close())
 
     def start(self) -> None:
         self._thread.start()
@@ -250,9 +253,11 @@ class PeerLink:
                 ready.result(timeout=1.0)
             except grpc.FutureTimeoutError:
                 # Cancelled, it stops watching the channel: each one left behind kept gRPC's connectivity
-                # polling thread going (after close() too, where it died on "Channel closed!").
+                # polling thread going while the peer was down.
                 ready.cancel()
                 continue
+            finally:
+                self._watched = time.monotonic()
             in_flight = InFlight()
             future = call.future(self._stream(in_flight), metadata=metadata)
             future.add_done_callback(lambda _, over=in_flight.over: over.set())
@@ -351,5 +356,8 @@ class PeerLink:
     def close(self) -> None:
         self.stop()
         self._thread.join(timeout=2)
+        # gRPC's thread that watched the channel for the ready future polls on for up to 0.2 s after
+        # the future is done; a channel closed under it raises "Channel closed!" in that thread.
+        time.sleep(max(0.0, self._watched + CONNECTIVITY_POLL - time.monotonic()))
         self._channel.close()
         self._let_go()  # the trees of held frames fail now: the link will not be back
