@@ -6,7 +6,8 @@ shuffle → split → fields → count. Cases, measured one after another in one
 - ceiling: the same work in one hand-written Python loop with Storm's XOR acking (one random
   64-bit id per edge, XORed into a dict entry per root; a tree is complete when it returns to 0);
 - in-process (``LocalCluster``); 1 worker + 1 acker; 2 workers + 2 ackers (``squall run``'s
-  processes), and 1 worker + 1 acker throttled to 80 % of its measured maximum (for latency).
+  processes), also with plaintext gRPC and pinned (``squall run --pin``), and 1 worker + 1 acker
+  throttled to 80 % of its measured maximum (for latency).
 
 CPU µs per acked tree sums utime + stime from ``/proc/<pid>/stat`` over every process: this one
 (it runs the in-process case and supervises the others) and every worker and acker. The machine
@@ -15,7 +16,8 @@ much the machine's speed drifted meanwhile. Latency percentiles come from every 
 (an HDR histogram: within 0.8 % above the true value). Acker bytes per tree: the bytes of acker
 messages and verdicts that crossed processes, from the transport's byte counters.
 
-    python bench/wordcount.py [--seconds 10] [--cases ceiling,local,1w1a,2w2a,2w2a-plain,80pct] [--pin]
+    python bench/wordcount.py [--seconds 10] [--cases ceiling,local,1w1a,2w2a,2w2a-plain,2w2a-pin,80pct]
+                                [--pin]
 """
 
 from __future__ import annotations
@@ -290,6 +292,10 @@ def targets(by: dict[str, Result]) -> None:
     if plain and two:
         r = two.cpu_us / plain.cpu_us
         print(f"  {'CPU µs/tree: 2 workers + 2 ackers, mutual TLS ÷ plaintext':<62} {r:6.2f}  (what TLS costs)")
+    pinned = by.get("2w2a-pin")
+    if pinned and local:
+        r = pinned.cpu_us / local.cpu_us
+        print(f"  {'CPU µs/tree: 2 workers + 2 ackers pinned (--pin) ÷ in-process':<62} {r:6.2f}  (an option)")
     if one and two:
         r = two.rate / one.rate
         line("trees/s: 2 workers + 2 ackers ÷ 1 worker + 1 acker", r, "≥ 1.0", r >= 1.0)
@@ -300,7 +306,7 @@ def targets(by: dict[str, Result]) -> None:
         line("p50 ms at 80 % of 1 worker + 1 acker's maximum", p50, "≤ 5", p50 <= 5)
 
 
-CASES = ("ceiling", "local", "1w1a", "2w2a", "2w2a-plain", "80pct")
+CASES = ("ceiling", "local", "1w1a", "2w2a", "2w2a-plain", "2w2a-pin", "80pct")
 
 
 def main() -> None:
@@ -338,6 +344,8 @@ def main() -> None:
     if "2w2a-plain" in cases:  # the cost of mutual TLS, side by side
         by["2w2a-plain"] = processes("2w + 2a, plaintext gRPC", args.seconds, workers=2, ackers=2, pin=args.pin,
                                      insecure=True)
+    if "2w2a-pin" in cases:  # squall run --pin: every process on one core, side by side
+        by["2w2a-pin"] = processes("2w + 2a, pinned (--pin)", args.seconds, workers=2, ackers=2, pin=True)
     if "80pct" in cases:
         rate = 0.8 * by["1w1a"].rate
         by["80pct"] = processes(f"1w + 1a at 80 % ({rate:,.0f}/s)", args.seconds, workers=1, ackers=1, rate=rate,
