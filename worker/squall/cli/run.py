@@ -32,7 +32,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="plaintext gRPC between the processes (default: mutual TLS with a CA made for this run)")
     p.add_argument("--pin", action="store_true",
                    help="pin each process, all its threads, to one CPU (worker i and acker i on the i-th, round "
-                        "robin): less CPU per tree on VMs; the kernel can no longer move them off a busy CPU")
+                        "robin): pays when the processes outnumber the CPUs (docs/operations.md)")
     p.set_defaults(func=run)
 
 

@@ -111,7 +111,7 @@ class Supervisor:
         if self.tls is not None:
             self.env[contract.TLS_DIR] = str(self.tls.write(self.run_dir / "tls"))
         self.stopping = False
-        self.cpus = sorted(os.sched_getaffinity(0)) if pin else []
+        self._cpus = sorted(os.sched_getaffinity(0)) if pin else []
 
     def _members(self, spec: TopologySpec) -> list[Child]:
         counts = {WORKER: spec.workers, ACKER: spec.num_ackers}
@@ -129,12 +129,12 @@ class Supervisor:
             child.started = time.monotonic()
             child.proc = subprocess.Popen([sys.executable, "-m", "squall", child.role], env=env, stdout=out,
                                           stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        if self.cpus:
+        if self._cpus:
             # Popen returns once the child has exec'd Python, long before it starts a thread: every thread
             # it starts inherits the mask. Its threads hand the GIL to one another on one CPU then, not
             # across CPUs (a wake-up across vCPUs is an interrupt between them, dear on a VM).
             with contextlib.suppress(ProcessLookupError):  # it died at once: check() reports it
-                os.sched_setaffinity(child.proc.pid, {self.cpus[child.index % len(self.cpus)]})
+                os.sched_setaffinity(child.proc.pid, {self._cpus[child.index % len(self._cpus)]})
 
     def start(self) -> None:
         self._list_processes()
