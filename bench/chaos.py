@@ -4,8 +4,9 @@ Records from the embedded durable log (``examples/logcount.yaml``'s LogSpout, tw
 2 workers and 2 ackers into ``CountSink``, which durably counts every record it processed before
 acking it (``examples.logcount``). While it runs, a random worker or acker is killed with SIGKILL
 every ``--kill-every`` seconds (the supervisor restarts it, as Kubernetes would); once a quarter of
-the records were counted, a process is stopped with SIGSTOP for two message timeouts; once half
-were, the link to worker-1 is cut for ``--cut`` seconds: every peer reaches worker-1 through a
+the records were counted (or half way through the chaos, if sooner), a process is stopped with
+SIGSTOP for two message timeouts; once half were, the link to worker-1 is cut for ``--cut``
+seconds: every peer reaches worker-1 through a
 relay (:class:`LinkCut`) that stops reading, so their frames to it stall in the sockets, as behind a
 process that stops reading. Then the chaos stops, the topology finishes, and the counts are read
 back: per guarantee, records lost, duplicates, throughput and p99 latency.
@@ -183,7 +184,8 @@ def run(*, directory: Path, records: int, seconds: float, guarantee: str, kill_e
             if stopped is not None and now >= stopped[1]:
                 os.kill(stopped[0].proc.pid, signal.SIGCONT)
                 stopped = None
-            # One SIGSTOP a quarter of the way through the records, one link cut half way: while records flow.
+            # One SIGSTOP a quarter of the way through the records (or half way through the chaos, on a
+            # machine too busy to count that many by then), one link cut half way: while records flow.
             if cuts == 0 and counted >= records / 2:
                 relay.cut()
                 cuts, healed_at = 1, now + cut
@@ -200,7 +202,7 @@ def run(*, directory: Path, records: int, seconds: float, guarantee: str, kill_e
                         victim.proc.wait()
                         kills += 1
                     next_kill = now + kill_every
-                elif stops == 0 and counted >= records / 4 and up:
+                elif stops == 0 and (counted >= records / 4 or now >= began + seconds / 2) and up:
                     victim = rng.choice(up)
                     if victim.proc:
                         os.kill(victim.proc.pid, signal.SIGSTOP)
