@@ -8,15 +8,16 @@ from typing import Any
 
 from squall.acker.acker import ACK, INIT
 from squall.proto.squall_pb2 import Batch
-from squall.transport.codec import I32, U8, U64, acker_columns, encode_acker, encode_acker_columns, tuple_columns
+from squall.transport.codec import I32, U8, U64, acker_columns, encode_acker_columns, tuple_columns
 from squall.tuples import Tuple
 
 
 class Outbox:
     """Items for one link (a peer and lane) since ``since``, ``size`` of them, until :meth:`frame`
-    encodes them with ``encode`` and starts the next batch."""
+    encodes them with ``encode`` and starts the next batch (subclasses that keep columns instead
+    encode them in their own :meth:`frame`)."""
 
-    def __init__(self, link: Any, encode: Callable[[list[Any]], bytes]) -> None:
+    def __init__(self, link: Any, encode: Callable[[list[Any]], bytes] | None = None) -> None:
         self.link = link
         self.size = 0
         self.since = 0.0
@@ -45,7 +46,7 @@ class AckerOutbox(Outbox):
     """
 
     def __init__(self, link: Any, capacity: int) -> None:
-        super().__init__(link, encode_acker)
+        super().__init__(link)
         # Fixed columns, written in place: the batch never outgrows the transport's batch size.
         self._kinds, self._tasks = array(U8, bytes(capacity)), array(I32, bytes(4 * capacity))
         self._roots, self._vals = array(U64, bytes(8 * capacity)), array(U64, bytes(8 * capacity))
