@@ -31,9 +31,11 @@ prometheus:
 run: install
 	$(BIN)/squall run examples/wordcount.yaml --duration 30
 
+# Four pytest processes on a 2-core machine: most of the suite's time is tests waiting on the processes,
+# timeouts and servers they start, not CPU (serially about 8 minutes, this way under 3).
 test: install
 	$(BIN)/ruff check --no-cache worker operator tests examples bench e2e
-	$(BIN)/pytest
+	$(BIN)/pytest -n 4 --dist worksteal
 
 bench: install
 	$(BIN)/python bench/wordcount.py
