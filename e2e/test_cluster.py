@@ -1,12 +1,13 @@
 """Squall on a real Kubernetes (kind, or any cluster from 1.20 on): the chart's operator runs Topologies,
 scales them, loses no record when a worker pod dies, acks at least half as fast as before within a
-stated time after a pod replacement and after a rescale, and removes their pods when they are
-deleted; a Spark bolt runs its jobs on executor pods. The tests run in file order, each continuing
-from the cluster state the previous one left; the figures they measure are printed at the end of
-the run."""
+stated time after a pod replacement and after a rescale, stops and starts their spouts when they
+are suspended and resumed, and removes their pods when they are deleted; a Spark bolt runs its
+jobs on executor pods. The tests run in file order, each continuing from the cluster state the
+previous one left; the figures they measure are printed at the end of the run."""
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -134,6 +135,38 @@ def test_scaling_workers_from_2_to_3_acks_again_soon(kubectl: Kubectl, figures: 
     after = sentences.rate(2 * WINDOW)
     figures.add(f"wordcount on 3 workers: {after:.0f} trees acked/s")
     assert after >= rate / 2, f"3 workers ack {after:.0f} trees/s, 2 acked {rate:.0f}"
+
+
+def test_suspending_a_topology_stops_its_spouts_and_resuming_starts_them_again(kubectl: Kubectl, figures: Figures):
+    """``spec.suspended`` reaches the processes through their mounted spec file, which the kubelet
+    updates in place: the spouts stop (no tree acked for a whole window) and start again, with no pod
+    restarted and the topology Ready throughout."""
+    sentences = Acked(kubectl, "wordcount", "sentences")
+    pods = {p["metadata"]["uid"] for p in kubectl.pods("wordcount", "worker")}
+
+    def suspend(on: bool) -> float:
+        kubectl("patch", "topology/wordcount", "--type=merge", "--patch", json.dumps({"spec": {"suspended": on}}))
+        start = time.monotonic()
+        phase = "Suspended" if on else "Running"
+        eventually(lambda: kubectl.get("topology/wordcount")["status"].get("phase") == phase, timeout=60,
+                   what=f"phase {phase}")
+        return start
+
+    def quiet() -> bool:  # no tree acked during the last window of samples
+        t, n = sentences.samples[-1]
+        earlier = [(ts, ns) for ts, ns in sentences.samples if since <= ts <= t - WINDOW]
+        return bool(earlier) and n == earlier[-1][1]
+
+    since = suspend(True)
+    stopped = sentences.follow(quiet, timeout=240, what="wordcount's spouts stopped: no tree acked for 5 s")
+    topology = kubectl.get("topology/wordcount")
+    assert any(c["type"] == "Ready" and c["status"] == "True" for c in topology["status"]["conditions"]), (
+        "a suspended topology's pods are ready: they run, and only their spouts wait")
+    since = suspend(False)
+    back = sentences.recovery(rate=100, window=WINDOW, timeout=240)
+    figures.add(f"suspend: wordcount acked nothing for {WINDOW} s within {stopped:.1f} s of the patch (the "
+                f"kubelet updates the mounted spec file); resumed at >= 100 trees acked/s {back:.1f} s after")
+    assert {p["metadata"]["uid"] for p in kubectl.pods("wordcount", "worker")} == pods, "no pod was replaced"
 
 
 def test_deleting_topologies_removes_their_pods(kubectl: Kubectl):
