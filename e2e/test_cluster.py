@@ -22,6 +22,8 @@ RATE = LOGCOUNT["config"]["logcount.rate"]
 TIMEOUT = LOGCOUNT["messageTimeoutSeconds"]
 WINDOW = 5  # seconds: a rate is "back" when one window this long acks at least half the rate before
 BACK_BOUND = 30  # seconds from the replaced or rescaled pods being Ready until the rate is back
+SUSPEND_BOUND = 30  # seconds from a suspend (resume) until a quiet window ends (the rate is back): the
+# operator's command, not the kubelet's update of the mounted spec file, which took 58-65 s here
 
 
 def spout_pod(kubectl: Kubectl, topology: str, spout: str) -> str:
@@ -138,19 +140,16 @@ def test_scaling_workers_from_2_to_3_acks_again_soon(kubectl: Kubectl, figures: 
 
 
 def test_suspending_a_topology_stops_its_spouts_and_resuming_starts_them_again(kubectl: Kubectl, figures: Figures):
-    """``spec.suspended`` reaches the processes through their mounted spec file, which the kubelet
-    updates in place: the spouts stop (no tree acked for a whole window) and start again, with no pod
-    replaced and the topology Ready while suspended."""
+    """``spec.suspended`` reaches the worker processes at once, from the operator over their control
+    channel: the spouts stop (no tree acked for a whole window) and start again well within the time
+    the kubelet takes to update their mounted spec file (about a minute), with no pod replaced and
+    the Topology Ready while suspended."""
     sentences = Acked(kubectl, "wordcount", "sentences")
     pods = {p["metadata"]["uid"] for p in kubectl.pods("wordcount", "worker")}
 
     def suspend(on: bool) -> float:
         kubectl("patch", "topology/wordcount", "--type=merge", "--patch", json.dumps({"spec": {"suspended": on}}))
-        start = time.monotonic()
-        phase = "Suspended" if on else "Running"
-        eventually(lambda: kubectl.get("topology/wordcount")["status"].get("phase") == phase, timeout=60,
-                   what=f"phase {phase}")
-        return start
+        return time.monotonic()
 
     def quiet() -> bool:  # no tree acked during the last window of samples, every pod answering
         t, n = sentences.samples[-1]
@@ -158,14 +157,16 @@ def test_suspending_a_topology_stops_its_spouts_and_resuming_starts_them_again(k
         return bool(earlier) and n == earlier[-1][1] and not sentences.unanswered
 
     since = suspend(True)
-    stopped = sentences.follow(quiet, timeout=240, what="wordcount's spouts stopped: no tree acked for 5 s")
+    stopped = sentences.follow(quiet, timeout=SUSPEND_BOUND, what="wordcount's spouts stopped: no tree acked for 5 s")
     topology = kubectl.get("topology/wordcount")
+    assert topology["status"]["phase"] == "Suspended"
     assert any(c["type"] == "Ready" and c["status"] == "True" for c in topology["status"]["conditions"]), (
         "a suspended topology's pods are ready: they run, and only their spouts wait")
     since = suspend(False)
-    back = sentences.recovery(rate=100, window=WINDOW, timeout=240)
-    figures.add(f"suspend: wordcount acked nothing for {WINDOW} s within {stopped:.1f} s of the patch (the "
-                f"kubelet updates the mounted spec file); resumed at >= 100 trees acked/s {back:.1f} s after")
+    back = sentences.recovery(rate=100, window=WINDOW, timeout=SUSPEND_BOUND)
+    figures.add(f"suspend: wordcount acked nothing for {WINDOW} s within {stopped:.1f} s of the patch; resumed at "
+                f">= 100 trees acked/s {back:.1f} s after the next (bound {SUSPEND_BOUND} s each)")
+    assert kubectl.get("topology/wordcount")["status"]["phase"] == "Running"
     assert {p["metadata"]["uid"] for p in kubectl.pods("wordcount", "worker")} == pods, "no pod was replaced"
 
 

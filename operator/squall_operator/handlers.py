@@ -220,6 +220,25 @@ class Operator:
         for name in decision.delete:
             self.kube.delete(Ref("v1", "Pod", namespace, name))
 
+    def _suspend(self, found: list[rebalance.Pod], pods: list[tuple[str, int, Manifest]], *, spec: TopologySpec,
+                 tls: Credentials | None, logger: logging.Logger | logging.LoggerAdapter) -> None:
+        """Tell each running worker process whose ``suspended`` is not the spec's: at once, where the
+        kubelet would bring its mounted spec file up to date up to a minute later. A command that fails
+        is retried at the next reconcile; the file follows anyway."""
+        by_name = {pod["metadata"]["name"]: pod for _, _, pod in pods}
+        for pod in found:
+            if pod.role != WORKER or pod.state is None or pod.state.suspended == spec.suspended:
+                continue
+            address = self._address(by_name[pod.name], "grpc")
+            if address is None:
+                continue
+            try:
+                with ControlClient(address, tls=tls, timeout=ANSWER_TIMEOUT) as client:
+                    client.suspend(spec.suspended)
+            except CommandError as exc:
+                logger.warning("%s %s failed (retried; its spec file follows): %s",
+                               "suspend" if spec.suspended else "resume", pod.name, exc)
+
     def _reported(self, pods: list[Manifest]) -> list[dict[str, Any]]:
         """The components' recent errors, from ``GET /errors`` on the metrics port of each running pod."""
         reported: dict[str, list[dict[str, Any]]] = {}
@@ -282,8 +301,9 @@ class Operator:
             wanted = {WORKER: spec.workers, ACKER: spec.num_ackers}
             pods = self._pods(namespace, name, {role: max(wanted[role], ((sts or {}).get("spec") or {}).get(
                 "replicas") or 0) for role, sts in live.items()})
+            found = self._found(pods, tls)
             decision = rebalance.decide(
-                spec=spec, pods=self._found(pods, tls), previous=previous.get("rebalance"), now=datetime.now(UTC),
+                spec=spec, pods=found, previous=previous.get("rebalance"), now=datetime.now(UTC),
                 templates={m["metadata"]["labels"][COMPONENT]: template_hash(m) for m in manifests
                            if m["kind"] == "StatefulSet"})
             self._carry_out(decision, pods, namespace=namespace, spec=spec, tls=tls, logger=logger,
@@ -304,6 +324,7 @@ class Operator:
                 live = {role: applied.live.get(("StatefulSet", getattr(names, role))) for role in ROLES}
                 self._carry_out(decision, pods, namespace=namespace, spec=spec, tls=tls, logger=logger,
                                 commands=("switch", "activate"))
+            self._suspend(found, pods, spec=spec, tls=tls, logger=logger)
             for kind, reason, message in decision.events:
                 logger.info("rebalance: %s: %s", reason, message)
                 self._event(topology, kind, reason, message)

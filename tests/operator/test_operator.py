@@ -11,6 +11,7 @@ import copy
 import logging
 import os
 import sys
+from pathlib import Path
 
 import aiohttp
 import pytest
@@ -35,13 +36,20 @@ from operator_kit import (
     obj,
     patch,
     patch_spec,
+    put_pod,
     roll_out,
     spec_in_config_map,
     status,
     writes_since,
 )
 
+from squall.errors import CommandError
+from squall.process.control import ControlClient, ProcessState
+from squall.process.supervisor import Supervisor
+from squall_operator.resource import check_spec
+
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(60)]
+REPO = Path(__file__).resolve().parents[2]
 
 CHILDREN = [(CONFIGMAPS, "wc-spec"), ("v1/serviceaccounts", "wc"), (SERVICES, "wc-worker"),
             (STATEFULSETS, "wc-worker"), (SERVICES, "wc-acker"), (STATEFULSETS, "wc-acker")]
@@ -229,6 +237,53 @@ async def test_suspend_rewrites_only_the_config_map(api, start_operator):
     assert spec_in_config_map(api, "wc")["suspended"] is False
     assert obj(api, STATEFULSETS, "wc-worker")["spec"]["template"] == template
     await eventually("a second Running event", lambda: len(events(api, "Running")) == 2)
+
+
+async def test_suspend_reaches_the_running_processes_at_once_not_only_through_their_spec_file(
+        api, start_operator, tmp_path, monkeypatch):
+    """The worker processes behind the emulated pods are real (``squall run``'s, on loopback): the
+    operator tells them ``suspended`` over their control channel, so their spouts stop and start
+    again while their mounted spec file (here: untouched) still says otherwise, as it would until
+    the kubelet updates it, up to a minute later."""
+    monkeypatch.chdir(REPO)  # the processes import examples.wordcount from the working directory
+    spec = check_spec("wc", SPEC, namespace=NAMESPACE)  # what the operator runs: the processes' plan is its plan
+    path = tmp_path / "wc.yaml"
+    path.write_text(yaml.safe_dump(spec.to_dict()))
+    sup = Supervisor(spec_path=path, spec=spec, run_dir=tmp_path / "run", insecure=True)
+    sup.start()
+    clients = {c.name: ControlClient(f"127.0.0.1:{c.grpc_port}") for c in sup.children}
+    try:
+        workers = [clients[f"worker-{i}"] for i in range(spec.workers)]
+
+        def states() -> list[ProcessState] | None:
+            try:
+                return [w.status() for w in workers]
+            except CommandError:
+                return None  # still starting
+
+        # the spout's task runs in one of the workers: that one's spouts are active
+        await eventually("the spout's worker process active", lambda: (s := states()) and any(x.active for x in s),
+                         timeout=30)
+        await start_operator(tls=False)
+        await create_topology(api, "wc", SPEC)
+        await eventually("the StatefulSets", lambda: obj(api, STATEFULSETS, "wc-worker") and obj(api, STATEFULSETS,
+                                                                                                  "wc-acker"))
+        for child in sup.children:
+            await put_pod(api, f"wc-{child.name}", "wc", {"phase": "Running", "podIP": "127.0.0.1"},
+                          grpc_port=child.grpc_port)
+
+        await patch_spec(api, "wc", {"suspended": True})
+        await eventually("every worker process suspended, its spouts stopped",
+                         lambda: (s := states()) and all(x.suspended and not x.active for x in s), timeout=20)
+        assert not yaml.safe_load(path.read_text()).get("suspended")  # the file did not say so
+        await patch_spec(api, "wc", {"suspended": False})
+        await eventually("every worker process resumed, the spout's emitting again",
+                         lambda: (s := states()) and all(not x.suspended for x in s) and any(x.active for x in s),
+                         timeout=20)
+    finally:
+        for client in clients.values():
+            client.close()
+        sup.stop()
 
 
 async def test_optional_children_come_and_go(api, start_operator):

@@ -1,4 +1,5 @@
-"""A rebalance's commands to one worker or acker process, over the gRPC server it already runs.
+"""The operator's commands to one worker or acker process, over the gRPC server it already runs: a
+rebalance's, and a suspend's (:meth:`ControlClient.suspend`).
 
 Storm's ``rebalance -w`` deactivates the spouts, waits for the trees in flight, reassigns and
 activates again. The operator (and tests, on local processes) does the same process by process:
@@ -41,6 +42,7 @@ class ProcessState:
     pending: int  # trees pending at its spouts
     in_flight: int  # items queued in it, and inputs its bolts hold
     member: bool  # False: the spec it was asked to switch to has no place for it
+    suspended: bool = False  # the topology is suspended, as its spec file or a SUSPEND said last
 
     @property
     def idle(self) -> bool:
@@ -50,11 +52,13 @@ class ProcessState:
     @classmethod
     def of(cls, message: ProcessStateMessage) -> ProcessState:
         return cls(plan=message.plan, active=message.active, held=message.held, connected=message.connected,
-                   pending=message.pending, in_flight=message.in_flight, member=message.member)
+                   pending=message.pending, in_flight=message.in_flight, member=message.member,
+                   suspended=message.suspended)
 
     def message(self) -> ProcessStateMessage:
         return ProcessStateMessage(plan=self.plan, active=self.active, held=self.held, connected=self.connected,
-                                   pending=self.pending, in_flight=self.in_flight, member=self.member)
+                                   pending=self.pending, in_flight=self.in_flight, member=self.member,
+                                   suspended=self.suspended)
 
 
 def drained(states: Iterable[ProcessState]) -> bool:
@@ -91,6 +95,11 @@ class ControlClient:
     def activate(self) -> ProcessState:
         """Let the spouts emit again (unless the topology is suspended)."""
         return self._send(ControlRequest(command=ControlRequest.ACTIVATE))
+
+    def suspend(self, suspended: bool = True) -> ProcessState:
+        """Suspend the topology in this process (``False``: resume it) now, not when the kubelet next
+        updates its mounted spec file (up to about a minute later): the operator sends both."""
+        return self._send(ControlRequest(command=ControlRequest.SUSPEND if suspended else ControlRequest.RESUME))
 
     def switch(self, spec: TopologySpec) -> ProcessState:
         """Run ``spec`` from now on: the process rebuilds its tasks and links for the new plan (in the

@@ -239,6 +239,15 @@ class Process:
         if self.activated and self.draining_since is None:
             self.runtime.set_active(self._spouts_on())
 
+    def _suspend(self, suspended: bool, *, why: str) -> None:
+        """Follow ``suspended``, whichever says it first: the operator's command, or the spec file that
+        the kubelet updates up to a minute later (which then changes nothing)."""
+        if suspended != self.suspended:
+            self.suspended = suspended
+            log.info("%s: topology %s (%s)", self.cfg.name, "suspended: deactivating spouts" if suspended
+                     else "resumed: activating spouts", why)
+            self._set_spouts()
+
     def _watch_spec(self) -> None:
         """Every second: follow the spec file (a mounted ConfigMap, which Kubernetes updates in place).
 
@@ -257,11 +266,7 @@ class Process:
         except SquallError as exc:
             log.warning("%s: ignoring an unreadable spec update: %s", self.cfg.name, exc)
             return
-        if spec.suspended != self.suspended:
-            self.suspended = spec.suspended
-            log.info("%s: topology %s", self.cfg.name, "suspended: deactivating spouts" if spec.suspended
-                     else "resumed: activating spouts")
-            self._set_spouts()
+        self._suspend(spec.suspended, why="the spec file")
         stuck = self.started and not self.transport.all_connected() and self.draining_since is None
         if stuck and spec.fingerprint() != self.plan and self.member:
             try:
@@ -269,10 +274,10 @@ class Process:
             except CommandError as exc:
                 log.warning("%s: cannot switch to the spec file's plan: %s", self.cfg.name, exc)
 
-    # -- a rebalance's commands (squall.process.control) -----------------------------------------
+    # -- the operator's commands: a rebalance's, a suspend's (squall.process.control) ----------------
 
     def control(self, request: ControlRequest) -> ProcessState:
-        """Carry out a rebalance's command on the scheduler loop (called on a gRPC server thread)."""
+        """Carry out a command on the scheduler loop (called on a gRPC server thread)."""
         spec = None
         if request.command == ControlRequest.SWITCH:
             try:
@@ -309,6 +314,8 @@ class Process:
             log.info("%s: rebalance: activating spouts again", self.cfg.name)
             self.held = False
             self._set_spouts()
+        elif command in (ControlRequest.SUSPEND, ControlRequest.RESUME):
+            self._suspend(command == ControlRequest.SUSPEND, why="the operator's command")
         elif command == ControlRequest.SWITCH:
             assert spec is not None
             self._switch(spec, why="rebalance")
@@ -347,7 +354,7 @@ class Process:
         return ProcessState(plan=self.plan, active=any(s.active for s in rt.spouts), held=self.held,
                             connected=self.transport.all_connected(), pending=rt.pending_trees(),
                             in_flight=rt.queued() + rt.held() + self.transport.unsent() + self.transport.undelivered(),
-                            member=self.member)
+                            member=self.member, suspended=self.suspended)
 
     # -- stopping ----------------------------------------------------------------------------
 
