@@ -349,6 +349,36 @@ def test_refused_streams_never_steal_the_frames_of_the_stream_that_is_accepted(p
             new.close()
 
 
+def test_the_iterator_of_a_call_that_ended_takes_no_frame_meant_for_the_next_call():
+    """The race behind a rare failure of the test above: gRPC was inside a refused call's request
+    iterator, blocked on the link's queue, when the call ended; the next call was accepted and the first
+    frame offered went to the dead call's iterator, which dropped it (its trees failed and replayed for
+    nothing). A waiting iterator now wakes when its call ends and takes nothing; the frame waits for the
+    next call. The link's own thread is not started: this drives the iterators as gRPC would."""
+    import threading
+    import time
+
+    from squall.transport import links
+
+    reported: list[bytes] = []
+    link = links.PeerLink(peer="worker-1", address="127.0.0.1:1", lane=links.DATA, sender="worker-0", plan="p1",
+                          max_frame=1 << 20, wake=lambda: None, dropped=reported.append)
+    ended = links.InFlight()
+    taken: list[bytes] = []
+    pulling = threading.Thread(target=lambda: taken.extend(link._stream(ended)))
+    pulling.start()
+    deadline = time.monotonic() + 10
+    while not link._handoff._cond._waiters and time.monotonic() < deadline:  # gRPC's thread waits for a frame
+        time.sleep(0.001)
+    assert link._handoff._cond._waiters
+    link._end_call(ended)  # what the call's done callback does
+    link.connected.set()  # the next call is accepted
+    link.offer(b"first")
+    pulling.join(5)
+    assert not pulling.is_alive() and taken == [] and reported == [] and link.stats.dropped == 0
+    assert next(link._stream(links.InFlight())) == b"first"
+
+
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(frame=st.binary(max_size=512))
 def test_random_bytes_decode_or_are_refused_never_anything_else(plan, frame):

@@ -1,7 +1,7 @@
 """Outgoing links: one long-lived gRPC client stream per (peer process, lane).
 
-The scheduler thread hands encoded frames to a link's bounded queue; the link's own thread
-streams them to the peer. A full queue refuses frames (backpressure into the executors). When a
+The scheduler thread hands encoded frames to a link's bounded :class:`Handoff`; the link's own thread
+streams them to the peer. A full handoff refuses frames (backpressure into the executors). When a
 stream breaks, the frames it had handed to gRPC that the peer may not have read
 (:class:`InFlight`) are dropped and counted, and the tuple trees they carried fail at once (their
 spouts replay them). Frames offered while the peer is unreachable are dropped and counted too, but
@@ -12,7 +12,6 @@ to exit (:meth:`PeerLink.stop_holding`).
 from __future__ import annotations
 
 import logging
-import queue
 import random
 import threading
 import time
@@ -157,6 +156,51 @@ class InFlight:
         return frames[max(0, len(frames) - (self.taken - read)):] if self.taken > read else []
 
 
+class Handoff:
+    """The frames waiting for a link's current call (at most :data:`WAITING_FRAMES`), between the
+    scheduler thread that offers them and the gRPC thread that pulls the call's request iterator.
+
+    A taker waits for a frame or for its call to end, whichever comes first, and a call that has ended
+    takes nothing: gRPC may still pull the iterator of a call that is over (refused by a peer of another
+    plan, broken), and it discards what it pulls. With a plain queue that iterator stayed blocked in
+    ``get`` for up to its timeout and took the first frame meant for the next, accepted call.
+    """
+
+    __slots__ = ("frames", "_cond")
+
+    def __init__(self) -> None:
+        self.frames: deque[bytes] = deque()
+        self._cond = threading.Condition(threading.Lock())
+
+    def put(self, frame: bytes) -> bool:
+        """Add ``frame``; False if the handoff is full."""
+        with self._cond:
+            if len(self.frames) >= WAITING_FRAMES:
+                return False
+            self.frames.append(frame)
+            self._cond.notify()
+            return True
+
+    def take(self, over: Callable[[], bool]) -> bytes | None:
+        """The next frame, waiting for it; None once ``over()`` says the taker's call has ended."""
+        with self._cond:
+            while not over():  # checked first: a call that ended takes nothing, even if a frame waits
+                if self.frames:
+                    return self.frames.popleft()
+                self._cond.wait()
+            return None
+
+    def wake(self) -> None:
+        """Let every waiting taker look at ``over`` again (a call ended, the link closes)."""
+        with self._cond:
+            self._cond.notify_all()
+
+    def drain(self) -> list[bytes]:
+        with self._cond:
+            frames, self.frames = list(self.frames), deque()
+            return frames
+
+
 class PeerLink:
     """Streams frames to ``address`` on ``lane``, reconnecting for as long as the process lives."""
 
@@ -165,7 +209,7 @@ class PeerLink:
                  tls: Credentials | None = None) -> None:
         self.peer, self.address, self.lane, self.sender, self.plan = peer, address, lane, sender, plan
         self.stats = LinkStats()
-        self._frames: queue.Queue[bytes] = queue.Queue(WAITING_FRAMES)
+        self._handoff = Handoff()
         self._wake = wake
         self._dropped = dropped
         self._closed = threading.Event()
@@ -195,12 +239,12 @@ class PeerLink:
         """
         if not self.connected.is_set():
             return self.ever_connected
-        # The queue's length without its lock: this thread is the only producer, so it can only
-        # be shorter than read, never longer.
-        return len(self._frames.queue) < self._frames.maxsize
+        # The length without the lock: this thread is the only producer, so it can only be shorter
+        # than read, never longer.
+        return len(self._handoff.frames) < WAITING_FRAMES
 
     def queued(self) -> int:
-        return len(self._frames.queue)
+        return len(self._handoff.frames)
 
     def offer(self, frame: bytes) -> None:
         """Queue a frame; call only after :meth:`has_room` said yes.
@@ -215,32 +259,28 @@ class PeerLink:
         if not self.connected.is_set():
             self._hold(frame)
             return
-        try:
-            self._frames.put_nowait(frame)
-        except queue.Full:  # the link broke and refilled in between: the frame dies with it
+        if not self._handoff.put(frame):  # the link broke and refilled in between: the frame dies with it
             self._drop(frame)
 
     def _stream(self, call: InFlight) -> Iterator[bytes]:
-        """The frames of one call, until that call is over.
+        """The frames of one call, until that call is over (:class:`Handoff` says why it must stop)."""
+        closed, over = self._closed, call.over
 
-        gRPC keeps pulling a call's request iterator on its own thread; once the call is over it
-        discards what it pulls. So the iterator of a finished call (refused by a peer of another plan,
-        broken) must stop taking frames from the link's queue: before, each one stayed blocked there and
-        took one frame of the next, accepted call, which then vanished, counted as sent.
-        """
-        frames, closed, over = self._frames, self._closed, call.over
-        while not (closed.is_set() or over.is_set()):
-            try:
-                frame = frames.get(timeout=0.2)
-            except queue.Empty:
-                continue
-            if not call.add(frame):  # the call ended while we waited: the frame dies with it, counted
+        def ended() -> bool:
+            return over.is_set() or closed.is_set()
+
+        while (frame := self._handoff.take(ended)) is not None:
+            if not call.add(frame):  # the call ended right after the take: the frame dies with it, counted
                 self._drop(frame)
                 return
             self.stats.batches += 1
             self.stats.bytes += len(frame)
-            self._wake()  # room in the queue: an executor parked on it may go on
+            self._wake()  # room in the handoff: an executor parked on it may go on
             yield frame
+
+    def _end_call(self, call: InFlight) -> None:
+        call.over.set()
+        self._handoff.wake()
 
     def _run(self) -> None:
         call = self._channel.stream_unary(METHOD, request_serializer=None,
@@ -260,7 +300,7 @@ class PeerLink:
                 self._watched = time.monotonic()
             in_flight = InFlight()
             future = call.future(self._stream(in_flight), metadata=metadata)
-            future.add_done_callback(lambda _, over=in_flight.over: over.set())
+            future.add_done_callback(lambda _, call=in_flight: self._end_call(call))
             # The peer answers with its plan id once it has accepted the stream (same plan).
             accepted = dict(future.initial_metadata() or ()).get(PLAN_KEY) == self.plan
             if accepted:
@@ -336,11 +376,7 @@ class PeerLink:
             self._dropped(frame)
 
     def _drop_queued(self) -> None:
-        while True:
-            try:
-                frame = self._frames.get_nowait()
-            except queue.Empty:
-                return
+        for frame in self._handoff.drain():
             self._drop(frame)
 
     def _drop(self, frame: bytes) -> None:
@@ -349,9 +385,10 @@ class PeerLink:
         self._dropped(frame)
 
     def stop(self) -> None:
-        """Begin closing: the stream ends within 0.2 s (at once if the peer is unreachable, within a
-        second). :meth:`close` waits for it; a process stops every link first, so they end together."""
+        """Begin closing: the stream ends at once (within a second while the peer is unreachable).
+        :meth:`close` waits for it; a process stops every link first, so they end together."""
         self._closed.set()
+        self._handoff.wake()
 
     def close(self) -> None:
         self.stop()
