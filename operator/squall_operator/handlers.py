@@ -21,10 +21,10 @@ import threading
 import time
 import urllib.request
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import kopf
 from kubernetes import client
@@ -54,6 +54,7 @@ from squall_operator.render import (
 from squall_operator.settings import Settings
 
 log = logging.getLogger(__name__)
+_T = TypeVar("_T")
 RETRY_DELAY = 10.0  # seconds before kopf retries a reconcile the API server refused
 ERRORS_TIMEOUT = 2.0  # seconds to wait for a pod's GET /errors
 ANSWER_TIMEOUT = 2.0  # seconds to wait for a process's answer to a rebalance's command
@@ -182,16 +183,21 @@ class Operator:
             return None
         return f"{ip}:{port}"
 
+    def _command(self, pod: Manifest, tls: Credentials | None, send: Callable[[ControlClient], _T]) -> _T | None:
+        """``send`` a command to a pod's process; None if the pod is not running. Raises
+        :class:`CommandError` if the process did not answer within :data:`ANSWER_TIMEOUT`."""
+        address = self._address(pod, "grpc")
+        if address is None:
+            return None
+        with ControlClient(address, tls=tls, timeout=ANSWER_TIMEOUT) as process:
+            return send(process)
+
     def _found(self, pods: list[tuple[str, int, Manifest]], tls: Credentials | None) -> list[rebalance.Pod]:
         """The pods with what each one's process says of itself (asked all at once: a silent one costs
         :data:`ANSWER_TIMEOUT` at most)."""
         def ask(pod: Manifest) -> ProcessState | None:
-            address = self._address(pod, "grpc")
-            if address is None:
-                return None
             try:
-                with ControlClient(address, tls=tls, timeout=ANSWER_TIMEOUT) as client:
-                    return client.status()
+                return self._command(pod, tls, ControlClient.status)
             except CommandError:
                 return None  # starting, stopping or unreachable: its readiness tells the rest
 
@@ -209,12 +215,9 @@ class Operator:
         by_name = {pod["metadata"]["name"]: pod for _, _, pod in pods}
         for command in commands:
             for name in getattr(decision, command):
-                address = self._address(by_name[name], "grpc")
-                if address is None:
-                    continue
                 try:
-                    with ControlClient(address, tls=tls, timeout=ANSWER_TIMEOUT) as client:
-                        client.switch(spec) if command == "switch" else getattr(client, command)()
+                    self._command(by_name[name], tls, lambda process, command=command:
+                                  process.switch(spec) if command == "switch" else getattr(process, command)())
                 except CommandError as exc:
                     logger.warning("rebalance: %s %s failed (retried): %s", command, name, exc)
         for name in decision.delete:
@@ -229,12 +232,8 @@ class Operator:
         for pod in found:
             if pod.role != WORKER or pod.state is None or pod.state.suspended == spec.suspended:
                 continue
-            address = self._address(by_name[pod.name], "grpc")
-            if address is None:
-                continue
             try:
-                with ControlClient(address, tls=tls, timeout=ANSWER_TIMEOUT) as client:
-                    client.suspend(spec.suspended)
+                self._command(by_name[pod.name], tls, lambda process: process.suspend(spec.suspended))
             except CommandError as exc:
                 logger.warning("%s %s failed (retried; its spec file follows): %s",
                                "suspend" if spec.suspended else "resume", pod.name, exc)
