@@ -297,6 +297,7 @@ def test_refused_streams_never_steal_the_frames_of_the_stream_that_is_accepted(p
     import threading
     import time
 
+    from squall.process.supervisor import free_ports
     from squall.transport import Transport
 
     got: list[Any] = []
@@ -311,8 +312,8 @@ def test_refused_streams_never_steal_the_frames_of_the_stream_that_is_accepted(p
         receiver.attach(try_deliver=lambda task, item: got.append(item) or True, wake=woke.set, frames=8)
         return receiver
 
-    old = receiver_of("old-plan", "127.0.0.1:0")
-    port = old.receiver.port
+    [port] = free_ports(1)  # bound again below, after the old receiver closes: not from the ephemeral range
+    old = receiver_of("old-plan", f"127.0.0.1:{port}")
     sender = Transport(name="worker-0", plan="new-plan", owner={bolt_task: "worker-1"}, senders=frozenset(),
                        addresses={"worker-1": f"127.0.0.1:{port}"}, bind="127.0.0.1:0", **common)
     sender.attach(try_deliver=lambda task, item: True, wake=lambda: None, frames=8)

@@ -449,3 +449,25 @@ def test_trees_of_frames_sent_to_a_dead_worker_fail_at_once_not_at_their_timeout
     wait_for(lambda t: t.acked["a-numbers"] >= 3000, timeout=120, sup=sup, what="every id acked after the restart")
     sup.stop()
     assert spout_report(tmp_path)["acked"] == list(range(3000))
+
+
+def test_a_run_gives_its_processes_ports_the_kernel_never_hands_out_by_itself():
+    """A killed process is restarted on its ports. Drawn from the kernel's ephemeral range, one of them
+    could meanwhile become the local end of any connection on the machine, and the process failed to
+    come back ("Address already in use": a chaos test under ``pytest -n 4``). So they come from below
+    that range, free when drawn, and distinct."""
+    import socket
+
+    from squall.process.supervisor import LOCAL_PORTS, _ephemeral_low, free_ports
+
+    low = _ephemeral_low()
+    assert low - LOCAL_PORTS >= 1000, f"this machine's ephemeral range starts at {low}: no room below it"
+    ports = free_ports(16)
+    assert len(set(ports)) == 16 and all(LOCAL_PORTS <= port < low for port in ports)
+    socks = [socket.socket() for _ in ports]
+    try:
+        for s, port in zip(socks, ports, strict=True):
+            s.bind(("127.0.0.1", port))
+    finally:
+        for s in socks:
+            s.close()

@@ -7,6 +7,7 @@ import contextlib
 import json
 import logging
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -33,16 +34,50 @@ QUICK_EXIT = 5.0  # seconds: an exit sooner than this after start counts towards
 CRASH_LOOP = 3
 
 
+LOCAL_PORTS = 20000  # the lowest port a run's processes are given, below the kernel's ephemeral range
+
+
 def free_ports(n: int) -> list[int]:
-    """Ports that were free a moment ago (bound to port 0, then released)."""
-    socks = [socket.socket() for _ in range(n)]
+    """``n`` ports free right now, each a process's to bind for as long as the run lasts.
+
+    Drawn below the kernel's ephemeral range where it leaves room: a killed process is restarted on
+    its ports, and while it was away a port from that range could become the local end of any
+    connection on the machine (under ``pytest -n 4`` a chaos test's worker failed to come back that
+    way). The kernel never hands out a port below the range by itself.
+    """
+    low = _ephemeral_low()
+    ports: list[int] = []
+    socks: list[socket.socket] = []
     try:
-        for s in socks:
+        if low - LOCAL_PORTS >= 1000:
+            for port in random.sample(range(LOCAL_PORTS, low), min(low - LOCAL_PORTS, 50 * n + 100)):
+                if len(ports) == n:
+                    break
+                s = socket.socket()
+                try:
+                    s.bind(("127.0.0.1", port))
+                except OSError:  # someone's: try another
+                    s.close()
+                    continue
+                socks.append(s)
+                ports.append(port)
+        while len(ports) < n:  # no room below the range (or all of it taken): any port the kernel gives
+            s = socket.socket()
+            socks.append(s)
             s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
+            ports.append(s.getsockname()[1])
+        return ports
     finally:
         for s in socks:
             s.close()
+
+
+def _ephemeral_low() -> int:
+    """The lowest port of the kernel's ephemeral range (Linux's default when it cannot be read)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
 
 
 @dataclass(frozen=True)
