@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from concurrent import futures
 
@@ -32,9 +33,10 @@ class ReceiveStats:
 class _Stream:
     """One inbound stream while it is served: the frames taken in so far, and whether it is over."""
 
-    __slots__ = ("taken", "ended", "error", "over", "lock")
+    __slots__ = ("key", "taken", "ended", "error", "over", "lock")
 
-    def __init__(self) -> None:
+    def __init__(self, key: tuple[str, str]) -> None:
+        self.key = key  # (sender, lane)
         self.taken = 0  # frames put into the ingress
         self.ended = False  # the count is answered: no frame is taken in after it
         self.error: str | None = None  # a malformed frame: the stream is closed with this
@@ -54,6 +56,10 @@ class Receiver:
         self._served: set[_Stream] = set()
         self._closed = threading.Event()
         self._lock = threading.Lock()
+        # The streams stop_taking answered whose senders have not been back since (see stop).
+        self._unheard: set[tuple[str, str]] = set()
+        self._answered_at = 0.0
+        self._heard = threading.Condition(self._lock)
         # One thread per inbound stream: every peer keeps two streams open.
         self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=streams + 4, thread_name_prefix="recv"),
                                   options=server_options(max_frame), maximum_concurrent_rpcs=streams + 4)
@@ -76,10 +82,14 @@ class Receiver:
         self.server.start()
 
     def _transfer(self, frames, context: grpc.ServicerContext) -> TransferSummary:
-        if self._closed.is_set():  # refused before it is accepted: the sender backs off and retries
-            context.abort(grpc.StatusCode.UNAVAILABLE, "this process is stopping")
         meta = dict(context.invocation_metadata())
         lane, sender = meta.get("squall-lane", ""), meta.get("squall-sender", "?")
+        if self._closed.is_set():  # refused before it is accepted: the sender backs off and retries
+            log.debug("refusing the %s stream from %s: this process is stopping", lane, sender)
+            with self._heard:  # a sender starts a new stream once it has read the answer to its last
+                self._unheard.discard((sender, lane))
+                self._heard.notify_all()
+            context.abort(grpc.StatusCode.UNAVAILABLE, "this process is stopping")
         if lane not in (DATA, CONTROL):
             context.abort(grpc.StatusCode.INVALID_ARGUMENT,
                           f"metadata squall-lane must be data or control, not {lane!r}")
@@ -114,7 +124,7 @@ class Receiver:
         answer when the process stops, too: waiting for a frame in gRPC's iterator cannot be
         interrupted, and a stream cut instead made its sender fail the trees of every frame it could
         not be sure was read (its last ones, read long before)."""
-        stream = _Stream()
+        stream = _Stream(key)
         with self._lock:
             self._served.add(stream)
         if self._closed.is_set():  # stop() may have gone through the streams before this one was added
@@ -164,11 +174,21 @@ class Receiver:
         self._closed.set()  # a reader that has not begun putting its frame now never will
         with self._lock:
             streams = list(self._served)
+            if streams and not self._unheard:
+                self._answered_at = time.monotonic()
+            self._unheard.update(stream.key for stream in streams)
         for stream in streams:
             stream.over.set()
             with stream.lock:  # a reader that was putting a frame has put it, and counted it
                 pass
 
     def stop(self, grace: float = 1.0) -> None:
+        """Answer every stream (:meth:`stop_taking`), then close. The connections stay open until each
+        sender answered has come back (it read its answer), for at most ``grace`` after the answers:
+        closed at once, a socket the sender was still writing to was reset, and with it the answer it
+        had not yet read; the sender then took the stream for broken and failed the trees of every
+        frame it could not be sure had arrived."""
         self.stop_taking()
+        with self._heard:
+            self._heard.wait_for(lambda: not self._unheard, timeout=self._answered_at + grace - time.monotonic())
         self.server.stop(grace).wait()
