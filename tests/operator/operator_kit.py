@@ -34,7 +34,6 @@ import dataclasses
 import datetime
 import itertools
 import logging
-import socket
 import threading
 import time
 import uuid
@@ -48,6 +47,7 @@ import kopf
 import yaml
 from kubernetes import client
 
+from squall.process.supervisor import free_ports
 from squall_operator import resource
 from squall_operator.apply import APPLY_PATCH
 from squall_operator.handlers import operate
@@ -166,9 +166,9 @@ def declare_podmonitors(api: ApiServer) -> None:
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A free port below the kernel's ephemeral range (``squall run``'s own): no connection of another
+    test can take it before the server it is for binds it."""
+    return free_ports(1)[0]
 
 
 class OperatorThread:
