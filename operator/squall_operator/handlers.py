@@ -224,16 +224,18 @@ class Operator:
             self.kube.delete(Ref("v1", "Pod", namespace, name))
 
     def _suspend(self, found: list[rebalance.Pod], pods: list[tuple[str, int, Manifest]], *, spec: TopologySpec,
-                 tls: Credentials | None, logger: logging.Logger | logging.LoggerAdapter) -> None:
+                 generation: int, tls: Credentials | None, logger: logging.Logger | logging.LoggerAdapter) -> None:
         """Tell each running worker process whose ``suspended`` is not the spec's: at once, where the
         kubelet would bring its mounted spec file up to date up to a minute later. A command that fails
-        is retried at the next reconcile; the file follows anyway."""
+        is retried at the next reconcile; the file follows anyway. The command carries the Topology's
+        generation, so that a process ignores an older version of the file that the kubelet writes after it."""
         by_name = {pod["metadata"]["name"]: pod for _, _, pod in pods}
         for pod in found:
             if pod.role != WORKER or pod.state is None or pod.state.suspended == spec.suspended:
                 continue
             try:
-                self._command(by_name[pod.name], tls, lambda process: process.suspend(spec.suspended))
+                self._command(by_name[pod.name], tls,
+                              lambda process: process.suspend(spec.suspended, generation=generation))
             except CommandError as exc:
                 logger.warning("%s %s failed (retried; its spec file follows): %s",
                                "suspend" if spec.suspended else "resume", pod.name, exc)
@@ -292,7 +294,8 @@ class Operator:
             own = (self.settings.own_namespace,) if self.settings.own_namespace else ()
             manifests = render(spec, namespace=namespace, image=image, podmonitor=self._podmonitor(),
                                monitor_labels=dict(self.settings.podmonitor_labels), pdb_api=self.features.pdb_api,
-                               tls=tls, metrics_from=self.settings.metrics_from, control_from=own)
+                               tls=tls, metrics_from=self.settings.metrics_from, control_from=own,
+                               generation=generation or 0)
             kopf.adopt(manifests, owner=topology)
             names = Names(name)
             live = {role: self.kube.get(Ref("apps/v1", "StatefulSet", namespace, getattr(names, role)))
@@ -323,7 +326,7 @@ class Operator:
                 live = {role: applied.live.get(("StatefulSet", getattr(names, role))) for role in ROLES}
                 self._carry_out(decision, pods, namespace=namespace, spec=spec, tls=tls, logger=logger,
                                 commands=("switch", "activate"))
-            self._suspend(found, pods, spec=spec, tls=tls, logger=logger)
+            self._suspend(found, pods, spec=spec, generation=generation or 0, tls=tls, logger=logger)
             for kind, reason, message in decision.events:
                 logger.info("rebalance: %s: %s", reason, message)
                 self._event(topology, kind, reason, message)

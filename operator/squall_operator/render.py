@@ -109,7 +109,7 @@ def resolve_image(spec: TopologySpec, default: str | None) -> str:
 def render(spec: TopologySpec, *, namespace: str, image: str, podmonitor: bool = False,
            monitor_labels: Mapping[str, str] | None = None, pdb_api: str | None = PDB_API,
            tls: Credentials | None = None, metrics_from: Collection[str] | None = None,
-           control_from: Collection[str] = ()) -> list[Manifest]:
+           control_from: Collection[str] = (), generation: int = 0) -> list[Manifest]:
     """Every object of the topology, in the order they are applied.
 
     ``spec`` must be valid (:func:`squall_operator.resource.check_spec`); ``image`` comes from
@@ -119,9 +119,9 @@ def render(spec: TopologySpec, *, namespace: str, image: str, podmonitor: bool =
     credentials, in a Secret its pods mount for mutual TLS (None: plaintext gRPC). ``metrics_from``:
     a NetworkPolicy lets in only the topology's own pods, and these namespaces on the metrics port
     (None: no NetworkPolicy), and ``control_from`` (the operator's) on the gRPC port, for a rebalance's
-    commands.
+    commands. ``generation``: the Topology's ``metadata.generation``, written beside the spec file.
     """
-    out = [config_map(spec, namespace=namespace), service_account(spec, namespace=namespace)]
+    out = [config_map(spec, namespace=namespace, generation=generation), service_account(spec, namespace=namespace)]
     if tls is not None:
         out.append(tls_secret(spec, namespace=namespace, tls=tls))
     if metrics_from is not None:
@@ -159,10 +159,11 @@ def _meta(name: str, *, namespace: str, topology: str, component: str) -> dict[s
     return {"name": name, "namespace": namespace, "labels": labels(topology, component=component)}
 
 
-def config_map(spec: TopologySpec, *, namespace: str) -> Manifest:
-    """The whole spec as ``topology.yaml``, mounted into every pod; workers follow its ``suspended``.
-    With a Spark executors' pod template, that too (Spark's driver reads it from a file)."""
-    data = {SPEC_FILE: yaml.safe_dump(spec.to_dict(), sort_keys=False)}
+def config_map(spec: TopologySpec, *, namespace: str, generation: int = 0) -> Manifest:
+    """The whole spec as ``topology.yaml``, mounted into every pod; workers follow its ``suspended``,
+    unless the operator's command from a newer ``generation`` (the Topology's, in the file beside it)
+    said otherwise. With a Spark executors' pod template, that too (Spark's driver reads it from a file)."""
+    data = {SPEC_FILE: yaml.safe_dump(spec.to_dict(), sort_keys=False), contract.GENERATION_FILE: str(generation)}
     executors = pods.templates(spec).get(pods.SPARK_EXECUTORS)
     if executors is not None:
         data[EXECUTOR_TEMPLATE_FILE] = yaml.safe_dump(executor_pod(spec), sort_keys=False)

@@ -280,6 +280,14 @@ async def test_suspend_reaches_the_running_processes_at_once_not_only_through_th
         await eventually("every worker process resumed, the spout's emitting again",
                          lambda: (s := states()) and all(not x.suspended for x in s) and any(x.active for x in s),
                          timeout=20)
+        # The commands carried the Topology's generation (3: created, suspended, resumed): the spec file of
+        # the suspend's generation, written by a kubelet after the resume, does not undo it.
+        (tmp_path / "generation").write_text("2")
+        path.write_text(yaml.safe_dump({**spec.to_dict(), "suspended": True}))
+        logs = [sup.child(f"worker-{i}").log_path for i in range(spec.workers)]
+        await eventually("every worker to read the older file", lambda: all(
+            "as of generation 2; generation 3 is followed" in log.read_text() for log in logs), timeout=20)
+        assert (s := states()) and all(not x.suspended for x in s)
     finally:
         for client in clients.values():
             client.close()

@@ -110,7 +110,7 @@ def test_spark_executors_template_goes_to_the_pod_template_file():
     assert conf["spark.kubernetes.executor.podTemplateFile"] == "/etc/squall/executor-pod-template.yaml"
     assert conf["spark.kubernetes.executor.podTemplateContainerName"] == "spark-kubernetes-executor"
     items = next(v for v in worker["spec"]["template"]["spec"]["volumes"] if v["name"] == "spec")["configMap"]["items"]
-    assert {i["path"] for i in items} == {"topology.yaml", "executor-pod-template.yaml"}
+    assert {i["path"] for i in items} == {"topology.yaml", "generation", "executor-pod-template.yaml"}
 
 
 def refused(template: dict, role: str = "workers", base: dict = BASE) -> str:

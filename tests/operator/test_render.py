@@ -110,6 +110,9 @@ def test_config_map_holds_the_whole_spec():
     topology = spec(SPARK)
     cm = by_kind(render(topology, namespace=NS, image="x"))["ConfigMap", "wc-spec"]
     assert TopologySpec.from_dict(yaml.safe_load(cm["data"]["topology.yaml"])) == topology
+    assert cm["data"]["generation"] == "0"  # not known
+    numbered = by_kind(render(topology, namespace=NS, image="x", generation=7))["ConfigMap", "wc-spec"]
+    assert numbered["data"]["generation"] == "7"  # the Topology's, beside the spec file
 
 
 def test_statefulsets():
@@ -144,7 +147,9 @@ def test_statefulsets():
         assert "subPath" not in mount and mount["readOnly"] is True
         volume = next(v for v in pod["spec"]["volumes"] if v["name"] == "spec")
         assert volume["configMap"]["name"] == "wc-spec"
-        assert env(sts)["SQUALL_TOPOLOGY"] == f"{mount['mountPath']}/{volume['configMap']['items'][0]['path']}"
+        # the spec file, and the Topology generation it comes from beside it
+        assert {item["path"] for item in volume["configMap"]["items"]} == {"topology.yaml", "generation"}
+        assert env(sts)["SQUALL_TOPOLOGY"] == f"{mount['mountPath']}/topology.yaml"
         assert "imagePullPolicy" not in c
     assert container(by_kind(render(spec(SPARK), namespace=NS, image="x"))["StatefulSet", "wc-worker"])[
         "resources"] == SPARK["resources"]

@@ -283,6 +283,35 @@ def test_suspended_in_the_spec_file_deactivates_and_reactivates_spouts(cluster, 
     assert worker.restarts == 0  # suspending never restarts a process
 
 
+def test_a_spec_file_older_than_the_operators_command_does_not_undo_it(cluster, tmp_path):
+    """Suspended (generation 4) and resumed (5) by the operator's commands within the kubelet's sync
+    period: the kubelet may then write generation 4's spec file, which says suspended. The process stays
+    resumed; a newer file (6) is followed again."""
+    import yaml
+
+    sup = cluster(count=-1, workers=1, ackers=1, config={"test.rate": 1000})
+    wait_for(lambda t: t.acked["a-numbers"] >= 100, timeout=60, sup=sup, what="the topology to run")
+    worker = sup.child("worker-0")
+    control = sup.control(worker)
+    try:
+        assert control.suspend(True, generation=4).suspended
+        state = control.suspend(False, generation=5)
+        assert not state.suspended and state.active
+        path, doc = tmp_path / "topology.yaml", yaml.safe_load((tmp_path / "topology.yaml").read_text())
+        (tmp_path / "generation").write_text("4")
+        path.write_text(yaml.safe_dump({**doc, "suspended": True}))
+        wait_for(lambda t: "the spec file says suspended: true as of generation 4; generation 5 is followed"
+                 in worker.log_path.read_text(), timeout=30, sup=sup, what="the worker to read the older file")
+        state = control.status()
+        assert not state.suspended and state.active
+        (tmp_path / "generation").write_text("6")
+        path.write_text(yaml.safe_dump({**doc, "suspended": True}))
+        wait_for(lambda t: control.status().suspended, timeout=30, sup=sup, what="the worker to follow the newer file")
+        assert not control.status().active
+    finally:
+        control.close()
+
+
 def test_a_process_that_keeps_dying_at_start_is_not_restarted_forever(cluster):
     from squall.errors import SquallError
 

@@ -16,6 +16,9 @@ METRICS_PORT = 9090  # /metrics, /healthz, /errors
 SPEC_DIR = "/etc/squall"  # where pods mount the topology spec (a ConfigMap, as a directory)
 SPEC_FILE = "topology.yaml"
 SPEC_PATH = f"{SPEC_DIR}/{SPEC_FILE}"
+# Beside the spec file: the Topology's metadata.generation it was rendered from. The kubelet swaps a
+# mounted ConfigMap's files together, so a process reading both knows how new the spec it reads is.
+GENERATION_FILE = "generation"
 TLS_MOUNT = "/etc/squall-tls"  # where pods mount the topology's TLS Secret (squall.transport.tls)
 
 # The environment of a process. The spec file is the only carrier of the topology's own values.

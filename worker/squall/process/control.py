@@ -96,10 +96,12 @@ class ControlClient:
         """Let the spouts emit again (unless the topology is suspended)."""
         return self._send(ControlRequest(command=ControlRequest.ACTIVATE))
 
-    def suspend(self, suspended: bool = True) -> ProcessState:
+    def suspend(self, suspended: bool = True, *, generation: int = 0) -> ProcessState:
         """Suspend the topology in this process (``False``: resume it) now, not when the kubelet next
-        updates its mounted spec file (up to about a minute later): the operator sends both."""
-        return self._send(ControlRequest(command=ControlRequest.SUSPEND if suspended else ControlRequest.RESUME))
+        updates its mounted spec file (up to about a minute later): the operator sends both.
+        ``generation``: the Topology's, which the process compares with its spec file's (0: not known)."""
+        return self._send(ControlRequest(command=ControlRequest.SUSPEND if suspended else ControlRequest.RESUME,
+                                         generation=generation))
 
     def switch(self, spec: TopologySpec) -> ProcessState:
         """Run ``spec`` from now on: the process rebuilds its tasks and links for the new plan (in the

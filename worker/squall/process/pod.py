@@ -177,6 +177,7 @@ class Process:
         self.started = False  # spouts opened and bolts prepared
         self.activated = False
         self.suspended = cfg.spec.suspended
+        self.generation = self._generation()  # of what ``suspended`` was last taken from (see _suspend)
         self.held = False  # spouts deactivated by a rebalance, until it activates or switches us
         self.member = True  # False: a rebalance's new spec has no place for this process
         self.switch_to: ProcessConfig | None = None  # set by a rebalance: run this next
@@ -210,6 +211,13 @@ class Process:
         """Trees this process still waits for (for the log): its spouts' and those its ackers can decide."""
         return self.runtime.pending_trees() + sum(a.acker.trees.awaiting() for a in self.runtime.ackers)
 
+    def _generation(self) -> int:
+        """The Topology generation the spec file was rendered from (0: not known, as with squall run)."""
+        try:
+            return int(self.cfg.spec_path.with_name(contract.GENERATION_FILE).read_text())
+        except (OSError, ValueError):
+            return 0
+
     def _mtime(self) -> float:
         try:
             return self.cfg.spec_path.stat().st_mtime
@@ -239,9 +247,18 @@ class Process:
         if self.activated and self.draining_since is None:
             self.runtime.set_active(self._spouts_on())
 
-    def _suspend(self, suspended: bool, *, why: str) -> None:
+    def _suspend(self, suspended: bool, generation: int, *, why: str) -> None:
         """Follow ``suspended``, whichever says it first: the operator's command, or the spec file that
-        the kubelet updates up to a minute later (which then changes nothing)."""
+        the kubelet updates up to a minute later (which then changes nothing). Not from an older
+        generation of the Topology than the last one followed: suspended and resumed within the
+        kubelet's sync period, the file could say suspended after the RESUME came. Generation 0 is
+        not known, and always followed."""
+        if generation:
+            if generation < self.generation:
+                log.info("%s: %s says suspended: %s as of generation %d; generation %d is followed",
+                         self.cfg.name, why, str(suspended).lower(), generation, self.generation)
+                return
+            self.generation = generation
         if suspended != self.suspended:
             self.suspended = suspended
             log.info("%s: topology %s (%s)", self.cfg.name, "suspended: deactivating spouts" if suspended
@@ -260,13 +277,17 @@ class Process:
         mtime = self._mtime()
         if mtime == self._spec_mtime:
             return
-        self._spec_mtime = mtime
+        generation = self._generation()
         try:
             spec = load_spec(self.cfg.spec_path)
         except SquallError as exc:
+            self._spec_mtime = mtime
             log.warning("%s: ignoring an unreadable spec update: %s", self.cfg.name, exc)
             return
-        self._suspend(spec.suspended, why="the spec file")
+        if self._generation() != generation:  # read across the kubelet's swap of the files: next second
+            return
+        self._spec_mtime = mtime
+        self._suspend(spec.suspended, generation, why="the spec file")
         stuck = self.started and not self.transport.all_connected() and self.draining_since is None
         if stuck and spec.fingerprint() != self.plan and self.member:
             try:
@@ -290,7 +311,7 @@ class Process:
 
         def command() -> None:
             try:
-                state.append(self._command(request.command, spec))
+                state.append(self._command(request, spec))
             except CommandError as exc:
                 errors.append(exc)
             finally:
@@ -304,7 +325,8 @@ class Process:
             raise errors[0]
         return state[0]
 
-    def _command(self, command: int, spec: TopologySpec | None) -> ProcessState:
+    def _command(self, request: ControlRequest, spec: TopologySpec | None) -> ProcessState:
+        command = request.command
         if command == ControlRequest.DEACTIVATE and not self.held:
             log.info("%s: rebalance: deactivating spouts (%d tree(s) pending here)", self.cfg.name,
                      self.runtime.pending_trees())
@@ -315,7 +337,7 @@ class Process:
             self.held = False
             self._set_spouts()
         elif command in (ControlRequest.SUSPEND, ControlRequest.RESUME):
-            self._suspend(command == ControlRequest.SUSPEND, why="the operator's command")
+            self._suspend(command == ControlRequest.SUSPEND, request.generation, why="the operator's command")
         elif command == ControlRequest.SWITCH:
             assert spec is not None
             self._switch(spec, why="rebalance")
