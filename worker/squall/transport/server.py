@@ -129,7 +129,7 @@ class Receiver:
             self._served.add(stream)
         if self._closed.is_set():  # stop() may have gone through the streams before this one was added
             stream.over.set()
-        threading.Thread(target=self._read, args=(frames, key, stream), name=f"read-{key[0]}-{key[1]}",
+        threading.Thread(target=self._read, args=(frames, stream), name=f"read-{key[0]}-{key[1]}",
                          daemon=True).start()
         try:
             stream.over.wait()
@@ -143,7 +143,8 @@ class Receiver:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"malformed frame: {stream.error}")
         return TransferSummary(batches=taken)
 
-    def _read(self, frames, key: tuple[str, str], stream: _Stream) -> None:
+    def _read(self, frames, stream: _Stream) -> None:
+        key = stream.key
         sender, lane = key
         try:
             for frame in frames:
