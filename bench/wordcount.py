@@ -12,11 +12,14 @@ shuffle → split → fields → count. Cases, measured one after another in one
 CPU µs per acked tree sums utime + stime from ``/proc/<pid>/stat`` over every process: this one
 (it runs the in-process case and supervises the others) and every worker and acker. The machine
 may be shared: compare the ratios of one run, and the ceiling measured first and last says how
-much the machine's speed drifted meanwhile. Latency percentiles come from every recorded sample
-(an HDR histogram: within 0.8 % above the true value). Acker bytes per tree: the bytes of acker
-messages and verdicts that crossed processes, from the transport's byte counters.
+much the machine's speed drifted meanwhile. The cases run ``--rounds`` times (3 by default), one
+round after another, and each target is the median of its per-round ratios, printed with their range:
+on a shared machine a single round's ratio moves by a quarter or more. Latency percentiles come
+from every recorded sample (an HDR histogram: within 0.8 % above the true value). Acker bytes per
+tree: the bytes of acker messages and verdicts that crossed processes, from the transport's byte
+counters.
 
-    python bench/wordcount.py [--seconds 10] [--cases ceiling,local,1w1a,2w2a,2w2a-plain,2w2a-pin,80pct]
+    python bench/wordcount.py [--seconds 10] [--rounds 3] [--cases ceiling,local,1w1a,2w2a,2w2a-plain,2w2a-pin,80pct]
                                 [--pin]
 """
 
@@ -26,10 +29,12 @@ import argparse
 import gc
 import os
 import random
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -274,36 +279,72 @@ def table(results: list[Result]) -> None:
             print("|" + "|".join("-" * (w + 1) + (":" if j else "-") for j, w in enumerate(widths)) + "|")
 
 
-def targets(by: dict[str, Result]) -> None:
-    """The issue's targets, as ratios of this run's figures."""
-    def line(what: str, value: float, target: str, ok: bool) -> None:
-        print(f"  {what:<62} {value:6.2f}  target {target:<8} {'met' if ok else 'NOT met'}")
+# The issue's targets: what, the cases it needs, its value from one round's results, the target (in
+# parentheses: a figure to read, not a target) and whether a value meets it.
+TARGETS: list[tuple[str, tuple[str, ...], Callable[[dict[str, Result]], float], str, Callable[[float], bool]]] = [
+    ("in-process trees/s ÷ ceiling trees/s", ("local", "ceiling"),
+     lambda by: by["local"].rate / by["ceiling"].rate, "≥ 1.0", lambda v: v >= 1.0),
+    ("CPU µs/tree: 1 worker + 1 acker ÷ in-process", ("1w1a", "local"),
+     lambda by: by["1w1a"].cpu_us / by["local"].cpu_us, "≤ 1.3", lambda v: v <= 1.3),
+    ("CPU µs/tree: 2 workers + 2 ackers ÷ in-process", ("2w2a", "local"),
+     lambda by: by["2w2a"].cpu_us / by["local"].cpu_us, "≤ 1.6", lambda v: v <= 1.6),
+    ("CPU µs/tree: 2 workers + 2 ackers, mutual TLS ÷ plaintext", ("2w2a", "2w2a-plain"),
+     lambda by: by["2w2a"].cpu_us / by["2w2a-plain"].cpu_us, "(what TLS costs)", lambda v: True),
+    ("CPU µs/tree: 2 workers + 2 ackers pinned (--pin) ÷ in-process", ("2w2a-pin", "local"),
+     lambda by: by["2w2a-pin"].cpu_us / by["local"].cpu_us, "(an option)", lambda v: True),
+    ("trees/s: 2 workers + 2 ackers ÷ 1 worker + 1 acker", ("2w2a", "1w1a"),
+     lambda by: by["2w2a"].rate / by["1w1a"].rate, "≥ 1.0", lambda v: v >= 1.0),
+    ("p99 ms at 80 % of 1 worker + 1 acker's maximum", ("80pct",),
+     lambda by: by["80pct"].latency.quantile(0.99) * 1000, "≤ 20", lambda v: v <= 20),
+    ("p50 ms at 80 % of 1 worker + 1 acker's maximum", ("80pct",),
+     lambda by: by["80pct"].latency.quantile(0.5) * 1000, "≤ 5", lambda v: v <= 5),
+]
 
-    local, one, two, ceil = by.get("local"), by.get("1w1a"), by.get("2w2a"), by.get("ceiling")
-    if local and ceil:
-        line("in-process trees/s ÷ ceiling trees/s", local.rate / ceil.rate, "≥ 1.0", local.rate >= ceil.rate)
-    if local and one:
-        r = one.cpu_us / local.cpu_us
-        line("CPU µs/tree: 1 worker + 1 acker ÷ in-process", r, "≤ 1.3", r <= 1.3)
-    if local and two:
-        r = two.cpu_us / local.cpu_us
-        line("CPU µs/tree: 2 workers + 2 ackers ÷ in-process", r, "≤ 1.6", r <= 1.6)
-    plain = by.get("2w2a-plain")
-    if plain and two:
-        r = two.cpu_us / plain.cpu_us
-        print(f"  {'CPU µs/tree: 2 workers + 2 ackers, mutual TLS ÷ plaintext':<62} {r:6.2f}  (what TLS costs)")
-    pinned = by.get("2w2a-pin")
-    if pinned and local:
-        r = pinned.cpu_us / local.cpu_us
-        print(f"  {'CPU µs/tree: 2 workers + 2 ackers pinned (--pin) ÷ in-process':<62} {r:6.2f}  (an option)")
-    if one and two:
-        r = two.rate / one.rate
-        line("trees/s: 2 workers + 2 ackers ÷ 1 worker + 1 acker", r, "≥ 1.0", r >= 1.0)
-    if "80pct" in by and by["80pct"].latency is not None:
-        h = by["80pct"].latency
-        p99, p50 = h.quantile(0.99) * 1000, h.quantile(0.5) * 1000
-        line("p99 ms at 80 % of 1 worker + 1 acker's maximum", p99, "≤ 20", p99 <= 20)
-        line("p50 ms at 80 % of 1 worker + 1 acker's maximum", p50, "≤ 5", p50 <= 5)
+
+def targets(rounds: list[dict[str, Result]]) -> None:
+    """Each target as the median of its ratio over the rounds (a round's cases ran one after another, a
+    minute apart), with their range: on a shared machine one round can land anywhere in it."""
+    for what, needs, ratio, target, met in TARGETS:
+        values = sorted(ratio(by) for by in rounds if all(k in by for k in needs))
+        if not values:
+            continue
+        mid = statistics.median(values)
+        spread = f"{values[0]:.2f}–{values[-1]:.2f}" if len(values) > 1 else ""
+        if target.startswith("("):
+            print(f"  {what:<62} {mid:6.2f}  {spread:>11}  {target}")
+        else:
+            print(f"  {what:<62} {mid:6.2f}  {spread:>11}  target {target:<6} {'met' if met(mid) else 'NOT met'}")
+
+
+def median_round(results: list[Result]) -> Result:
+    """Of one case's rounds, the one with the median CPU per tree: a row of figures measured together."""
+    return sorted(results, key=lambda r: r.cpu_us)[len(results) // 2]
+
+
+def run_round(cases: list[str], args: argparse.Namespace, index: int) -> dict[str, Result]:
+    """Every case once, one after another."""
+    if args.rounds > 1:
+        print(f"round {index + 1} of {args.rounds} ...", flush=True)
+    by: dict[str, Result] = {}
+    if "ceiling" in cases:
+        by["ceiling"] = ceiling(args.seconds / 2)
+    if "local" in cases:
+        by["local"] = in_process(args.seconds)
+    if "1w1a" in cases:
+        by["1w1a"] = processes("1 worker + 1 acker", args.seconds, workers=1, ackers=1, pin=args.pin,
+                               profile=args.profile and args.profile / f"round{index + 1}")
+    if "2w2a" in cases:
+        by["2w2a"] = processes("2 workers + 2 ackers", args.seconds, workers=2, ackers=2, pin=args.pin,
+                               profile=args.profile and args.profile / f"round{index + 1}")
+    if "2w2a-plain" in cases:  # the cost of mutual TLS, side by side
+        by["2w2a-plain"] = processes("2w + 2a, plaintext gRPC", args.seconds, workers=2, ackers=2, pin=args.pin,
+                                     insecure=True)
+    if "2w2a-pin" in cases:  # squall run --pin: every process on one core, side by side
+        by["2w2a-pin"] = processes("2w + 2a, pinned (--pin)", args.seconds, workers=2, ackers=2, pin=True)
+    if "80pct" in cases:  # 80 % of this round's 1 worker + 1 acker
+        rate = 0.8 * by["1w1a"].rate
+        by["80pct"] = processes("1w + 1a at 80 %", args.seconds, workers=1, ackers=1, rate=rate, pin=args.pin)
+    return by
 
 
 CASES = ("ceiling", "local", "1w1a", "2w2a", "2w2a-plain", "2w2a-pin", "80pct")
@@ -313,6 +354,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=float, default=10.0, help="measurement window per case")
     parser.add_argument("--cases", default=",".join(CASES), help=f"comma-separated subset of {','.join(CASES)}")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="run every case this many times, one round after another; the targets are the "
+                             "medians over the rounds (default 3)")
     parser.add_argument("--pin", action="store_true", help="pin each process (every thread of it) to one core")
     parser.add_argument("--no-memory", action="store_true", help="skip the acker table's memory figure")
     parser.add_argument("--profile", type=Path, metavar="DIR",
@@ -325,40 +369,28 @@ def main() -> None:
         parser.error(f"--cases: unknown {sorted(unknown)}; choose from {','.join(CASES)}")
     if args.profile and not (Path(sys.executable).parent / "py-spy").exists():
         parser.error("--profile needs py-spy in this Python's environment: pip install py-spy")
+    if args.rounds < 1:
+        parser.error("--rounds: at least 1")
     if "80pct" in cases and "1w1a" not in cases:
         parser.error("--cases: 80pct needs 1w1a (its rate is 80 % of 1w1a's)")
     print(f"word count: {WORDS}-word sentences, 1,000-word vocabulary, acking on, maxSpoutPending {MAX_PENDING}; "
-          f"{os.cpu_count()} cores; {args.seconds:g} s per case; load average {os.getloadavg()[0]:.2f} at start",
-          flush=True)
-    by: dict[str, Result] = {}
-    if "ceiling" in cases:
-        by["ceiling"] = ceiling(args.seconds / 2)
-    if "local" in cases:
-        by["local"] = in_process(args.seconds)
-    if "1w1a" in cases:
-        by["1w1a"] = processes("1 worker + 1 acker", args.seconds, workers=1, ackers=1, pin=args.pin,
-                               profile=args.profile)
-    if "2w2a" in cases:
-        by["2w2a"] = processes("2 workers + 2 ackers", args.seconds, workers=2, ackers=2, pin=args.pin,
-                               profile=args.profile)
-    if "2w2a-plain" in cases:  # the cost of mutual TLS, side by side
-        by["2w2a-plain"] = processes("2w + 2a, plaintext gRPC", args.seconds, workers=2, ackers=2, pin=args.pin,
-                                     insecure=True)
-    if "2w2a-pin" in cases:  # squall run --pin: every process on one core, side by side
-        by["2w2a-pin"] = processes("2w + 2a, pinned (--pin)", args.seconds, workers=2, ackers=2, pin=True)
-    if "80pct" in cases:
-        rate = 0.8 * by["1w1a"].rate
-        by["80pct"] = processes(f"1w + 1a at 80 % ({rate:,.0f}/s)", args.seconds, workers=1, ackers=1, rate=rate,
-                                pin=args.pin)
+          f"{os.cpu_count()} cores; {args.seconds:g} s per case, {args.rounds} round{'s' * (args.rounds > 1)}; "
+          f"load average {os.getloadavg()[0]:.2f} at start", flush=True)
+    if args.profile:
+        for i in range(args.rounds):
+            (args.profile / f"round{i + 1}").mkdir(parents=True, exist_ok=True)
+    rounds = [run_round(cases, args, i) for i in range(args.rounds)]
     last_ceiling = ceiling(args.seconds / 2) if "ceiling" in cases else None
     print()
-    table(list(by.values()))
-    print("\ntargets (ratios of this run):")
-    targets(by)
+    table([median_round([by[case] for by in rounds]) for case in rounds[0]])
+    if args.rounds > 1:
+        print(f"(each row: the round of {args.rounds} with the median CPU µs/tree)")
+    print(f"\ntargets ({'the median over the rounds, and the range' if args.rounds > 1 else 'ratios of this run'}):")
+    targets(rounds)
     if last_ceiling:
-        drift = last_ceiling.cpu_us / by["ceiling"].cpu_us
-        print(f"\nnoise: the ceiling took {by['ceiling'].cpu_us:.1f} CPU µs/tree first and {last_ceiling.cpu_us:.1f} "
-              f"last ({drift:.2f}×); load average {os.getloadavg()[0]:.2f} at the end")
+        first = rounds[0]["ceiling"].cpu_us
+        print(f"\nnoise: the ceiling took {first:.1f} CPU µs/tree first and {last_ceiling.cpu_us:.1f} "
+              f"last ({last_ceiling.cpu_us / first:.2f}×); load average {os.getloadavg()[0]:.2f} at the end")
     if not args.no_memory:
         table_bytes, rss = acker_bytes_per_tree()
         print(f"acker memory, 1,000,000 trees pending: {table_bytes:.1f} bytes/tree in the table, "
