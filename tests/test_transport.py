@@ -889,7 +889,7 @@ def test_a_peer_that_stops_answers_an_idle_stream_with_what_it_read(plan):
             time.sleep(0.01)
         assert peers.link.stats.dropped == 0 and not peers.lost()
         # the threads that read worker-1's streams end with them
-        while any(t.name.startswith("read-worker-0") for t in threading.enumerate()):
+        while any(t.name.startswith("rx-worker-0") for t in threading.enumerate()):
             assert time.monotonic() < deadline, "a stopped receiver's stream reader is still running"
             time.sleep(0.01)
     finally:

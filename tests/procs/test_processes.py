@@ -8,6 +8,7 @@ import re
 import signal
 import sys
 import time
+from pathlib import Path
 
 import psutil
 import pytest
@@ -17,6 +18,7 @@ from procs_support import COMPONENTS, samples, spout_report, topology, wait_for
 from squall.metrics.scrape import fetch
 from squall.process.contract import TLS_DIR
 from squall.process.pod import DRAIN_QUIET
+from squall.process.thread_names import native_name
 from squall.transport.transport import wire_plan
 
 
@@ -60,6 +62,29 @@ def test_pinned_processes_run_every_thread_on_their_own_cpu(cluster):
         assert len(found) > 3  # the scheduler, gRPC's and the transport's threads
         assert set(found) == {frozenset({cpus[child.index % len(cpus)]})}, child.name
     assert sup.stop() == {"worker-0": 0, "worker-1": 0, "acker-0": 0, "acker-1": 0}
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="native thread names are set through Linux's prctl")
+def test_top_tells_a_processs_threads_apart_by_their_native_names(cluster):
+    """``top -H`` and ``/proc/<pid>/task/*/comm`` name each link's thread for its peer and lane (``tx-``), and
+    each inbound stream's reader for its sender and lane (``rx-``), instead of ``python`` for every thread."""
+    sup = cluster(count=200, workers=2, ackers=1)
+    wait_for(lambda t: t.acked["a-numbers"] >= 200, timeout=60, sup=sup, what="200 trees acked")
+    worker = next(c for c in sup.children if c.name == "worker-0")
+    names = set()
+    for thread in psutil.Process(worker.proc.pid).threads():
+        with contextlib.suppress(FileNotFoundError):  # a thread that ended meanwhile
+            names.add(Path(f"/proc/{worker.proc.pid}/task/{thread.id}/comm").read_text().strip())
+    assert {"tx-worker-1-d", "tx-worker-1-c", "tx-acker-0-d", "tx-acker-0-c", "metrics"} <= names
+    assert {"rx-worker-1-d", "rx-worker-1-c", "rx-acker-0-d", "rx-acker-0-c"} <= names
+    assert sup.stop() == {"worker-0": 0, "worker-1": 0, "acker-0": 0}
+
+
+def test_native_thread_names_fit_the_kernels_15_bytes_and_name_default_threads_for_their_target():
+    assert native_name("tx-worker-12-d") == "tx-worker-12-d"
+    assert native_name("Thread-7 (_run_channel_spin_thread)") == "run_channel_spi"
+    assert native_name("rx-wörker-123456-d") == "rx-wörker-1234"  # 15 bytes, never half a character
+    assert len(native_name("ä" * 20).encode()) == 14
 
 
 @pytest.mark.parametrize("aware", [True, False])

@@ -27,6 +27,7 @@ from squall.metrics.registry import process_registry
 from squall.metrics.scrape import latency_path
 from squall.process import contract
 from squall.process.contract import ACKER, WORKER
+from squall.process.thread_names import name_native_threads
 from squall.proto.squall_pb2 import ControlRequest, ProcessState
 from squall.topology.assignment import assign
 from squall.topology.plan import Plan
@@ -462,6 +463,7 @@ def tune_gc() -> None:
 
 def main(role: str) -> int:
     """Run the process ``role`` of the pod contract, through every switch a rebalance asks for."""
+    name_native_threads()
     cfg: ProcessConfig | None = ProcessConfig.from_env(role)
     current: list[Process] = []
 

@@ -225,7 +225,7 @@ class PeerLink:
                                                 options=[*options, ("grpc.ssl_target_name_override", SERVER_NAME)])
         else:
             self._channel = grpc.insecure_channel(address, options=options)
-        self._thread = threading.Thread(target=self._run, name=f"link-{peer}-{lane}", daemon=True)
+        self._thread = threading.Thread(target=self._run, name=f"tx-{peer}-{lane[0]}", daemon=True)
         self._watched = float("-inf")  # when the last channel-ready future was done (see close())
 
     def start(self) -> None:

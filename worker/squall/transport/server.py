@@ -129,7 +129,7 @@ class Receiver:
             self._served.add(stream)
         if self._closed.is_set():  # stop() may have gone through the streams before this one was added
             stream.over.set()
-        threading.Thread(target=self._read, args=(frames, stream), name=f"read-{key[0]}-{key[1]}",
+        threading.Thread(target=self._read, args=(frames, stream), name=f"rx-{key[0]}-{key[1][0]}",
                          daemon=True).start()
         try:
             stream.over.wait()
