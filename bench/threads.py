@@ -13,18 +13,13 @@ import argparse
 import os
 import re
 import sys
-import tempfile
 import time
 from collections import defaultdict
 from pathlib import Path
 
-import yaml
-
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.wordcount import spec  # noqa: E402
-from squall.process.supervisor import Supervisor  # noqa: E402
-from squall.topology import TopologySpec  # noqa: E402
+from bench.wordcount import running  # noqa: E402
 
 
 def threads(pid: int) -> dict[int, tuple[str, int, int, int]]:
@@ -49,29 +44,17 @@ def main() -> None:
     args = parser.parse_args()
     if sys.platform != "linux":
         parser.error("reads /proc/<pid>/task: Linux only")
-    n = args.workers
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "bench.yaml"
-        path.write_text(yaml.safe_dump(spec(workers=n, ackers=n, rate=args.rate)))
-        sup = Supervisor(spec_path=path, spec=TopologySpec.from_dict(spec(workers=n, ackers=n)),
-                         run_dir=Path(tmp) / "run")
-        sup.start()
-        try:
-            deadline = time.monotonic() + 60
-            while sup.scrape().acked["sentences"] == 0 and time.monotonic() < deadline:
-                time.sleep(0.2)
-            time.sleep(2)  # warm up
-            before = {c.name: threads(c.proc.pid) for c in sup.children}
-            first, t0 = sup.scrape(), time.monotonic()
-            time.sleep(args.seconds)
-            last, t1 = sup.scrape(), time.monotonic()
-            after = {c.name: threads(c.proc.pid) for c in sup.children}
-        finally:
-            sup.stop()
+    with running(workers=args.workers, ackers=args.workers, rate=args.rate) as sup:
+        before = {c.name: threads(c.proc.pid) for c in sup.children}
+        first, t0 = sup.scrape(), time.monotonic()
+        time.sleep(args.seconds)
+        last, t1 = sup.scrape(), time.monotonic()
+        after = {c.name: threads(c.proc.pid) for c in sup.children}
     trees = last.acked["sentences"] - first.acked["sentences"]
     latency = last.recorded.minus(first.recorded)
-    print(f"{n} worker(s) + {n} acker(s): {trees / (t1 - t0):,.0f} trees/s, p50 {latency.quantile(0.5) * 1000:.1f} ms, "
-          f"p99 {latency.quantile(0.99) * 1000:.1f} ms\n")
+    rate, p50, p99 = trees / (t1 - t0), latency.quantile(0.5) * 1000, latency.quantile(0.99) * 1000
+    n = args.workers
+    print(f"{n} worker(s) + {n} acker(s): {rate:,.0f} trees/s, p50 {p50:.1f} ms, p99 {p99:.1f} ms\n")
     print("| process | threads | n | CPU µs/tree | % of a core | run-queue wait µs/switch | switches/1,000 trees |")
     print("|---|---|--:|--:|--:|--:|--:|")
     total = 0.0

@@ -34,7 +34,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -206,8 +207,10 @@ def transport_counts(sup: Supervisor) -> np.ndarray:
     return total
 
 
-def processes(label: str, seconds: float, *, workers: int, ackers: int, rate: float | None = None,
-              pin: bool = False, profile: Path | None = None, insecure: bool = False) -> Result:
+@contextmanager
+def running(*, workers: int, ackers: int, rate: float | None = None, pin: bool = False,
+            insecure: bool = False) -> Iterator[Supervisor]:
+    """``squall run``'s processes running the word count, warmed up; stopped on exit."""
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "bench.yaml"
         path.write_text(yaml.safe_dump(spec(workers=workers, ackers=ackers, rate=rate)))
@@ -219,27 +222,33 @@ def processes(label: str, seconds: float, *, workers: int, ackers: int, rate: fl
             while sup.scrape().acked["sentences"] == 0 and time.monotonic() < deadline:
                 time.sleep(0.2)
             time.sleep(2)  # warm up
-            pids = [os.getpid()] + [c.proc.pid for c in sup.children]
-            # --native shows the compiled modules' frames; it pauses a process for each sample (py-spy
-            # cannot read native stacks without), so a profiled run's figures are a little worse
-            spies = [] if profile is None else [subprocess.Popen(
-                [str(Path(sys.executable).parent / "py-spy"), "record", "--gil", "--native", "--rate", "200",
-                 "--format", "raw", "--duration", str(int(seconds)), "--pid", str(c.proc.pid), "--output",
-                 str(profile / f"{workers}w-{c.name}.txt")], stdout=subprocess.DEVNULL) for c in sup.children]
-            ackers = [c.proc.pid for c in sup.children if c.role == "acker"]
-            acker0 = cpu_seconds(ackers)
-            first, counts0, cpu0, t0 = sup.scrape(), transport_counts(sup), cpu_seconds(pids), time.monotonic()
-            time.sleep(seconds)
-            for spy in spies:
-                spy.wait()
-            last, counts1, cpu1, t1 = sup.scrape(), transport_counts(sup), cpu_seconds(pids), time.monotonic()
-            acker1 = cpu_seconds(ackers)
+            yield sup
         finally:
             sup.stop()
-        trees = int(last.acked["sentences"] - first.acked["sentences"])
-        per_tree = (counts1 - counts0) / max(trees, 1)
-        return Result(label, trees, t1 - t0, cpu1 - cpu0, last.recorded.minus(first.recorded), per_tree[0],
-                      acker1 - acker0, per_tree[1])
+
+
+def processes(label: str, seconds: float, *, workers: int, ackers: int, rate: float | None = None,
+              pin: bool = False, profile: Path | None = None, insecure: bool = False) -> Result:
+    with running(workers=workers, ackers=ackers, rate=rate, pin=pin, insecure=insecure) as sup:
+        pids = [os.getpid()] + [c.proc.pid for c in sup.children]
+        # --native shows the compiled modules' frames; it pauses a process for each sample (py-spy
+        # cannot read native stacks without), so a profiled run's figures are a little worse
+        spies = [] if profile is None else [subprocess.Popen(
+            [str(Path(sys.executable).parent / "py-spy"), "record", "--gil", "--native", "--rate", "200",
+             "--format", "raw", "--duration", str(int(seconds)), "--pid", str(c.proc.pid), "--output",
+             str(profile / f"{workers}w-{c.name}.txt")], stdout=subprocess.DEVNULL) for c in sup.children]
+        ackers = [c.proc.pid for c in sup.children if c.role == "acker"]
+        acker0 = cpu_seconds(ackers)
+        first, counts0, cpu0, t0 = sup.scrape(), transport_counts(sup), cpu_seconds(pids), time.monotonic()
+        time.sleep(seconds)
+        for spy in spies:
+            spy.wait()
+        last, counts1, cpu1, t1 = sup.scrape(), transport_counts(sup), cpu_seconds(pids), time.monotonic()
+        acker1 = cpu_seconds(ackers)
+    trees = int(last.acked["sentences"] - first.acked["sentences"])
+    per_tree = (counts1 - counts0) / max(trees, 1)
+    return Result(label, trees, t1 - t0, cpu1 - cpu0, last.recorded.minus(first.recorded), per_tree[0],
+                  acker1 - acker0, per_tree[1])
 
 
 def acker_bytes_per_tree(trees: int = 1_000_000) -> tuple[float, float]:
