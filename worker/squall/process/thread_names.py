@@ -31,8 +31,7 @@ def _set_own_name(frame: FrameType, event: str, arg: Any) -> None:
     # A profile function, run in each new thread before its target: it names the thread and removes itself.
     sys.setprofile(None)
     try:
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_NAME, native_name(threading.current_thread().name).encode(),
-                                                0, 0, 0)
+        ctypes.CDLL(None).prctl(PR_SET_NAME, native_name(threading.current_thread().name).encode(), 0, 0, 0)
     except (OSError, AttributeError):  # no prctl here: the threads keep the name they had
         pass
 
