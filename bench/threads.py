@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.wordcount import running  # noqa: E402
+from bench.wordcount import ms, running  # noqa: E402
 
 
 def threads(pid: int) -> dict[int, tuple[str, int, int, int]]:
@@ -52,9 +52,9 @@ def main() -> None:
         after = {c.name: threads(c.proc.pid) for c in sup.children}
     trees = last.acked["sentences"] - first.acked["sentences"]
     latency = last.recorded.minus(first.recorded)
-    rate, p50, p99 = trees / (t1 - t0), latency.quantile(0.5) * 1000, latency.quantile(0.99) * 1000
     n = args.workers
-    print(f"{n} worker(s) + {n} acker(s): {rate:,.0f} trees/s, p50 {p50:.1f} ms, p99 {p99:.1f} ms\n")
+    print(f"{n} worker(s) + {n} acker(s): {trees / (t1 - t0):,.0f} trees/s, p50 {ms(latency, 0.5)} ms, "
+          f"p99 {ms(latency, 0.99)} ms\n")
     print("| process | threads | n | CPU µs/tree | % of a core | run-queue wait µs/switch | switches/1,000 trees |")
     print("|---|---|--:|--:|--:|--:|--:|")
     total = 0.0
