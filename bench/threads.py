@@ -51,6 +51,8 @@ def main() -> None:
         last, t1 = sup.scrape(), time.monotonic()
         after = {c.name: threads(c.proc.pid) for c in sup.children}
     trees = last.acked["sentences"] - first.acked["sentences"]
+    if not trees:
+        sys.exit(f"no tree was acked in {args.seconds:g} s: nothing to divide by (see the processes' log above)")
     latency = last.recorded.minus(first.recorded)
     n = args.workers
     print(f"{n} worker(s) + {n} acker(s): {trees / (t1 - t0):,.0f} trees/s, p50 {ms(latency, 0.5)} ms, "
