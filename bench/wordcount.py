@@ -5,9 +5,10 @@ shuffle → split → fields → count. Cases, measured one after another in one
 
 - ceiling: the same work in one hand-written Python loop with Storm's XOR acking (one random
   64-bit id per edge, XORed into a dict entry per root; a tree is complete when it returns to 0);
-- in-process (``LocalCluster``); 1 worker + 1 acker; 2 workers + 2 ackers (``squall run``'s
-  processes), also with plaintext gRPC and pinned (``squall run --pin``), and 1 worker + 1 acker
-  throttled to 80 % of its measured maximum (for latency).
+- in-process (``LocalCluster``); 1 worker + 1 acker, and throttled to 80 % of the maximum it just
+  measured (for latency); 2 workers + 2 ackers (``squall run``'s processes), also with plaintext
+  gRPC, with no word crossing workers (split → count local-or-shuffle: what the crossing tuples
+  cost) and pinned (``squall run --pin``).
 
 CPU µs per acked tree sums utime + stime from ``/proc/<pid>/stat`` over every process: this one
 (it runs the in-process case and supervises the others) and every worker and acker. The machine
@@ -19,8 +20,8 @@ from every recorded sample (an HDR histogram: within 0.8 % above the true value)
 tree: the bytes of acker messages and verdicts that crossed processes, from the transport's byte
 counters.
 
-    python bench/wordcount.py [--seconds 10] [--rounds 3] [--cases ceiling,local,1w1a,2w2a,2w2a-plain,2w2a-pin,80pct]
-                                [--pin]
+    python bench/wordcount.py [--seconds 10] [--rounds 3]
+                              [--cases ceiling,local,1w1a,80pct,2w2a,2w2a-plain,2w2a-local,2w2a-pin] [--pin]
 """
 
 from __future__ import annotations
@@ -100,7 +101,10 @@ class Count(Bolt):
         self.collector.ack(tup)
 
 
-def spec(*, workers: int, ackers: int, rate: float | None = None) -> dict:
+def spec(*, workers: int, ackers: int, rate: float | None = None, cross: bool = True) -> dict:
+    """The word count; ``cross`` False gives every word to a count task of its own worker (local or
+    shuffle instead of fields: no longer a word count, but the same work without tuples crossing)."""
+    count_grouping = {"type": "fields", "fields": ["word"]} if cross else {"type": "localOrShuffle"}
     return {
         "name": "bench", "workers": workers, "ackers": ackers, "maxSpoutPending": MAX_PENDING,
         "config": {"bench.rate": rate} if rate else {},
@@ -109,7 +113,7 @@ def spec(*, workers: int, ackers: int, rate: float | None = None) -> dict:
             {"name": "split", "className": "bench.wordcount:Split", "parallelism": workers,
              "inputs": [{"component": "sentences", "grouping": {"type": "shuffle"}}]},
             {"name": "count", "className": "bench.wordcount:Count", "parallelism": workers,
-             "inputs": [{"component": "split", "grouping": {"type": "fields", "fields": ["word"]}}]},
+             "inputs": [{"component": "split", "grouping": count_grouping}]},
         ],
     }
 
@@ -210,12 +214,12 @@ def transport_counts(sup: Supervisor) -> np.ndarray:
 
 @contextmanager
 def running(*, workers: int, ackers: int, rate: float | None = None, pin: bool = False,
-            insecure: bool = False) -> Iterator[Supervisor]:
+            insecure: bool = False, cross: bool = True) -> Iterator[Supervisor]:
     """``squall run``'s processes running the word count, warmed up; stopped on exit."""
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "bench.yaml"
-        path.write_text(yaml.safe_dump(spec(workers=workers, ackers=ackers, rate=rate)))
-        sup = Supervisor(spec_path=path, spec=TopologySpec.from_dict(spec(workers=workers, ackers=ackers)),
+        path.write_text(yaml.safe_dump(spec(workers=workers, ackers=ackers, rate=rate, cross=cross)))
+        sup = Supervisor(spec_path=path, spec=TopologySpec.from_dict(spec(workers=workers, ackers=ackers, cross=cross)),
                          run_dir=Path(tmp) / "run", insecure=insecure, pin=pin)
         sup.start()
         try:
@@ -229,8 +233,8 @@ def running(*, workers: int, ackers: int, rate: float | None = None, pin: bool =
 
 
 def processes(label: str, seconds: float, *, workers: int, ackers: int, rate: float | None = None,
-              pin: bool = False, profile: Path | None = None, insecure: bool = False) -> Result:
-    with running(workers=workers, ackers=ackers, rate=rate, pin=pin, insecure=insecure) as sup:
+              pin: bool = False, profile: Path | None = None, insecure: bool = False, cross: bool = True) -> Result:
+    with running(workers=workers, ackers=ackers, rate=rate, pin=pin, insecure=insecure, cross=cross) as sup:
         pids = [os.getpid()] + [c.proc.pid for c in sup.children]
         # --native shows the compiled modules' frames; it pauses a process for each sample (py-spy
         # cannot read native stacks without), so a profiled run's figures are a little worse
@@ -300,6 +304,8 @@ TARGETS: list[tuple[str, tuple[str, ...], Callable[[dict[str, Result]], float], 
      lambda by: by["2w2a"].cpu_us / by["local"].cpu_us, "≤ 1.6", lambda v: v <= 1.6),
     ("CPU µs/tree: 2 workers + 2 ackers, mutual TLS ÷ plaintext", ("2w2a", "2w2a-plain"),
      lambda by: by["2w2a"].cpu_us / by["2w2a-plain"].cpu_us, "(what TLS costs)", lambda v: True),
+    ("CPU µs/tree: 2w + 2a with no word crossing workers ÷ in-process", ("2w2a-local", "local"),
+     lambda by: by["2w2a-local"].cpu_us / by["local"].cpu_us, "(without crossing)", lambda v: True),
     ("CPU µs/tree: 2 workers + 2 ackers pinned (--pin) ÷ in-process", ("2w2a-pin", "local"),
      lambda by: by["2w2a-pin"].cpu_us / by["local"].cpu_us, "(an option)", lambda v: True),
     ("trees/s: 2 workers + 2 ackers ÷ 1 worker + 1 acker", ("2w2a", "1w1a"),
@@ -355,12 +361,15 @@ def run_round(cases: list[str], args: argparse.Namespace, index: int) -> dict[st
     if "2w2a-plain" in cases:  # the cost of mutual TLS, side by side
         by["2w2a-plain"] = processes("2w + 2a, plaintext gRPC", args.seconds, workers=2, ackers=2, pin=args.pin,
                                      insecure=True)
+    if "2w2a-local" in cases:  # what the words crossing workers cost: the same work with none crossing
+        by["2w2a-local"] = processes("2w + 2a, no word crossing", args.seconds, workers=2, ackers=2, pin=args.pin,
+                                     cross=False)
     if "2w2a-pin" in cases:  # squall run --pin: every process on one core, side by side
         by["2w2a-pin"] = processes("2w + 2a, pinned (--pin)", args.seconds, workers=2, ackers=2, pin=True)
     return by
 
 
-CASES = ("ceiling", "local", "1w1a", "2w2a", "2w2a-plain", "2w2a-pin", "80pct")
+CASES = ("ceiling", "local", "1w1a", "80pct", "2w2a", "2w2a-plain", "2w2a-local", "2w2a-pin")
 
 
 def main() -> None:
