@@ -255,13 +255,18 @@ def test_subscribe_rebalance_replays_from_the_committed_offsets_and_ignores_late
         a.ack(m)
     for m in ids(b_out):
         b.ack(m)
+    acked = {"a": len(a_out.emitted), "b": len(b_out.emitted)}
     cluster.produce(topic, 1, start=3)
     drive([a, b], lambda: sum(1 for c in (a_out, b_out) for m in ids(c) if m.offset == 3) == 4)
-    for spout, out in ((a, a_out), (b, b_out)):
+    for name, spout, out in (("a", a, a_out), ("b", b, b_out)):
         fresh = [m for m in ids(out) if m.offset == 3]
         mine = {tp.partition for tp in spout.core.assigned}
         assert all(m.partition in mine for m in fresh)
-        for m in fresh:
+        # Everything emitted since the acks above, not only offset 3: the group may have gone through
+        # more generations while the second member joined, and the sets compared above also hold
+        # records a spout emitted in a generation since revoked. Such a record (acked then, ignored as
+        # no longer in flight) is emitted again in the current one, before offset 3, and waits for its ack.
+        for m in ids(out)[acked[name]:]:
             spout.ack(m)
     # Both commit (deactivate) before either leaves the group: a member leaving starts a rebalance,
     # during which the mock refuses the other's commit.
