@@ -281,7 +281,7 @@ class Runtime:
         if delay > 0 and not self._kicked:
             self._wake.wait(delay)
         else:
-            time.sleep(0)  # releases the GIL: a transport thread waiting for it gets it about half the time
+            time.sleep(0)  # a yield, so the transport threads get the GIL
         self._sleeping = False
         self._wake.clear()
 
