@@ -412,3 +412,18 @@ def test_a_draining_acker_waits_only_for_trees_it_can_still_decide():
     assert acker.pending == 1 and acker.trees.awaiting() == 0
     acker.process_messages([(INIT, 11, 3, 7)])
     assert acker.pending == 2 and acker.trees.awaiting() == 1
+
+
+def test_edge_ids_are_splitmix64_and_each_collector_seeds_its_own():
+    """Edge ids come from splitmix64 (the same numbers compiled and interpreted: this file runs both
+    ways), seeded from os.urandom, so two collectors never draw the same sequence."""
+    from squall.executor.collectors import EdgeIds
+
+    ids = EdgeIds(0)
+    assert [ids.next() for _ in range(3)] == [0xE220A8397B1DCDAF, 0x6E789E6AA1B965F4, 0x06C45D188009454F]
+    wrapped = EdgeIds(2**64 - 1)  # the state wraps at 2**64, as the C uint64 does
+    assert all(0 <= wrapped.next() < 2**64 for _ in range(1000))
+    a, b = EdgeIds(), EdgeIds()
+    drawn = [a.next() for _ in range(1000)]
+    assert drawn != [b.next() for _ in range(1000)]
+    assert len(set(drawn)) == 1000 and max(drawn) >= 2**63  # 64-bit ids, none repeated

@@ -28,9 +28,20 @@ cdef class LocalityShuffle(Grouper):
     cpdef double load(self)
 
 
+cdef unsigned int _CRC_TABLE[256]
+cdef list _PREFIX_CRC
+
+
+@cython.locals(table="unsigned int *", p="const unsigned char *", i=Py_ssize_t)
+cdef unsigned int _crc32(bytes data, unsigned int crc) except? 0
+
+
 cdef class FieldsHash(Grouper):
     cdef readonly list tasks, indices
-    cdef readonly object single
+    cdef readonly Py_ssize_t single
+
+    @cython.locals(word=str, data=bytes, size=Py_ssize_t, prefix=cython.uint)
+    cpdef list choose(self, list values)
 
 
 cdef class Fixed(Grouper):

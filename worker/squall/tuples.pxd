@@ -15,3 +15,7 @@ cdef class Tuple:
     cdef public unsigned long long ack_val
     cdef public int done
     cdef public double received
+
+    @staticmethod
+    cdef Tuple make(list values, Fields fields, str source_component, str source_stream, long long source_task,
+                    dict anchors, long long task)

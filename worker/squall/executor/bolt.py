@@ -81,7 +81,7 @@ class BoltExecutor(Executor):
             if tup.anchors:
                 held.n += 1  # a tracked input, until the bolt acks or fails it
             key = (tup.source_component, tup.source_stream)
-            task.stats.executed[key] += 1
+            task.stats.executed.add(key)
             self.countdown -= 1
             if self.countdown:
                 self._execute(task, tup)

@@ -3,7 +3,19 @@ cimport cython
 
 from squall.executor.base cimport Executor
 from squall.executor.routing cimport Router
+from squall.executor.stats cimport Counts, TaskStats
 from squall.tuples cimport Fields, Tuple
+
+
+cdef unsigned long long _MASK, _GAMMA, _MIX1, _MIX2
+
+
+@cython.final
+cdef class EdgeIds:
+    cdef unsigned long long _state
+
+    @cython.locals(z=cython.ulonglong)
+    cpdef unsigned long long next(self)
 
 
 cdef class AckerRoute:
@@ -19,19 +31,24 @@ cdef class HeldCount:
 cdef class SpoutCollector:
     cdef Executor _executor
     cdef Router _router
-    cdef object _stats, _rng, _on_emit, _on_untracked_ack, _report
+    cdef TaskStats _stats
+    cdef EdgeIds _ids
+    cdef object _rng, _on_emit, _on_untracked_ack, _report
     cdef AckerRoute _acker
     cdef tuple _residues
     cdef public long long emits
 
-    @cython.locals(executor=Executor, acker=AckerRoute, t=cython.longlong, root=cython.ulonglong,
+    @cython.locals(executor=Executor, acker=AckerRoute, ids=EdgeIds, t=cython.longlong, root=cython.ulonglong,
                    edge=cython.ulonglong, ack_val=cython.ulonglong, task_id=cython.longlong)
     cpdef list _emit(self, list targets, list values, Fields fields, str stream, object msg_id)
 
 
 cdef class BoltCollector:
     cdef Executor _executor
-    cdef object _post, _report, _clock, _rng, _stats, _acked
+    cdef object _post, _report, _clock, _rng
+    cdef EdgeIds _ids
+    cdef TaskStats _stats
+    cdef Counts _acked
     cdef public bint paused
     cdef HeldCount _held
     cdef Router _router
@@ -40,7 +57,7 @@ cdef class BoltCollector:
     @cython.locals(fields=Fields, targets=list)
     cpdef list _route_and_emit(self, list values, object anchors, str stream)
 
-    @cython.locals(executor=Executor, anchor=Tuple, t=cython.longlong, root=cython.ulonglong,
+    @cython.locals(executor=Executor, anchor=Tuple, ids=EdgeIds, t=cython.longlong, root=cython.ulonglong,
                    edge=cython.ulonglong, task_id=cython.longlong)
     cpdef list _emit(self, list targets, list values, Fields fields, str stream, object anchors)
 

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import os
 import random
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -19,6 +20,33 @@ from squall.tuples import ACKED, FAILED, Fields, Tuple
 
 if TYPE_CHECKING:
     from squall.executor.base import Executor
+
+# splitmix64's constants (Steele, Lea and Flood; Vigna's variant). Compiled, these and the state are C
+# uint64s and arithmetic wraps by itself; interpreted, masking with _MASK does the same.
+_MASK = 0xFFFFFFFFFFFFFFFF
+_GAMMA = 0x9E3779B97F4A7C15
+_MIX1 = 0xBF58476D1CE4E5B9
+_MIX2 = 0x94D049BB133111EB
+
+
+class EdgeIds:
+    """Random 64-bit edge ids, one per tuple sent in a tracked tree: splitmix64 from a seed drawn from
+    ``os.urandom``. Compiled, an id is a few C operations; ``random.getrandbits(64)`` built a Python
+    int and the XOR unpacked it again, on every emit. Its ids are as random as XOR acking needs: the
+    generator passes BigCrush and repeats no id within 2**64 of them."""
+
+    __slots__ = ("_state",)
+
+    def __init__(self, seed: int | None = None) -> None:
+        self._state = int.from_bytes(os.urandom(8), "little") if seed is None else seed & _MASK
+
+    def next(self) -> int:
+        self._state = (self._state + _GAMMA) & _MASK
+        z = self._state
+        z = ((z ^ (z >> 30)) * _MIX1) & _MASK
+        z = ((z ^ (z >> 27)) * _MIX2) & _MASK
+        return z ^ (z >> 31)
+
 
 def new_root(rng: random.Random, n: int, residues: tuple[int, ...]) -> int:
     """A random 64-bit root id whose acker, ``root % n``, is one of ``residues``; 0 and 1 are reserved by
@@ -69,6 +97,7 @@ class SpoutCollector:
         self._router = router
         self._stats = stats
         self._rng = rng
+        self._ids = EdgeIds()
         self._acker = acker
         self._residues = acker.residues[router.task_id] if acker is not None else ()
         self._on_emit = on_emit
@@ -92,22 +121,22 @@ class SpoutCollector:
         src, task_id, executor = self._router.component, self._router.task_id, self._executor
         acker = self._acker
         if msg_id is not None and acker is not None:
-            getrandbits = self._rng.getrandbits
+            ids = self._ids
             root = new_root(self._rng, acker.n, self._residues)
             ack_val = 0
             for t in targets:  # hot path: one edge id per receiving task
-                edge = getrandbits(64)
+                edge = ids.next()
                 ack_val ^= edge
-                executor.send(t, Tuple(values, fields, src, stream, task_id, {root: edge}, t))
+                executor.send(t, Tuple.make(values, fields, src, stream, task_id, {root: edge}, t))
             self._on_emit(root, msg_id, stream)
             executor.send(acker.tasks[root % acker.n], (INIT, root, ack_val, task_id))
         else:
             for t in targets:
-                executor.send(t, Tuple(values, fields, src, stream, task_id, {}, t))
+                executor.send(t, Tuple.make(values, fields, src, stream, task_id, {}, t))
             if msg_id is not None:
                 self._on_untracked_ack(msg_id, stream)  # ackers = 0: acked as soon as emitted
-        self._stats.emitted[stream] += 1
-        self._stats.transferred[stream] += len(targets)
+        self._stats.emitted.add(stream)
+        self._stats.transferred.add(stream, len(targets))
         return targets
 
     def report_error(self, exc: BaseException) -> None:
@@ -128,6 +157,7 @@ class BoltCollector:
         self._stats = stats
         self._acked = stats.acked
         self._rng = rng
+        self._ids = EdgeIds()
         self._acker = acker
         self._report = report
         self._clock = clock
@@ -161,30 +191,29 @@ class BoltCollector:
         if len(anchors) == 1 and len(anchors[0].anchors) == 1:
             # The common case, one anchor in one tree: one edge id per receiving task, no dict merging.
             anchor = anchors[0]
-            getrandbits = self._rng.getrandbits
+            ids = self._ids
             (root,) = anchor.anchors
             for t in targets:
-                edge = getrandbits(64)
+                edge = ids.next()
                 anchor.ack_val ^= edge
-                executor.send(t, Tuple(values, fields, src, stream, task_id, {root: edge}, t))
+                executor.send(t, Tuple.make(values, fields, src, stream, task_id, {root: edge}, t))
         else:
             for t in targets:
-                executor.send(t, Tuple(values, fields, src, stream, task_id, self._edges(anchors), t))
-        self._stats.emitted[stream] += 1
-        self._stats.transferred[stream] += len(targets)
+                executor.send(t, Tuple.make(values, fields, src, stream, task_id, self._edges(anchors), t))
+        self._stats.emitted.add(stream)
+        self._stats.transferred.add(stream, len(targets))
         return targets
 
     def _edges(self, anchors: Sequence[Tuple]) -> dict[int, int]:
         """A new child's ids: per anchor a fresh edge id, xor-ed into each of the anchor's trees."""
-        ids: dict[int, int] = {}
-        getrandbits = self._rng.getrandbits
+        edges: dict[int, int] = {}
         for anchor in anchors:
             if anchor.anchors:
-                edge = getrandbits(64)
+                edge = self._ids.next()
                 anchor.ack_val ^= edge
                 for root in anchor.anchors:
-                    ids[root] = ids.get(root, 0) ^ edge
-        return ids
+                    edges[root] = edges.get(root, 0) ^ edge
+        return edges
 
     def ack(self, tup: Tuple) -> None:
         if tup.done:  # a second ack changes nothing; after a fail, the fail stands
@@ -197,7 +226,7 @@ class BoltCollector:
             executor, tasks, n, ack_val = self._executor, acker.tasks, acker.n, tup.ack_val
             for root, edge in tup.anchors.items():
                 executor.send(tasks[root % n], (ACK, root, edge ^ ack_val, -1))
-        self._acked[tup.source_stream] += 1
+        self._acked.add(tup.source_stream)
         if tup.received:  # set on sampled tuples only (see BoltExecutor)
             self._stats.process_latency[(tup.source_component, tup.source_stream)].observe(
                 self._clock() - tup.received, SAMPLE_EVERY)
@@ -214,7 +243,7 @@ class BoltCollector:
         if acker is not None:
             for root in tup.anchors:
                 self._executor.send(acker.tasks[root % acker.n], (FAIL, root, 0, -1))
-        self._stats.failed[tup.source_stream] += 1
+        self._stats.failed.add(tup.source_stream)
 
     def reset_timeout(self, tup: Tuple) -> None:
         acker = self._acker

@@ -116,13 +116,13 @@ class SpoutExecutor(Executor):
         task = tree.task
         task.pending -= 1
         if acked:
-            task.stats.acked[tree.stream] += 1
+            task.stats.acked.add(tree.stream)
             latency = self.clock() - tree.start
             task.stats.complete_latency[tree.stream].observe(latency)
             task.stats.complete_recorded[tree.stream].record(latency)
             self._call(task, task.spout.ack, tree.msg_id)
         else:
-            (task.stats.timed_out if timed_out else task.stats.failed)[tree.stream] += 1
+            (task.stats.timed_out if timed_out else task.stats.failed).add(tree.stream)
             self._call(task, task.spout.fail, tree.msg_id)
 
     def rotate(self) -> None:
@@ -171,7 +171,7 @@ class SpoutExecutor(Executor):
     def _ack_untracked(self, task: SpoutTask) -> None:
         acks, task.untracked_acks = task.untracked_acks, []
         for msg_id, stream in acks:
-            task.stats.acked[stream] += 1
+            task.stats.acked.add(stream)
             self._call(task, task.spout.ack, msg_id)
 
     def wake_at(self) -> float | None:

@@ -1,4 +1,5 @@
 # C types for stats.py where Squall is compiled with Cython (squall/_pure.py).
+cimport cython
 
 cdef class Histogram:
     cdef public list counts
@@ -7,8 +8,20 @@ cdef class Histogram:
     cpdef observe(self, double seconds, long long weight=*)
 
 
+cdef class _Cell:
+    cdef public long long n
+
+
+cdef class Counts:
+    cdef dict _cells
+
+    @cython.locals(cell=_Cell)
+    cpdef add(self, object key, long long n=*)
+
+
 cdef class TaskStats:
-    cdef public object emitted, transferred, acked, failed, timed_out, executed, complete_latency
+    cdef public Counts emitted, transferred, acked, failed, timed_out, executed
+    cdef public object complete_latency
     cdef public object complete_recorded, execute_latency, process_latency
     cdef public long long errors
     cdef public double busy_seconds

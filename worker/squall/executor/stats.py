@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections import defaultdict
+from collections.abc import Hashable, Iterator, Mapping
+from typing import Any
 
 from squall.executor.hdr import HdrHistogram
 
@@ -49,6 +51,69 @@ class Histogram:
         self.count += other.count
 
 
+class _Cell:
+    __slots__ = ("n",)
+
+    def __init__(self) -> None:
+        self.n = 0
+
+
+class Counts:
+    """A task's counts by stream (or by (component, stream)), read like a dict (a key never counted
+    reads 0, as from a ``defaultdict``). Counting is :meth:`add`: one dict lookup and an integer add
+    in place, where ``counts[key] += 1`` on a dict looked the key up twice and stored a new int.
+    """
+
+    __slots__ = ("_cells",)
+
+    def __init__(self) -> None:
+        self._cells: dict[Hashable, _Cell] = {}
+
+    def add(self, key: Hashable, n: int = 1) -> None:
+        cell = self._cells.get(key)
+        if cell is None:
+            cell = self._cells[key] = _Cell()
+        cell.n += n
+
+    def __getitem__(self, key: Hashable) -> int:
+        cell = self._cells.get(key)
+        return 0 if cell is None else cell.n
+
+    def get(self, key: Hashable, default: Any = None) -> Any:
+        cell = self._cells.get(key)
+        return default if cell is None else cell.n
+
+    # Reads come from other threads too (the metrics endpoint): each takes its snapshot in one step.
+    def items(self) -> list[tuple[Hashable, int]]:
+        return [(key, cell.n) for key, cell in list(self._cells.items())]
+
+    def keys(self) -> list[Hashable]:
+        return list(self._cells)
+
+    def values(self) -> list[int]:
+        return [cell.n for cell in list(self._cells.values())]
+
+    def __iter__(self) -> Iterator[Hashable]:
+        return iter(list(self._cells))
+
+    def __len__(self) -> int:
+        return len(self._cells)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._cells
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Counts):
+            other = dict(other.items())
+        return isinstance(other, Mapping) and dict(self.items()) == dict(other.items())
+
+    def __repr__(self) -> str:
+        return f"Counts({dict(self.items())!r})"
+
+
+Mapping.register(Counts)
+
+
 class TaskStats:
     """Counters of one task, keyed by stream (``executed``: by (source component, source stream)).
 
@@ -60,12 +125,12 @@ class TaskStats:
                  "complete_recorded", "execute_latency", "process_latency", "errors", "busy_seconds")
 
     def __init__(self) -> None:
-        self.emitted: defaultdict[str, int] = defaultdict(int)
-        self.transferred: defaultdict[str, int] = defaultdict(int)
-        self.acked: defaultdict[str, int] = defaultdict(int)
-        self.failed: defaultdict[str, int] = defaultdict(int)  # explicit fails
-        self.timed_out: defaultdict[str, int] = defaultdict(int)
-        self.executed: defaultdict[tuple[str, str], int] = defaultdict(int)
+        self.emitted = Counts()
+        self.transferred = Counts()
+        self.acked = Counts()
+        self.failed = Counts()  # explicit fails
+        self.timed_out = Counts()
+        self.executed = Counts()  # by (source component, source stream)
         self.complete_latency: defaultdict[str, Histogram] = defaultdict(Histogram)
         self.complete_recorded: defaultdict[str, HdrHistogram] = defaultdict(HdrHistogram)
         self.execute_latency: defaultdict[tuple[str, str], Histogram] = defaultdict(Histogram)

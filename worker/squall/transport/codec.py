@@ -228,7 +228,7 @@ class Decoder:
             else:
                 anchors = dict(zip(roots[k:k + c], edges[k:k + c], strict=True))
                 k += c
-            out.append((task, Tuple(vals, fields, component, stream, source_task, anchors, task)))
+            out.append((task, Tuple.make(vals, fields, component, stream, source_task, anchors, task)))
         if k != pairs:
             raise FrameError("the frame's root and edge columns hold pairs no tuple is anchored by")
         return out
