@@ -74,8 +74,9 @@ class BoltExecutor(Executor):
                 return False
         n = 0
         began = clock()
+        popleft = inbox.popleft  # looked up once a round, not once a tuple
         while inbox and n < BUDGET and not self.overflow:
-            tup: Tuple = inbox.popleft()
+            tup: Tuple = popleft()
             n += 1
             task = tasks[tup.task]
             if tup.anchors:

@@ -1,0 +1,77 @@
+"""Instructions per tree of the in-process word count, counted by callgrind: the same figure for the
+same code whatever else the machine does, so a change to the engine's hot path can be measured before
+against after without the noise of a shared machine's CPU time.
+
+The word count of ``bench/wordcount.py`` runs in ``LocalCluster`` under ``valgrind --tool=callgrind``
+twice, for a short and a long window; the difference of the instructions counted over the difference
+of the trees acked is what a tree costs, with the start (imports, building the topology) taken out.
+Instructions are not time: a cache miss counts as one. Use it beside the CPU figures of ``make
+bench``, not instead of them. Needs valgrind (Debian's ``valgrind`` package).
+
+    python bench/instructions.py [--seconds 8 32] [--source DIR]
+
+``--source DIR``: measure the squall package in DIR (a checkout's ``worker``, built with ``python
+setup.py build_ext --inplace`` there) instead of the installed one: two checkouts, one run each.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def child(seconds: float) -> None:
+    """Run the word count for ``seconds`` (of valgrind's slow clock) and print the trees acked."""
+    sys.path.insert(0, str(REPO))
+    from bench.wordcount import spec
+    from squall.testing import LocalCluster
+    from squall.topology import TopologySpec
+
+    with LocalCluster(TopologySpec.from_dict(spec(workers=1, ackers=1))) as cluster:
+        cluster.run(seconds=seconds)
+        print(f"trees {cluster.trees_acked()}")
+
+
+def counted(seconds: float, source: Path | None) -> tuple[int, int]:
+    """(instructions, trees) of one run under callgrind."""
+    env = {**os.environ, **({"PYTHONPATH": str(source)} if source else {})}
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "callgrind.out"
+        done = subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable,
+                               __file__, "--child", str(seconds)], env=env, capture_output=True, text=True,
+                              check=True)
+        trees = int(re.search(r"^trees (\d+)$", done.stdout, re.MULTILINE).group(1))
+        instructions = int(re.search(r"^summary: (\d+)$", out.read_text(), re.MULTILINE).group(1))
+    return instructions, trees
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seconds", type=float, nargs=2, default=(8.0, 32.0), metavar=("SHORT", "LONG"),
+                        help="the two windows (under callgrind a second holds about 600 trees)")
+    parser.add_argument("--source", type=Path, help="a checkout's worker/ to measure instead of the installed squall")
+    parser.add_argument("--child", type=float, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child is not None:
+        child(args.child)
+        return
+    if shutil.which("valgrind") is None:
+        parser.error("valgrind is not installed (Debian: apt-get install valgrind)")
+    short, long = (counted(seconds, args.source) for seconds in args.seconds)
+    trees = long[1] - short[1]
+    if trees <= 0:
+        sys.exit(f"the long window acked no more trees than the short one ({long[1]} against {short[1]})")
+    print(f"{(long[0] - short[0]) / trees:,.0f} instructions per tree "
+          f"({long[0] - short[0]:,} over {trees:,} trees; squall from {args.source or 'the installed package'})")
+
+
+if __name__ == "__main__":
+    main()
