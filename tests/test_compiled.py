@@ -18,7 +18,8 @@ from squall import _pure
 
 REPO = Path(__file__).resolve().parents[1]
 # The tests of what the compiled modules do: run again on the interpreted sources.
-ENGINE_TESTS = ["tests/test_acker.py", "tests/test_stats.py", "tests/test_reliability.py", "tests/test_timeouts.py",
+ENGINE_TESTS = ["tests/test_acker.py", "tests/test_stats.py", "tests/test_hdr.py", "tests/test_reliability.py",
+                "tests/test_timeouts.py",
                 "tests/test_basic_bolt.py", "tests/test_held.py", "tests/test_groupings.py", "tests/test_spout.py",
                 "tests/test_ticks_errors.py", "tests/test_values.py",
                 "tests/test_transport.py::test_acks_folded_per_tree_in_a_batch_give_the_verdicts_of_the_messages_one_by_one",

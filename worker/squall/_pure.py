@@ -19,10 +19,10 @@ from types import ModuleType
 ENV = "SQUALL_PURE_PYTHON"
 # setup.py reads this line
 COMPILED = ("squall.acker.table", "squall.tuples", "squall.grouping", "squall.executor.routing",
-            "squall.executor.base", "squall.executor.collectors", "squall.executor.stats", "squall.executor.bolt",
-            "squall.executor.rotating", "squall.executor.spout", "squall.transport.codec",
-            "squall.transport.ingress", "squall.transport.outbox", "squall.transport.transport", "squall.acker.acker",
-            "squall.executor.acker")
+            "squall.executor.base", "squall.executor.collectors", "squall.executor.stats",
+            "squall.executor.hdr", "squall.executor.bolt", "squall.executor.rotating", "squall.executor.spout",
+            "squall.transport.codec", "squall.transport.ingress", "squall.transport.outbox",
+            "squall.transport.transport", "squall.acker.acker", "squall.executor.acker")
 
 
 class _Sources(importlib.abc.MetaPathFinder):

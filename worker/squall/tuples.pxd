@@ -1,6 +1,9 @@
 # C types for tuples.py where Squall is compiled with Cython (squall/_pure.py): Tuple and Fields as
 # extension types, their fields as C struct members.
 
+cimport cython
+
+
 cdef class Fields:
     cdef public tuple names
     cdef dict _index
@@ -17,5 +20,6 @@ cdef class Tuple:
     cdef public double received
 
     @staticmethod
+    @cython.locals(tup=Tuple)
     cdef Tuple make(list values, Fields fields, str source_component, str source_stream, long long source_task,
                     dict anchors, long long task)

@@ -188,9 +188,9 @@ class BoltCollector:
                                 "anchored before acking or failing the input, or emit unanchored")
         if self._acker is None:
             anchors = ()
-        if len(anchors) == 1 and len(anchors[0].anchors) == 1:
+        anchor = anchors[0] if len(anchors) == 1 else None
+        if anchor is not None and len(anchor.anchors) == 1:
             # The common case, one anchor in one tree: one edge id per receiving task, no dict merging.
-            anchor = anchors[0]
             ids = self._ids
             (root,) = anchor.anchors
             for t in targets:

@@ -4,7 +4,8 @@ cimport cython
 from squall.executor.base cimport Executor
 from squall.executor.collectors cimport SpoutCollector
 from squall.executor.rotating cimport RotatingMap
-from squall.executor.stats cimport TaskStats
+from squall.executor.hdr cimport HdrHistogram
+from squall.executor.stats cimport Histogram, TaskStats
 
 
 cdef class SpoutTask:
@@ -34,3 +35,6 @@ cdef class SpoutExecutor(Executor):
     @cython.locals(task=SpoutTask, tree=PendingTree, before=cython.longlong, progress=cython.bint,
                    limit=cython.longlong, limited=cython.bint)
     cpdef bint run_once(self, double now) except -1
+
+    @cython.locals(task=SpoutTask, latency=cython.double, buckets=Histogram, recorded=HdrHistogram)
+    cpdef _settle(self, PendingTree tree, bint acked, bint timed_out=*)

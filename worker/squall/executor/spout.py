@@ -11,8 +11,9 @@ from squall.acker.acker import ACK, FAIL, Notification
 from squall.api import Spout
 from squall.executor.base import Executor, Transfer
 from squall.executor.collectors import SpoutCollector
+from squall.executor.hdr import HdrHistogram
 from squall.executor.rotating import RotatingMap
-from squall.executor.stats import TaskStats
+from squall.executor.stats import Histogram, TaskStats
 from squall.topology.spec import SpoutWait
 
 log = logging.getLogger("squall.spout")
@@ -112,14 +113,16 @@ class SpoutExecutor(Executor):
         for task in self.tasks.values():
             self._call(task, task.spout.activate if active else task.spout.deactivate)
 
-    def _settle(self, tree: PendingTree, acked: bool, *, timed_out: bool = False) -> None:
+    def _settle(self, tree: PendingTree, acked: bool, timed_out: bool = False) -> None:
         task = tree.task
         task.pending -= 1
         if acked:
             task.stats.acked.add(tree.stream)
             latency = self.clock() - tree.start
-            task.stats.complete_latency[tree.stream].observe(latency)
-            task.stats.complete_recorded[tree.stream].record(latency)
+            buckets: Histogram = task.stats.complete_latency[tree.stream]
+            buckets.observe(latency)
+            recorded: HdrHistogram = task.stats.complete_recorded[tree.stream]
+            recorded.record(latency)
             self._call(task, task.spout.ack, tree.msg_id)
         else:
             (task.stats.timed_out if timed_out else task.stats.failed).add(tree.stream)
@@ -128,7 +131,7 @@ class SpoutExecutor(Executor):
     def rotate(self) -> None:
         """Called every message timeout: trees pending for two rotations have timed out."""
         for tree in self.pending.rotate().values():
-            self._settle(tree, acked=False, timed_out=True)
+            self._settle(tree, False, True)
 
     def run_once(self, now: float) -> bool:
         progress = False
@@ -140,7 +143,7 @@ class SpoutExecutor(Executor):
             if note.kind == ACK or note.kind == FAIL:
                 tree = self.pending.pop(note.root)
                 if tree is not None:  # None: it timed out already; a late ack never turns into an ack
-                    self._settle(tree, acked=note.kind == ACK)
+                    self._settle(tree, note.kind == ACK)
             else:
                 self.pending.touch(note.root)
         if self.overflow and not self.flush():
