@@ -73,7 +73,8 @@ class Shuffle(Grouper):
 
     def choose(self, values: list[Any]) -> list[int]:
         if self.pos >= len(self.order):
-            self.rng.shuffle(self.order)
+            if len(self.order) > 1:  # one task (a locality-aware shuffle's own, often) needs no shuffling
+                self.rng.shuffle(self.order)
             self.pos = 0
         task = self.order[self.pos]
         self.pos += 1
