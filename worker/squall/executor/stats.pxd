@@ -8,10 +8,12 @@ cdef class Histogram:
     cpdef observe(self, double seconds, long long weight=*)
 
 
+@cython.final
 cdef class _Cell:
     cdef public long long n
 
 
+@cython.final
 cdef class Counts:
     cdef dict _cells
 
