@@ -9,7 +9,7 @@ from typing import NamedTuple
 
 from squall.acker.table import ACK, FAIL, INIT, RESET, PendingTrees
 
-__all__ = ["ACK", "FAIL", "INIT", "RESET", "AckBatch", "Acker", "AckerMessage", "Notification"]
+__all__ = ["ACK", "FAIL", "INIT", "RESET", "AckBatch", "Acker", "AckerMessage", "Notification", "notification"]
 
 
 class AckerMessage(NamedTuple):
@@ -47,6 +47,15 @@ class Notification(NamedTuple):
     task: int
 
 
+_new_tuple = tuple.__new__
+
+
+def notification(kind: int, root: int, task: int) -> Notification:
+    """``Notification(kind, root, task)`` without calling the named tuple's ``__new__``, which runs as
+    interpreted Python: a verdict is made once a tree at its acker, and again where a worker decodes it."""
+    return _new_tuple(Notification, (kind, root, task))
+
+
 class Acker:
     """One acker task's state; pure, so the runtime feeds it messages and routes what it returns."""
 
@@ -56,11 +65,11 @@ class Acker:
 
     def process_messages(self, messages: Iterable[tuple[int, int, int, int]]) -> list[Notification]:
         """Apply messages given as :class:`AckerMessage` tuples, one by one in order."""
-        return [Notification(kind, root, task) for kind, root, task in self.trees.apply(messages)]
+        return [notification(kind, root, task) for kind, root, task in self.trees.apply(messages)]
 
     def process_batch(self, batch: AckBatch) -> list[Notification]:
         """Apply a frame's messages, in order, from its columns."""
-        return [Notification(kind, root, task) for kind, root, task in
+        return [notification(kind, root, task) for kind, root, task in
                 self.trees.apply_columns(batch.kinds, batch.roots, batch.vals, batch.tasks)]
 
     def rotate(self) -> None:

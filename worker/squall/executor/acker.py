@@ -26,8 +26,9 @@ class AckerExecutor(Executor):
         notes: list[Notification] = []
         messages: list[AckerMessage] = []
         n = 0
+        popleft = inbox.popleft  # looked up once a round, not once a message
         while inbox and n < BUDGET:
-            item = inbox.popleft()
+            item = popleft()
             if type(item) is AckBatch:
                 if messages:
                     notes += acker.process_messages(messages)

@@ -12,7 +12,7 @@ from typing import Any
 
 import msgpack
 
-from squall.acker.acker import INIT, RESET, AckBatch, AckerMessage, Notification
+from squall.acker.acker import INIT, RESET, AckBatch, AckerMessage, Notification, notification
 from squall.proto.squall_pb2 import AckerColumns, Batch, TupleColumns, VerdictColumns
 from squall.topology.plan import Plan
 from squall.tuples import Fields, Tuple
@@ -286,5 +286,5 @@ class Decoder:
                 raise FrameError(f"verdict for task {task}, which is not a spout task of this worker")
             if not 1 <= kind <= 3:
                 raise FrameError(f"unknown verdict kind {kind} (1 ack, 2 fail, 3 reset)")
-            out.append((task, Notification(kind, roots[i], task)))
+            out.append((task, notification(kind, roots[i], task)))
         return out
