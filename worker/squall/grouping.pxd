@@ -28,6 +28,7 @@ cdef class LocalityShuffle(Grouper):
     cpdef double load(self)
 
 
+cdef bint _COMPILED
 cdef unsigned int _CRC_TABLE[256]
 cdef list _PREFIX_CRC
 

@@ -12,12 +12,18 @@ import zlib
 from collections.abc import Mapping, Sequence, Sized
 from typing import Any, Protocol
 
-import cython
 import msgpack
 
 from squall.topology.plan import Subscriber, import_class
 from squall.topology.spec import GroupingType
 from squall.tuples import Fields
+
+try:
+    import cython
+
+    _COMPILED = cython.compiled
+except ImportError:  # interpreted, with no Cython installed (a SQUALL_PURE_PYTHON=1 install)
+    _COMPILED = False
 
 
 class CustomStreamGrouping(Protocol):
@@ -167,7 +173,7 @@ _CRC_TABLE = _crc_table()
 def _crc32(data: bytes, crc: int) -> int:
     """``zlib.crc32(data, crc)``. Compiled, a table lookup per byte in C: a fields grouping's key is a
     few bytes, for which calling into zlib cost more than the CRC."""
-    if not cython.compiled:
+    if not _COMPILED:
         return zlib.crc32(data, crc)
     table = _CRC_TABLE
     p = data
@@ -190,7 +196,7 @@ class FieldsHash(Grouper):
             key = values[self.single]
             if type(key) is str:
                 # The hot case, one str key: stable_hash([key]) without building its msgpack bytes.
-                word = key
+                word = key  # typed str where compiled: encodes in C, not through a method call
                 data = word.encode("utf-8")
                 size = len(data)
                 prefix = _PREFIX_CRC[size] if size < 256 else _one_str_prefix_crc(size)
