@@ -985,3 +985,31 @@ def test_fails_for_lost_trees_that_find_their_batch_full_wait_for_a_later_round(
         runtime.close()
         sender.close()
         receiver.close()
+
+
+def test_a_command_the_process_refuses_says_so_and_one_it_never_answered_does_not(plan):
+    """A rebalance sends again a command a process never answered (squall.process.supervisor._switch),
+    never one it refused: a real receiver's Control service refuses with its reason; a port nobody
+    listens on is unanswered."""
+    from squall.errors import CommandError
+    from squall.process.control import ControlClient
+    from squall.process.supervisor import free_ports
+
+    def refuse(request: Any) -> Any:
+        raise CommandError("worker-1 cannot run the spec to switch to: no such class")
+
+    process = Transport(name="worker-1", plan="p", owner={}, addresses={}, senders=frozenset(), ackers=frozenset(),
+                        bind="127.0.0.1:0", decoder=decoder(plan), batch_size=10, flush_interval=0.001,
+                        max_frame=1 << 20, control=refuse)
+    process.attach(try_deliver=lambda task, item: True, wake=lambda: None, frames=8)
+    try:
+        with ControlClient(f"127.0.0.1:{process.receiver.port}", timeout=10) as client:
+            with pytest.raises(CommandError, match="cannot run the spec") as refused:
+                client.status()
+        assert refused.value.refused is True
+    finally:
+        process.close()
+    with ControlClient(f"127.0.0.1:{free_ports(1)[0]}", timeout=2) as nobody:
+        with pytest.raises(CommandError) as unanswered:
+            nobody.status()
+    assert unanswered.value.refused is False

@@ -157,3 +157,36 @@ def _status(client):
         return client.status()
     except Exception:  # noqa: BLE001 - still starting
         return None
+
+
+def test_a_switch_the_process_did_not_answer_is_sent_again_and_a_refusal_is_not(monkeypatch):
+    """A process that could not reach its peers switches to the spec file's plan by itself; a rebalance's
+    SWITCH that reaches it as it leaves its loop is cancelled with its server (seen in CI: "Cancelling all
+    calls"). The supervisor sends it again until the process's next plan answers. That race cannot be
+    forced with real processes, so a client stands in for one here: unanswered twice, then answering."""
+    from squall.errors import CommandError
+    from squall.process import supervisor
+
+    class Client:
+        def __init__(self, *errors: CommandError) -> None:
+            self.errors, self.sent = list(errors), 0
+
+        def switch(self, spec: object) -> str:
+            self.sent += 1
+            if self.errors:
+                raise self.errors.pop(0)
+            return "switched"
+
+    def unanswered() -> CommandError:
+        error = CommandError("127.0.0.1:1: Cancelling all calls")
+        error.refused = False
+        return error
+
+    monkeypatch.setattr(supervisor.time, "sleep", lambda _: None)
+    client = Client(unanswered(), unanswered())
+    assert supervisor._switch(client, None) == "switched" and client.sent == 3
+    refusal = Client(CommandError("worker-0 cannot run the spec to switch to: ..."))
+    with pytest.raises(CommandError, match="cannot run"):
+        supervisor._switch(refusal, None)
+    assert refusal.sent == 1
+

@@ -14,7 +14,10 @@ class ConfigError(SquallError):
 
 
 class CommandError(SquallError):
-    """A rebalance's command to a process (:mod:`squall.process.control`) was refused, or did not reach it."""
+    """A rebalance's command to a process (:mod:`squall.process.control`) was refused (``refused``: the
+    message is the process's reason), or it did not reach the process or was not answered."""
+
+    refused = True
 
 
 class EmitError(SquallError):

@@ -18,11 +18,11 @@ from pathlib import Path
 
 import yaml
 
-from squall.errors import SquallError
+from squall.errors import CommandError, SquallError
 from squall.metrics.scrape import Totals, fetch, latency_path, parse, parse_latency
 from squall.process import contract
 from squall.process.contract import ACKER, WORKER
-from squall.process.control import ControlClient, drained
+from squall.process.control import ControlClient, ProcessState, drained
 from squall.topology.spec import TopologySpec
 from squall.transport.tls import issue
 
@@ -32,6 +32,10 @@ log = logging.getLogger("squall.supervisor")
 PROCESSES_FILE = "processes.json"
 QUICK_EXIT = 5.0  # seconds: an exit sooner than this after start counts towards a crash loop
 CRASH_LOOP = 3
+# How long a rebalance sends a switch again that a process did not answer: one that could not reach its
+# peers switches to the spec file's plan by itself (squall.process.pod), and a command that reaches it
+# as it leaves its loop goes unanswered; its next plan listens on the same port within a second or two.
+SWITCH_RETRY = 15.0
 
 
 LOCAL_PORTS = 20000  # the lowest port a run's processes are given, below the kernel's ephemeral range
@@ -214,7 +218,7 @@ class Supervisor:
                     child.proc.send_signal(signal.SIGTERM)
             for child in self.children:
                 if child in kept:
-                    clients[child.name].switch(spec)
+                    _switch(clients[child.name], spec)
                 else:
                     self._launch(child)
             self._list_processes()
@@ -312,6 +316,20 @@ class Supervisor:
                 child.proc.kill()
                 codes[child.name] = child.proc.wait()
         return codes
+
+
+def _switch(client: ControlClient, spec: TopologySpec) -> ProcessState:
+    """Switch a process to ``spec``, again while it does not answer (see :data:`SWITCH_RETRY`; the
+    operator does the same at its next reconcile); a refusal is raised at once. A switch is idempotent:
+    a process that already runs ``spec``'s plan only lets its spouts go again."""
+    deadline = time.monotonic() + SWITCH_RETRY
+    while True:
+        try:
+            return client.switch(spec)
+        except CommandError as exc:
+            if exc.refused or time.monotonic() >= deadline:
+                raise
+        time.sleep(0.1)  # the process restarts its server for the new plan: there is nothing to wait on
 
 
 def _exit(code: int) -> str:
