@@ -159,7 +159,7 @@ def _status(client):
         return None
 
 
-def test_a_switch_the_process_did_not_answer_is_sent_again_and_a_refusal_is_not(monkeypatch):
+def test_a_switch_the_process_did_not_answer_is_sent_again_and_a_refusal_is_not():
     """A process that could not reach its peers switches to the spec file's plan by itself; a rebalance's
     SWITCH that reaches it as it leaves its loop is cancelled with its server (seen in CI: "Cancelling all
     calls"). The supervisor sends it again until the process's next plan answers. That race cannot be
@@ -178,11 +178,8 @@ def test_a_switch_the_process_did_not_answer_is_sent_again_and_a_refusal_is_not(
             return "switched"
 
     def unanswered() -> CommandError:
-        error = CommandError("127.0.0.1:1: Cancelling all calls")
-        error.refused = False
-        return error
+        return CommandError("127.0.0.1:1: Cancelling all calls", refused=False)
 
-    monkeypatch.setattr(supervisor.time, "sleep", lambda _: None)
     client = Client(unanswered(), unanswered())
     assert supervisor._switch(client, None) == "switched" and client.sent == 3
     refusal = Client(CommandError("worker-0 cannot run the spec to switch to: ..."))

@@ -17,7 +17,9 @@ class CommandError(SquallError):
     """A rebalance's command to a process (:mod:`squall.process.control`) was refused (``refused``: the
     message is the process's reason), or it did not reach the process or was not answered."""
 
-    refused = True
+    def __init__(self, message: str, *, refused: bool = True) -> None:
+        super().__init__(message)
+        self.refused = refused
 
 
 class EmitError(SquallError):

@@ -131,7 +131,7 @@ class SpoutExecutor(Executor):
     def rotate(self) -> None:
         """Called every message timeout: trees pending for two rotations have timed out."""
         for tree in self.pending.rotate().values():
-            self._settle(tree, False, True)
+            self._settle(tree, False, True)  # acked, timed_out: positional, so compiled it is a C call
 
     def run_once(self, now: float) -> bool:
         progress = False
@@ -143,7 +143,7 @@ class SpoutExecutor(Executor):
             if note.kind == ACK or note.kind == FAIL:
                 tree = self.pending.pop(note.root)
                 if tree is not None:  # None: it timed out already; a late ack never turns into an ack
-                    self._settle(tree, note.kind == ACK)
+                    self._settle(tree, note.kind == ACK)  # acked
             else:
                 self.pending.touch(note.root)
         if self.overflow and not self.flush():

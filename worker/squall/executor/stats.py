@@ -75,13 +75,12 @@ class Counts:
             cell = self._cells[key] = _Cell()
         cell.n += n
 
-    def __getitem__(self, key: Hashable) -> int:
-        cell = self._cells.get(key)
-        return 0 if cell is None else cell.n
-
     def get(self, key: Hashable, default: Any = None) -> Any:
         cell = self._cells.get(key)
         return default if cell is None else cell.n
+
+    def __getitem__(self, key: Hashable) -> int:
+        return self.get(key, 0)
 
     # Reads come from other threads too (the metrics endpoint): each takes its snapshot in one step.
     def items(self) -> list[tuple[Hashable, int]]:
@@ -103,8 +102,6 @@ class Counts:
         return key in self._cells
 
     def __eq__(self, other: object) -> bool:
-        if isinstance(other, Counts):
-            other = dict(other.items())
         return isinstance(other, Mapping) and dict(self.items()) == dict(other.items())
 
     def __repr__(self) -> str:

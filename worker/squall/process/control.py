@@ -83,11 +83,10 @@ class ControlClient:
         try:
             return ProcessState.of(self._call(request, timeout=self.timeout))
         except grpc.RpcError as exc:
-            error = CommandError(f"{self.address}: {exc.details() or exc.code()}")
             # A refusal carries the process's reason; anything else (unreachable, cancelled as its server
             # closed, timed out) is a command it never answered, which may be sent again.
-            error.refused = exc.code() == grpc.StatusCode.INVALID_ARGUMENT
-            raise error from None
+            raise CommandError(f"{self.address}: {exc.details() or exc.code()}",
+                               refused=exc.code() == grpc.StatusCode.INVALID_ARGUMENT) from None
 
     def status(self) -> ProcessState:
         return self._send(ControlRequest(command=ControlRequest.STATUS))
