@@ -21,6 +21,23 @@ def test_counts_add_in_place_and_read_like_a_dict_whose_missing_keys_are_zero():
     assert isinstance(counts, Mapping) and dict(counts) == {"default": 5, ("split", "default"): 2}
 
 
+def test_a_key_equal_to_the_last_but_another_object_counts_in_the_same_cell():
+    # add() remembers the last key by identity: an equal key built anew must still find its cell,
+    # and switching keys back and forth must never count into the other's cell
+    counts = Counts()
+    stream = "".join(["de", "fault"])
+    assert stream == "default" and stream is not "default"  # noqa: F632 - the point is identity
+    for key in ("default", stream, "other", "default", "other", stream):
+        counts.add(key)
+    assert counts == {"default": 4, "other": 2}
+    counts.add_pair("split", "default")
+    counts.add_pair("split", stream)
+    counts.add_pair("count", "default")
+    counts.add(("split", "default"), 3)  # the same key through add(): one cell, whichever way it is counted
+    counts.add_pair("split", "default")
+    assert counts[("split", "default")] == 6 and counts[("count", "default")] == 1 and counts["default"] == 4
+
+
 def test_every_counter_of_a_task_is_a_counts():
     stats = TaskStats()
     for counts in (stats.emitted, stats.transferred, stats.acked, stats.failed, stats.timed_out, stats.executed):

@@ -81,8 +81,7 @@ class BoltExecutor(Executor):
             task = tasks[tup.task]
             if tup.anchors:
                 held.n += 1  # a tracked input, until the bolt acks or fails it
-            key = (tup.source_component, tup.source_stream)
-            task.stats.executed.add(key)
+            task.stats.executed.add_pair(tup.source_component, tup.source_stream)
             self.countdown -= 1
             if self.countdown:
                 self._execute(task, tup)
@@ -90,7 +89,8 @@ class BoltExecutor(Executor):
             self.countdown = SAMPLE_EVERY
             start = tup.received = clock()
             self._execute(task, tup)
-            task.stats.execute_latency[key].observe(clock() - start, SAMPLE_EVERY)
+            task.stats.execute_latency[(tup.source_component, tup.source_stream)].observe(clock() - start,
+                                                                                         SAMPLE_EVERY)
         share = (clock() - began) / len(tasks)
         for task in tasks.values():  # capacity is an executor's busy share; its tasks split it evenly
             task.stats.busy_seconds += share

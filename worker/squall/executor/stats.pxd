@@ -16,9 +16,13 @@ cdef class _Cell:
 @cython.final
 cdef class Counts:
     cdef dict _cells
+    cdef object _key, _first, _second
+    cdef _Cell _cell, _pair_cell
 
-    @cython.locals(cell=_Cell)
     cpdef add(self, object key, long long n=*)
+    cpdef add_pair(self, object first, object second)
+    @cython.locals(cell=_Cell)
+    cdef _Cell _lookup(self, object key)
 
 
 cdef class TaskStats:

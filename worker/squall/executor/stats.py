@@ -51,6 +51,9 @@ class Histogram:
         self.count += other.count
 
 
+_NONE = object()  # no key counted yet
+
+
 class _Cell:
     __slots__ = ("n",)
 
@@ -60,20 +63,40 @@ class _Cell:
 
 class Counts:
     """A task's counts by stream (or by (component, stream)), read like a dict (a key never counted
-    reads 0, as from a ``defaultdict``). Counting is :meth:`add`: one dict lookup and an integer add
-    in place, where ``counts[key] += 1`` on a dict looked the key up twice and stored a new int.
+    reads 0, as from a ``defaultdict``). Counting is :meth:`add` (or :meth:`add_pair`): an integer
+    add in place, where ``counts[key] += 1`` on a dict looked the key up twice and stored a new int.
     """
 
-    __slots__ = ("_cells",)
+    __slots__ = ("_cells", "_key", "_cell", "_first", "_second", "_pair_cell")
 
     def __init__(self) -> None:
         self._cells: dict[Hashable, _Cell] = {}
+        # The key counted last and its cell, compared by identity: a task counts the same stream
+        # (the same str object) tuple after tuple, so most adds skip hashing and the dict lookup.
+        self._key: Any = _NONE
+        self._cell = _Cell()
+        self._first: Any = _NONE  # the same for add_pair
+        self._second: Any = _NONE
+        self._pair_cell = _Cell()
 
     def add(self, key: Hashable, n: int = 1) -> None:
+        if key is not self._key:
+            self._cell = self._lookup(key)
+            self._key = key
+        self._cell.n += n
+
+    def add_pair(self, first: Hashable, second: Hashable) -> None:
+        """Count the key ``(first, second)`` once, without building the tuple when the pair is the last one."""
+        if first is not self._first or second is not self._second:
+            self._pair_cell = self._lookup((first, second))
+            self._first, self._second = first, second
+        self._pair_cell.n += 1
+
+    def _lookup(self, key: Hashable) -> _Cell:
         cell = self._cells.get(key)
         if cell is None:
             cell = self._cells[key] = _Cell()
-        cell.n += n
+        return cell
 
     def get(self, key: Hashable, default: Any = None) -> Any:
         cell = self._cells.get(key)
