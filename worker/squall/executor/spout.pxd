@@ -36,5 +36,7 @@ cdef class SpoutExecutor(Executor):
                    limit=cython.longlong, limited=cython.bint)
     cpdef bint run_once(self, double now) except -1
 
+    cdef _call(self, SpoutTask task, object fn, object arg=*)
+
     @cython.locals(task=SpoutTask, latency=cython.double, buckets=Histogram, recorded=HdrHistogram)
     cpdef _settle(self, PendingTree tree, bint acked, bint timed_out=*)
