@@ -130,27 +130,6 @@ def test_an_exception_in_next_tuple_is_reported_and_the_spout_goes_on():
         assert errors and all(e.error == "RuntimeError: flaky source" for e in errors)
 
 
-class AckRaisingSpout(RecordingSpout):
-    """Raises from ack for odd message ids, after recording the verdict."""
-
-    def ack(self, msg_id):
-        super().ack(msg_id)
-        if msg_id % 2:
-            raise RuntimeError(f"cannot commit {msg_id}")
-
-
-def test_an_exception_in_a_spouts_ack_is_reported_and_the_other_verdicts_still_arrive():
-    builder = TopologyBuilder("ack-raises")
-    builder.set_spout("spout", AckRaisingSpout, config={"count": 6})
-    builder.set_bolt("sink", Ticked).shuffle_grouping("spout")
-    with LocalCluster(builder.build()) as cluster:
-        spout = one(cluster, "spout")
-        run_until_quiet(cluster, spout.settled)
-        assert sorted(spout.acked) == list(range(6)) and spout.failed == []
-        errors = sorted(e.error for e in cluster.errors("spout"))
-        assert errors == [f"RuntimeError: cannot commit {i}" for i in (1, 3, 5)]
-
-
 class Broken(Bolt):
     outputs = ["id"]
 
