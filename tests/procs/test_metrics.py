@@ -23,7 +23,8 @@ MOVING = ["squall_busy_seconds_total", "process_cpu_seconds_total",
           "squall_emitted_total", "squall_transferred_total", "squall_acked_total", "squall_executed_total",
           "squall_complete_latency_seconds_count", "squall_execute_latency_seconds_count",
           "squall_transport_batches_sent_total", "squall_transport_bytes_sent_total",
-          "squall_transport_batches_received_total", "squall_transport_bytes_received_total"]
+          "squall_transport_batches_received_total", "squall_transport_bytes_received_total",
+          "squall_transport_completed_trees_total"]
 
 
 def total(text: str, name: str) -> float:

@@ -220,4 +220,8 @@ class RuntimeCollector:
             for (peer, lane), n in list(rs.bytes.items()):
                 recv_bytes.add_metric([topo, peer, lane], n)
             malformed.add_metric([topo], rs.malformed)
-        yield from (sent_b, sent_bytes, dropped, reconnects, refused, recv_b, recv_bytes, malformed)
+        completed = CounterMetricFamily("squall_transport_completed_trees", "Trees this worker found complete "
+                                        "itself (their INIT and every ack folded to 0 before any went to their "
+                                        "acker), their acker never told", labels=["topology"])
+        completed.add_metric([topo], tr.completed)
+        yield from (sent_b, sent_bytes, dropped, reconnects, refused, recv_b, recv_bytes, malformed, completed)

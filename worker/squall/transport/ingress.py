@@ -36,6 +36,11 @@ class Ingress:
             return True
         return False
 
+    def park(self, items: list[tuple[int, Any]]) -> None:
+        """On the scheduler thread: ``(task, item)`` pairs made in this process (verdicts of the trees this
+        worker found complete, see ``AckerOutbox``), delivered after what the control lane holds."""
+        self._lanes[CONTROL][1].extend(items)
+
     def waiting(self) -> int:
         """Frames received and items parked, not yet in an inbox: a draining process must not exit
         while any wait (the sender counted them as read; they would vanish, their trees left to time out)."""

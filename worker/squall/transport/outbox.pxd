@@ -18,16 +18,26 @@ cdef class AckerOutbox(Outbox):
     cdef unsigned char[::1] kinds
     cdef int[::1] tasks
     cdef unsigned long long[::1] roots, vals
-    cdef dict _open
+    cdef dict _open, _young
     cdef Py_ssize_t _n
+    cdef double _now
+    cdef public list completed
 
-    @cython.locals(kind=cython.int, root=object, val=cython.ulonglong, task=cython.int, at=Py_ssize_t)
+    @cython.locals(kind=cython.int, root=object, val=cython.ulonglong, task=cython.int, tree=list,
+                   held=cython.ulonglong, value=cython.ulonglong)
     cpdef add(self, object item)
 
+    @cython.locals(at=Py_ssize_t)
+    cdef _fold(self, int kind, object root, unsigned long long val, int task)
+
+    @cython.locals(room=Py_ssize_t, before=cython.double, old=list, tree=list)
+    cpdef expire(self, double now, double keep)
+
+    @cython.locals(kind=cython.int, at=Py_ssize_t, kept=Py_ssize_t, task=cython.int)
     cdef tuple _columns(self)
 
 
 cdef class DataOutbox(AckerOutbox):
+    @cython.locals(kind=cython.int, root=object, val=cython.ulonglong, task=cython.int)
     cpdef add(self, object item)
     cpdef bytes frame(self)
-

@@ -1,4 +1,5 @@
-"""The batch being filled for one link: tuples, verdicts, or acker messages folded per tree as they come."""
+"""The batch being filled for one link: tuples, verdicts, or acker messages folded per tree as they come;
+a worker's young trees, kept from their acker while they may still complete here."""
 
 from __future__ import annotations
 
@@ -6,10 +7,13 @@ from array import array
 from collections.abc import Callable
 from typing import Any
 
-from squall.acker.acker import ACK, INIT
+from squall.acker.acker import ACK, INIT, Notification, notification
 from squall.proto.squall_pb2 import Batch
 from squall.transport.codec import I32, U8, U64, acker_columns, encode_acker_columns, tuple_columns
 from squall.tuples import Tuple
+
+#: Seconds a busy worker keeps a tree's INIT from the acker, for the tree to complete here first.
+YOUNG_SECONDS = 0.02
 
 
 class Outbox:
@@ -38,9 +42,25 @@ class Outbox:
 class AckerOutbox(Outbox):
     """Acker messages for one acker process, kept as the frame's columns, with each tree's INIT and
     ACKs folded into one message as they come: XOR is associative, so the acker reaches the same
-    value, from one message instead of many (a tree's 10 leave a worker as 1 to 3), and a folded
-    message costs an XOR, not an allocation. A FAIL or RESET is never folded, and starts a new
-    message for the acks after it, so every verdict stays what the messages one by one give.
+    value, from one message instead of many, and a folded message costs an XOR, not an allocation. A
+    FAIL or RESET is never folded, and starts a new message for the acks after it, so every verdict
+    stays what the messages one by one give.
+
+    **Young trees.** A tree's INIT does not go into the batch at once: the tree is kept here, young,
+    and its ACKs fold into it. One whose value returns to 0 is complete, as its acker would find
+    from the folded message: :attr:`completed` holds its verdict, for the worker to deliver itself,
+    and the acker never hears of it (in a worker that runs its trees' tuples itself, most of them).
+    A tree goes to its acker, as one INIT message holding what folded so far, once it was kept
+    :data:`YOUNG_SECONDS` while the worker is busy, at once when the worker has nothing to do (no
+    more local work is coming for it then), or when a FAIL or RESET of it comes, which follows its
+    INIT into the batch. An ACK that came before its tree's INIT (the INIT waited in the spout's
+    overflow) keeps the tree in the batch, and an INIT message there that holds 0 is complete too.
+
+    A tree is acked that way even after a FAIL of it: its value is 0 only if every tuple of it was
+    acked, and a bolt's fail of a tuple leaves that tuple's edge unacked (a fail after an ack comes
+    after the ack). What can come first is a worker's FAIL for a frame that might have been lost and
+    was read after all (``Runtime._fail_lost``), which the acker would let win, and so replay a tree
+    that was processed.
 
     ``capacity``: messages a batch holds at most (the transport flushes a full batch before adding).
     """
@@ -53,9 +73,33 @@ class AckerOutbox(Outbox):
         self.kinds, self.tasks, self.roots, self.vals = self._kinds, self._tasks, self._roots, self._vals
         self._open: dict[int, int] = {}  # root → its INIT or ACK message that later ones fold into
         self._n = 0  # messages in the columns
+        self._young: dict[int, list] = {}  # root → [value, spout task, kept since], oldest first
+        self._now = 0.0  # the clock at the last :meth:`expire`: trees kept after it are kept since then
+        #: (spout task, ACK verdict) of the trees completed here, for the worker to deliver
+        self.completed: list[tuple[int, Notification]] = []
 
     def add(self, item: Any) -> None:
         kind, root, val, task = item
+        tree = self._young.get(root)
+        if tree is not None:
+            if kind == ACK:
+                held = tree[0]
+                value = held ^ val
+                if value:
+                    tree[0] = value
+                else:
+                    del self._young[root]
+                    self.completed.append((tree[1], notification(ACK, root, tree[1])))
+                return
+            del self._young[root]  # a FAIL or RESET follows the tree's INIT to its acker
+            self._fold(INIT, root, tree[0], tree[1])
+        elif kind == INIT and root not in self._open:
+            self._young[root] = [val, task, self._now]
+            return
+        self._fold(kind, root, val, task)
+
+    def _fold(self, kind: int, root: int, val: int, task: int) -> None:
+        """Add a message to the batch, folded into its tree's open INIT or ACK message if there is one."""
         if kind > ACK:
             self._open.pop(root, None)
         else:
@@ -77,28 +121,65 @@ class AckerOutbox(Outbox):
         self._n = at + 1
         self.size += 1
 
+    def expire(self, now: float, keep: float) -> None:
+        """Move the trees kept ``keep`` seconds or longer (every one if ``keep`` < 0) into the batch, as
+        far as it has room; trees kept from now on are kept since ``now``."""
+        self._now = now
+        young = self._young
+        if not young:
+            return
+        room = len(self.kinds) - self._n
+        before = now - keep
+        old = []
+        for root, tree in young.items():  # oldest first
+            if tree[2] > before or len(old) == room:
+                break
+            old.append(root)
+        for root in old:
+            tree = young.pop(root)
+            self._fold(INIT, root, tree[0], tree[1])
+
+    def kept(self) -> int:
+        """Young trees kept here."""
+        return len(self._young)
+
     def _columns(self) -> tuple[array, array, array, array]:
-        """The messages so far, as new arrays; the columns start the next batch."""
-        n = self._n
+        """The messages so far, less the trees they complete (into :attr:`completed`), as new arrays; the
+        columns start the next batch."""
+        kinds, roots, vals, tasks = self.kinds, self.roots, self.vals, self.tasks
+        kept = 0
+        for at in range(self._n):
+            kind = kinds[at]
+            if kind == INIT and vals[at] == 0:
+                task = tasks[at]
+                self.completed.append((task, notification(ACK, roots[at], task)))
+                continue
+            if kept < at:
+                kinds[kept], roots[kept], vals[kept], tasks[kept] = kind, roots[at], vals[at], tasks[at]
+            kept += 1
         self._open.clear()
         self._n = 0
-        return self._kinds[:n], self._roots[:n], self._vals[:n], self._tasks[:n]
+        self.size = 0
+        return self._kinds[:kept], self._roots[:kept], self._vals[:kept], self._tasks[:kept]
 
     def frame(self) -> bytes:
-        self.size = 0
-        return encode_acker_columns(*self._columns())
+        """The batch's frame; empty when every message in it completed its tree here."""
+        columns = self._columns()
+        return encode_acker_columns(*columns) if len(columns[0]) else b""
 
 
 class DataOutbox(AckerOutbox):
     """Tuples for one worker, and the acker messages it forwards to their acker: those of the ackers
-    whose home it is (:attr:`squall.topology.assignment.Assignment.acker_homes`), folded as they come."""
+    whose home it is (:attr:`squall.topology.assignment.Assignment.acker_homes`), folded as they come
+    (no young trees: it is not their spouts' worker)."""
 
     def add(self, item: Any) -> None:
         if type(item) is Tuple:
             self._items.append(item)
             self.size += 1
         else:
-            AckerOutbox.add(self, item)
+            kind, root, val, task = item
+            self._fold(kind, root, val, task)
 
     def frame(self) -> bytes:
         acker = acker_columns(*self._columns()) if self._n else None

@@ -2,7 +2,7 @@
 cimport cython
 
 from squall.transport.ingress cimport Ingress
-from squall.transport.outbox cimport Outbox
+from squall.transport.outbox cimport AckerOutbox, Outbox
 
 
 cdef class Transport:
@@ -14,9 +14,11 @@ cdef class Transport:
     cdef public object clock, lost, receiver, _wake
     cdef public Ingress ingress
     cdef dict _outboxes, _to
+    cdef list _acker_boxes
     cdef object _decoder, _bind, _max_frame, _tls, _control
     cdef long long _streams
     cdef public bint waiting_room
+    cdef public long long completed
 
     @cython.locals(boxes=tuple, box=Outbox, size=Py_ssize_t)
     cpdef bint try_send(self, long long task, object item) except -1

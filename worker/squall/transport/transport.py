@@ -11,7 +11,7 @@ from squall.proto.squall_pb2 import ControlRequest, ProcessState
 from squall.transport.codec import Decoder, encode_verdicts, lost_trees
 from squall.transport.ingress import Ingress
 from squall.transport.links import CONTROL, DATA, PeerLink
-from squall.transport.outbox import AckerOutbox, DataOutbox, Outbox
+from squall.transport.outbox import YOUNG_SECONDS, AckerOutbox, DataOutbox, Outbox
 from squall.transport.server import Receiver
 from squall.transport.tls import Credentials
 from squall.tuples import Tuple
@@ -60,6 +60,8 @@ class Transport:
         self.lost: deque[tuple[int, int]] = deque()
         # Set while a batch waits for room in its link: only then does a link taking a frame wake the loop.
         self.waiting_room = False
+        #: trees completed in this process, their acker never told (see AckerOutbox)
+        self.completed = 0
         self.links = {(p, lane): PeerLink(peer=p, address=addresses[p], lane=lane, sender=name, plan=plan,
                                           max_frame=max_frame, wake=self._room,
                                           dropped=self._dropped, tls=tls)
@@ -69,6 +71,7 @@ class Transport:
         self._outboxes = {key: DataOutbox(link, batch_size) if key[1] == DATA else
                           AckerOutbox(link, batch_size) if key[0] in ackers else Outbox(link, encode_verdicts)
                           for key, link in self.links.items()}
+        self._acker_boxes = [box for box in self._outboxes.values() if type(box) is AckerOutbox]
         #: task → the (data, control) outboxes of its process, or of the worker it is reached through:
         #: one lookup per item sent
         self._to = {task: (self._outboxes[(p, DATA)], self._outboxes[(p, CONTROL)]) for task, p in owner.items()}
@@ -118,7 +121,8 @@ class Transport:
 
     def unsent(self) -> int:
         """Items batched or queued here and not yet handed to gRPC."""
-        return sum(box.size for box in self._outboxes.values()) + sum(link.queued() for link in self.links.values())
+        return (sum(box.size for box in self._outboxes.values()) + sum(box.kept() for box in self._acker_boxes)
+                + sum(link.queued() for link in self.links.values()))
 
     def undelivered(self) -> int:
         """Frames and items received from peers and not yet in an inbox."""
@@ -171,8 +175,17 @@ class Transport:
             self.waiting_room = True
             if not link.has_room():
                 return False
-        link.offer(box.frame())
+        frame = box.frame()
+        if frame:  # empty: every tree in it completed here
+            link.offer(frame)
         return True
+
+    def _complete(self, box: AckerOutbox) -> None:
+        """Deliver the verdicts of the trees ``box`` found complete, as those of a frame from their acker."""
+        self.completed += len(box.completed)
+        self.ingress.park(box.completed)
+        box.completed = []
+        self._wake()  # the loop runs another round to deliver them, whatever else it has to do
 
     def flush(self, *, busy: bool = False) -> bool:
         """Send batches whose link has room; True when nothing is left waiting.
@@ -182,13 +195,23 @@ class Transport:
         """
         done = True
         blocked = False
-        now = self.clock() if busy else 0.0
+        now = self.clock()
+        for box in self._acker_boxes:  # trees kept young long enough, or all when idle, go to their acker
+            size = box.size
+            box.expire(now, YOUNG_SECONDS if busy else -1.0)
+            if not size and box.size:
+                box.since = now
         for box in self._outboxes.values():
             if not box.size:
                 continue
             if busy and box.size < self.batch_size and now - box.since < self.flush_interval:
                 done = False
             elif not self._flush(box):
+                done, blocked = False, True
+        for box in self._acker_boxes:
+            if box.completed:
+                self._complete(box)
+            if not busy and box.kept():  # more than the batch had room for: the link's next take wakes us
                 done, blocked = False, True
         self.waiting_room = blocked
         return done
