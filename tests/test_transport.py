@@ -493,7 +493,8 @@ def test_acker_and_verdict_columns_decode_or_are_refused(plan, kinds, roots, tas
 def _sent(box: AckerOutbox, *, keep: float = -1.0) -> tuple[list[tuple[int, int, int, int]], list[Notification]]:
     """A flush of ``box`` at time 1: the trees kept since before ``1 - keep`` (all if ``keep`` < 0) go to
     its batch, and the frame; with the verdicts of the trees it found complete, which the worker keeps."""
-    box.expire(1.0, keep)
+    box.keep = keep
+    box.expire(1.0)
     cols = Batch.FromString(box.frame()).acker
     assert box.size == 0  # the frame starts the next batch
     completed, box.completed = box.completed, []
@@ -610,22 +611,26 @@ def test_a_tree_whose_messages_fold_to_zero_in_one_batch_is_acked_by_the_worker_
     assert box.frame() == b""
 
 
-def test_a_busy_worker_keeps_a_young_tree_from_its_acker_for_a_while_an_idle_one_not():
+def test_a_young_tree_is_kept_from_its_acker_as_long_as_the_outbox_keeps_trees():
     from squall.transport.outbox import YOUNG_SECONDS
 
-    box = AckerOutbox(link=None, capacity=2)
-    box.expire(0.5, YOUNG_SECONDS)
+    box = AckerOutbox(link=None, capacity=2, keep=YOUNG_SECONDS)  # at the acker's home
+    box.expire(0.5)
     for root in (5, 6, 7):
         box.add((INIT, root, 0b11, 2))
-    box.expire(0.5 + YOUNG_SECONDS / 2, YOUNG_SECONDS)  # busy, and young
+    box.expire(0.5 + YOUNG_SECONDS / 2)
     assert box.size == 0 and box.kept() == 3
-    box.expire(0.5 + YOUNG_SECONDS, YOUNG_SECONDS)  # old enough: as many as the batch has room for
+    box.expire(0.5 + YOUNG_SECONDS)  # kept long enough: as many as the batch has room for
     assert box.size == 2 and box.kept() == 1
     box.add((ACK, 5, 0b11, -1))  # folds into the INIT message in the batch: complete there
     assert _sent(box, keep=1.0) == ([(INIT, 6, 0b11, 2)], [Notification(ACK, 5, 2)])
     assert box.kept() == 1
+    # elsewhere a tree is kept for the round it started in: it goes with the next flush
+    box = AckerOutbox(link=None, capacity=2)
+    box.expire(1.0)
     box.add((INIT, 8, 0b1, 2))
-    assert _sent(box) == ([(INIT, 7, 0b11, 2), (INIT, 8, 0b1, 2)], [])  # idle: every one at once
+    box.expire(1.001)
+    assert box.kept() == 0 and box.size == 1
 
 
 # -- links: channel options, refused-stream backoff, frames a broken stream may have lost ------------------

@@ -32,7 +32,9 @@ def total(text: str, name: str) -> float:
 
 
 def test_every_metric_is_exported_labelled_and_moving(cluster):
-    sup = cluster(count=-1, workers=2, ackers=1, config={"test.rate": 2000})
+    # the sink acks on ticks: trees it holds past YOUNG_SECONDS go to the acker, the others complete in
+    # their worker (squall_transport_completed_trees_total)
+    sup = cluster(count=-1, workers=2, ackers=1, config={"test.rate": 2000}, sink="BatchingSink", ticks=0.5)
     wait_for(lambda t: t.acked["a-numbers"] >= 200, timeout=60, sup=sup, what="the topology to run")
     worker = sup.child("worker-0")
     url = f"http://127.0.0.1:{worker.metrics_port}/metrics"

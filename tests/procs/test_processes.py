@@ -111,10 +111,10 @@ def test_a_shuffle_keeps_tuples_in_the_worker_that_emits_them_while_its_tasks_ke
 def test_kill_9_mid_run_loses_nothing(cluster, tmp_path, victim, workers, sink):
     """kill -9 a worker (not the spout's) or the acker mid-run: the trees it took with it time out,
     are replayed, and every message is acked in the end; the process is restarted. (With the acker as
-    the victim the sink acks on ticks: a tree acked within the batch of its INIT is decided by its
-    worker, and never reaches the acker.)"""
+    the victim the sink acks on ticks: a tree acked soon after its emit is decided by its worker, and
+    never reaches the acker.)"""
     sup = cluster(count=5000, workers=workers, ackers=1, timeout=2, config={"test.rate": 1000}, sink=sink,
-                  ticks=0.2 if sink == "BatchingSink" else None)
+                  ticks=0.5 if sink == "BatchingSink" else None)
     wait_for(lambda t: t.acked["a-numbers"] >= 300, timeout=60, sup=sup, what="the topology to run")
     child = sup.child(victim)
     os.kill(child.proc.pid, signal.SIGKILL)
@@ -413,7 +413,7 @@ def test_processes_of_different_plans_never_exchange_tuples(cluster, tmp_path):
 
     # the sink acks on ticks, so that trees need their acker (see test_kill_9_mid_run_loses_nothing)
     sup = cluster(count=-1, workers=1, ackers=1, timeout=2, config={"test.rate": 500}, sink="BatchingSink",
-                  ticks=0.2)
+                  ticks=0.5)
     wait_for(lambda t: t.acked["a-numbers"] >= 100, timeout=60, sup=sup, what="the topology to run")
     acker, worker = sup.child("acker-0"), sup.child("worker-0")
     acker.proc.kill()

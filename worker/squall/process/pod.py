@@ -163,7 +163,8 @@ class Process:
                           acker_tasks=frozenset(wiring.acker_tasks), forwards=wiring.forwards)
         t = cfg.spec.transfer
         self.transport = Transport(name=cfg.name, plan=self.plan, owner=wiring.owner,
-                                   ackers=wiring.ackers, acker_via=wiring.acker_via, addresses=addresses,
+                                   ackers=wiring.ackers, acker_via=wiring.acker_via, forwards=wiring.forwards,
+                                   addresses=addresses,
                                    senders=wiring.senders,
                                    decoder=decoder, bind=f"{cfg.bind_host}:{cfg.grpc_port}",
                                    batch_size=t.batch_size, flush_interval=t.flush_interval_ms / 1000,

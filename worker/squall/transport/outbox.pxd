@@ -21,6 +21,7 @@ cdef class AckerOutbox(Outbox):
     cdef dict _open, _young
     cdef Py_ssize_t _n
     cdef double _now
+    cdef public double keep
     cdef public list completed
 
     @cython.locals(kind=cython.int, root=object, val=cython.ulonglong, task=cython.int, tree=list,
@@ -31,7 +32,7 @@ cdef class AckerOutbox(Outbox):
     cdef _fold(self, int kind, object root, unsigned long long val, int task)
 
     @cython.locals(room=Py_ssize_t, before=cython.double, old=list, tree=list)
-    cpdef expire(self, double now, double keep)
+    cpdef expire(self, double now)
 
     @cython.locals(kind=cython.int, at=Py_ssize_t, kept=Py_ssize_t, task=cython.int)
     cdef tuple _columns(self)

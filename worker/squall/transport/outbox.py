@@ -12,8 +12,8 @@ from squall.proto.squall_pb2 import Batch
 from squall.transport.codec import I32, U8, U64, acker_columns, encode_acker_columns, tuple_columns
 from squall.tuples import Tuple
 
-#: Seconds a busy worker keeps a tree's INIT from the acker, for the tree to complete here first.
-YOUNG_SECONDS = 0.02
+#: Seconds an acker's home keeps a tree from the acker, for the tree to complete there first.
+YOUNG_SECONDS = 0.1
 
 
 class Outbox:
@@ -49,12 +49,15 @@ class AckerOutbox(Outbox):
     **Young trees.** A tree's INIT does not go into the batch at once: the tree is kept here, young,
     and its ACKs fold into it. One whose value returns to 0 is complete, as its acker would find
     from the folded message: :attr:`completed` holds its verdict, for the worker to deliver itself,
-    and the acker never hears of it (in a worker that runs its trees' tuples itself, most of them).
-    A tree goes to its acker, as one INIT message holding what folded so far, once it was kept
-    :data:`YOUNG_SECONDS` while the worker is busy, at once when the worker has nothing to do (no
-    more local work is coming for it then), or when a FAIL or RESET of it comes, which follows its
-    INIT into the batch. An ACK that came before its tree's INIT (the INIT waited in the spout's
-    overflow) keeps the tree in the batch, and an INIT message there that holds 0 is complete too.
+    and the acker never hears of it. A tree goes to its acker, as one INIT message holding what
+    folded so far, once it was kept ``keep`` seconds (see :meth:`expire`), or when a FAIL or RESET
+    of it comes, which follows its INIT into the batch. At the acker's home every message of the
+    tree passes here (the other workers forward theirs through it), so keeping a tree never delays
+    its verdict, and the transport keeps trees :data:`YOUNG_SECONDS`; elsewhere the other workers'
+    acks go to the acker directly, and waiting for the INIT would delay the tree, so trees are kept
+    for the scheduler round they started in (``keep`` 0). An ACK that came before its tree's INIT
+    (the INIT waited in the spout's overflow) keeps the tree in the batch, and an INIT message there
+    that holds 0 is complete too.
 
     A tree is acked that way even after a FAIL of it: its value is 0 only if every tuple of it was
     acked, and a bolt's fail of a tuple leaves that tuple's edge unacked (a fail after an ack comes
@@ -62,11 +65,13 @@ class AckerOutbox(Outbox):
     was read after all (``Runtime._fail_lost``), which the acker would let win, and so replay a tree
     that was processed.
 
-    ``capacity``: messages a batch holds at most (the transport flushes a full batch before adding).
+    ``capacity``: messages a batch holds at most (the transport flushes a full batch before adding);
+    ``keep``: seconds a young tree is kept.
     """
 
-    def __init__(self, link: Any, capacity: int) -> None:
+    def __init__(self, link: Any, capacity: int, keep: float = 0.0) -> None:
         super().__init__(link)
+        self.keep = keep
         # Fixed columns, written in place: the batch never outgrows the transport's batch size.
         self._kinds, self._tasks = array(U8, bytes(capacity)), array(I32, bytes(4 * capacity))
         self._roots, self._vals = array(U64, bytes(8 * capacity)), array(U64, bytes(8 * capacity))
@@ -121,15 +126,15 @@ class AckerOutbox(Outbox):
         self._n = at + 1
         self.size += 1
 
-    def expire(self, now: float, keep: float) -> None:
-        """Move the trees kept ``keep`` seconds or longer (every one if ``keep`` < 0) into the batch, as
+    def expire(self, now: float) -> None:
+        """Move the trees kept :attr:`keep` seconds or longer (every one if it is < 0) into the batch, as
         far as it has room; trees kept from now on are kept since ``now``."""
         self._now = now
         young = self._young
         if not young:
             return
         room = len(self.kinds) - self._n
-        before = now - keep
+        before = now - self.keep
         old = []
         for root, tree in young.items():  # oldest first
             if tree[2] > before or len(old) == room:

@@ -33,7 +33,8 @@ class Transport:
 
     ``owner`` maps every task not in this process onto its process name, ``ackers`` names the acker
     processes among them; ``acker_via`` maps the acker tasks whose messages go through a worker, their
-    home, onto that worker (:attr:`~squall.topology.assignment.Assignment.acker_homes`); ``addresses``
+    home, onto that worker (:attr:`~squall.topology.assignment.Assignment.acker_homes`), and
+    ``forwards`` names the acker tasks whose home this worker is; ``addresses``
     maps process names onto ``host:port``. ``plan`` is the spec's
     fingerprint: streams are refused between processes of different plans, or of different
     :data:`WIRE_FORMAT`. ``control`` answers a
@@ -44,7 +45,8 @@ class Transport:
                  addresses: dict[str, str], senders: frozenset[str], decoder: Decoder, bind: str, batch_size: int,
                  flush_interval: float, max_frame: int, tls: Credentials | None = None,
                  control: Callable[[ControlRequest], ProcessState] | None = None,
-                 acker_via: dict[int, str] | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+                 acker_via: dict[int, str] | None = None, forwards: frozenset[int] = frozenset(),
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.name = name
         plan = self.plan = wire_plan(plan)
         # The peers that keep streams open to us: until they all have, what they send may be dropped.
@@ -68,8 +70,12 @@ class Transport:
                       for p in peers for lane in (DATA, CONTROL)}
         # The control lane carries acker messages to ackers and verdicts to workers; the data lane
         # tuples, and acker messages for the ackers whose home its worker is.
+        # An acker whose home this worker is gets every message of its trees from here: its young trees
+        # can wait here long (see AckerOutbox), the others' only for a round.
+        homes = {owner[task] for task in forwards}
         self._outboxes = {key: DataOutbox(link, batch_size) if key[1] == DATA else
-                          AckerOutbox(link, batch_size) if key[0] in ackers else Outbox(link, encode_verdicts)
+                          AckerOutbox(link, batch_size, YOUNG_SECONDS if key[0] in homes else 0.0)
+                          if key[0] in ackers else Outbox(link, encode_verdicts)
                           for key, link in self.links.items()}
         self._acker_boxes = [box for box in self._outboxes.values() if type(box) is AckerOutbox]
         #: task → the (data, control) outboxes of its process, or of the worker it is reached through:
@@ -196,9 +202,9 @@ class Transport:
         done = True
         blocked = False
         now = self.clock()
-        for box in self._acker_boxes:  # trees kept young long enough, or all when idle, go to their acker
+        for box in self._acker_boxes:  # young trees kept long enough go to their acker
             size = box.size
-            box.expire(now, YOUNG_SECONDS if busy else -1.0)
+            box.expire(now)
             if not size and box.size:
                 box.since = now
         for box in self._outboxes.values():
@@ -211,8 +217,6 @@ class Transport:
         for box in self._acker_boxes:
             if box.completed:
                 self._complete(box)
-            if not busy and box.kept():  # more than the batch had room for: the link's next take wakes us
-                done, blocked = False, True
         self.waiting_room = blocked
         return done
 
