@@ -1061,6 +1061,47 @@ def test_fails_for_lost_trees_that_find_their_batch_full_wait_for_a_later_round(
         receiver.close()
 
 
+def test_trees_that_complete_in_their_worker_are_acked_there_with_no_frame_to_their_acker():
+    """A worker's real runtime and transport, its acker never started: every tuple of the word count runs
+    in the worker, the home of the acker, so each tree completes there, young, and its spout is acked
+    without a frame to the acker (squall.transport.outbox.AckerOutbox)."""
+    import time
+
+    from bench.wordcount import spec
+
+    from squall.executor.runtime import Runtime
+    from squall.process.supervisor import free_ports
+    from squall.topology import TopologySpec
+    from squall.topology.assignment import assign
+
+    topology = TopologySpec.from_dict(spec(workers=1, ackers=1))
+    plan = Plan(topology)
+    worker = assign(plan.layout).wiring("worker", 0)
+    assert worker.forwards  # the worker is its acker's home
+    [port] = free_ports(1)  # nobody listens: the acker never runs
+    transport = Transport(name="worker-0", plan=topology.fingerprint(), owner=worker.owner, ackers=worker.ackers,
+                          senders=worker.senders, addresses={"acker-0": f"127.0.0.1:{port}"}, bind="127.0.0.1:0",
+                          decoder=Decoder(plan, bolt_tasks=worker.bolt_tasks, spout_tasks=worker.spout_tasks,
+                                          acker_tasks=frozenset()), batch_size=64, flush_interval=0.001,
+                          max_frame=1 << 20, forwards=worker.forwards)
+    runtime = Runtime(plan, executors=worker.executors, acker_tasks=(), remote=transport)
+    try:
+        runtime.start()
+        acked = lambda: sum(sum(s.acked.values()) for s in runtime.component_stats("sentences"))  # noqa: E731
+        deadline = time.monotonic() + 30
+        while acked() < 500:
+            assert time.monotonic() < deadline, f"{acked()} trees acked; {transport.completed} completed in the worker"
+            if not runtime.step():
+                runtime.idle_wait()
+        assert transport.completed >= 500
+        acker_links = [link for (peer, _), link in transport.links.items() if peer == "acker-0"]
+        assert sum(link.stats.batches + link.stats.dropped + link.queued() for link in acker_links) == 0
+        assert sum(sum(s.failed.values()) for s in runtime.component_stats("sentences")) == 0
+    finally:
+        runtime.close()
+        transport.close()
+
+
 def test_a_command_the_process_refuses_says_so_and_one_it_never_answered_does_not(plan):
     """A rebalance sends again a command a process never answered (squall.process.supervisor._switch),
     never one it refused: a real receiver's Control service refuses with its reason; a port nobody

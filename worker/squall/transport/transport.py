@@ -77,7 +77,8 @@ class Transport:
                           AckerOutbox(link, batch_size, YOUNG_SECONDS if key[0] in homes else 0.0)
                           if key[0] in ackers else Outbox(link, encode_verdicts)
                           for key, link in self.links.items()}
-        self._acker_boxes = [box for box in self._outboxes.values() if type(box) is AckerOutbox]
+        # (data outboxes too: they fold the acker messages they forward, and never drop a tree they complete)
+        self._acker_boxes = [box for box in self._outboxes.values() if isinstance(box, AckerOutbox)]
         #: task → the (data, control) outboxes of its process, or of the worker it is reached through:
         #: one lookup per item sent
         self._to = {task: (self._outboxes[(p, DATA)], self._outboxes[(p, CONTROL)]) for task, p in owner.items()}
