@@ -565,8 +565,8 @@ def test_acks_folded_per_tree_in_a_batch_give_the_verdicts_of_the_messages_one_b
         frame, completed = _sent(box, keep=keep)
         got += completed + folded.process_messages(frame)
     assert box.kept() == 0
-    # One exception: a tree the worker found complete (its INIT and every ack folded to 0 in one batch) is
-    # acked where a FAIL before its INIT fails it at the acker. Then every edge of the tree was acked:
+    # One exception: a tree the worker found complete (its INIT and every ack folded to 0 there) is acked
+    # where a FAIL before its INIT fails it at the acker. Then every edge of the tree was acked:
     # such a FAIL is a worker's, for a frame that might have been lost and was read after all.
     overruled = {n.root for n in got if n.kind == ACK} & {n.root for n in expected if n.kind == FAIL}
     for root in overruled:
@@ -590,7 +590,7 @@ def test_a_trees_acks_leave_a_worker_as_one_message():
     assert _folded([acks[0], fail, acks[1], acks[2]]) == ([acks[0], fail, (ACK, 5, 0b0110, -1)], [])
 
 
-def test_a_tree_whose_messages_fold_to_zero_in_one_batch_is_acked_by_the_worker_not_its_acker():
+def test_a_tree_whose_messages_fold_to_zero_is_acked_by_the_worker_not_its_acker():
     init, acks = (INIT, 5, 0b0111, 2), [(ACK, 5, 0b0001, -1), (ACK, 5, 0b0010, -1), (ACK, 5, 0b0100, -1)]
     other = (ACK, 6, 9, -1)
     assert _folded([init, acks[0], other, *acks[1:]]) == ([other], [Notification(ACK, 5, 2)])
@@ -1085,9 +1085,11 @@ def test_trees_that_complete_in_their_worker_are_acked_there_with_no_frame_to_th
                                           acker_tasks=frozenset()), batch_size=64, flush_interval=0.001,
                           max_frame=1 << 20, forwards=worker.forwards)
     runtime = Runtime(plan, executors=worker.executors, acker_tasks=(), remote=transport)
+    def acked() -> int:
+        return sum(sum(s.acked.values()) for s in runtime.component_stats("sentences"))
+
     try:
         runtime.start()
-        acked = lambda: sum(sum(s.acked.values()) for s in runtime.component_stats("sentences"))  # noqa: E731
         deadline = time.monotonic() + 30
         while acked() < 500:
             assert time.monotonic() < deadline, f"{acked()} trees acked; {transport.completed} completed in the worker"
