@@ -34,7 +34,9 @@ cdef class AckerOutbox(Outbox):
     @cython.locals(room=Py_ssize_t, before=cython.double, old=list, tree=list)
     cpdef expire(self, double now)
 
-    @cython.locals(kind=cython.int, at=Py_ssize_t, kept=Py_ssize_t, task=cython.int)
+    cdef _complete(self, object root, int task)
+
+    @cython.locals(kind=cython.int, at=Py_ssize_t, kept=Py_ssize_t)
     cdef tuple _columns(self)
 
 

@@ -94,7 +94,7 @@ class AckerOutbox(Outbox):
                     tree[0] = value
                 else:
                     del self._young[root]
-                    self.completed.append((tree[1], notification(ACK, root, tree[1])))
+                    self._complete(root, tree[1])
                 return
             del self._young[root]  # a FAIL or RESET follows the tree's INIT to its acker
             self._fold(INIT, root, tree[0], tree[1])
@@ -144,6 +144,10 @@ class AckerOutbox(Outbox):
             tree = young.pop(root)
             self._fold(INIT, root, tree[0], tree[1])
 
+    def _complete(self, root: int, task: int) -> None:
+        """Tree ``root`` of spout task ``task`` is complete: its ACK verdict, for the worker to deliver."""
+        self.completed.append((task, notification(ACK, root, task)))
+
     def kept(self) -> int:
         """Young trees kept here."""
         return len(self._young)
@@ -156,8 +160,7 @@ class AckerOutbox(Outbox):
         for at in range(self._n):
             kind = kinds[at]
             if kind == INIT and vals[at] == 0:
-                task = tasks[at]
-                self.completed.append((task, notification(ACK, roots[at], task)))
+                self._complete(roots[at], tasks[at])
                 continue
             if kept < at:
                 kinds[kept], roots[kept], vals[kept], tasks[kept] = kind, roots[at], vals[at], tasks[at]
