@@ -115,7 +115,9 @@ def test_kill_9_mid_run_loses_nothing(cluster, tmp_path, victim, workers, sink):
     never reaches the acker.)"""
     sup = cluster(count=5000, workers=workers, ackers=1, timeout=2, config={"test.rate": 1000}, sink=sink,
                   ticks=0.5 if sink == "BatchingSink" else None)
-    wait_for(lambda t: t.acked["a-numbers"] >= 300, timeout=60, sup=sup, what="the topology to run")
+    # the acker as the victim: only once it tracks trees (those its worker did not complete young)
+    wait_for(lambda t: t.acked["a-numbers"] >= 300 and (victim != "acker-0" or t.pending["__acker"] > 0),
+             timeout=60, sup=sup, what="the topology to run")
     child = sup.child(victim)
     os.kill(child.proc.pid, signal.SIGKILL)
     child.proc.wait()
@@ -414,7 +416,10 @@ def test_processes_of_different_plans_never_exchange_tuples(cluster, tmp_path):
     # the sink acks on ticks, so that trees need their acker (see test_kill_9_mid_run_loses_nothing)
     sup = cluster(count=-1, workers=1, ackers=1, timeout=2, config={"test.rate": 500}, sink="BatchingSink",
                   ticks=0.5)
-    wait_for(lambda t: t.acked["a-numbers"] >= 100, timeout=60, sup=sup, what="the topology to run")
+    # killed only once it tracks trees (those its worker did not complete young): the INITs of the frames
+    # it never read are what fails below
+    wait_for(lambda t: t.acked["a-numbers"] >= 100 and t.pending["__acker"] > 0, timeout=60, sup=sup,
+             what="the topology to run, its acker tracking trees")
     acker, worker = sup.child("acker-0"), sup.child("worker-0")
     acker.proc.kill()
     acker.proc.wait()
