@@ -515,6 +515,36 @@ def test_trees_of_frames_sent_to_a_dead_worker_fail_at_once_not_at_their_timeout
     assert spout_report(tmp_path)["acked"] == list(range(3000))
 
 
+def test_a_run_holds_its_processes_ports_from_start_to_stop_so_nobody_else_takes_them(tmp_path):
+    """A process binds its ports only when it starts: a room slot's at a rebalance, a killed one's
+    again at its restart. Not held in between, a parallel test's process once took a room slot's
+    port and the rebalance's new worker failed three times on "Address already in use". The run
+    holds them with SO_REUSEPORT: a plain bind fails, and only a socket that sets the option too, as
+    the processes' gRPC and metrics servers do, may share them."""
+    import errno
+    import socket
+
+    from squall.process.supervisor import Supervisor
+
+    path, spec = topology(tmp_path, count=10, workers=1)
+    sup = Supervisor(spec_path=path, spec=spec, run_dir=tmp_path / "run", room=3)
+    ports = [port for slot in sup.slots for port in (slot.grpc_port, slot.metrics_port)]
+    assert len(set(ports)) == 12
+    try:
+        for port in ports:
+            with socket.socket() as plain, pytest.raises(OSError) as taken:
+                plain.bind(("127.0.0.1", port))
+            assert taken.value.errno == errno.EADDRINUSE
+            with socket.socket() as ours:
+                ours.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+                ours.bind(("127.0.0.1", port))
+    finally:
+        sup.stop()
+    for port in ports:  # released at stop
+        with socket.socket() as plain:
+            plain.bind(("127.0.0.1", port))
+
+
 def test_a_run_gives_its_processes_ports_the_kernel_never_hands_out_by_itself():
     """A killed process is restarted on its ports. Drawn from the kernel's ephemeral range, one of them
     could meanwhile become the local end of any connection on the machine, and the process failed to

@@ -53,7 +53,7 @@ class MetricsServer:
         self.ready = ready or healthy
         self.errors = errors
         self.latency = latency
-        self._http = ThreadingHTTPServer((host, port), Handler)
+        self._http = _Server((host, port), Handler)
         self._http.daemon_threads = True
         self.port = self._http.server_address[1]
         self._thread = threading.Thread(target=self._http.serve_forever, name="metrics", daemon=True)
@@ -64,3 +64,9 @@ class MetricsServer:
     def stop(self) -> None:
         self._http.shutdown()
         self._http.server_close()
+
+
+class _Server(ThreadingHTTPServer):
+    # A local run's supervisor holds this process's ports while it is away (restarts, room for a
+    # rebalance): a socket may share a held port only if it sets SO_REUSEPORT too.
+    allow_reuse_port = True

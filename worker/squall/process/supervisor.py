@@ -42,38 +42,73 @@ LOCAL_PORTS = 20000  # the lowest port a run's processes are given, below the ke
 
 
 def free_ports(n: int) -> list[int]:
-    """``n`` ports free right now, each a process's to bind for as long as the run lasts.
+    """``n`` ports free right now (drawn as by :func:`reserve_ports`), and released again."""
+    socks = reserve_ports(n)
+    ports = [s.getsockname()[1] for s in socks]
+    for s in socks:
+        s.close()
+    return ports
 
-    Drawn below the kernel's ephemeral range where it leaves room: a killed process is restarted on
-    its ports, and while it was away a port from that range could become the local end of any
-    connection on the machine (under ``pytest -n 4`` a chaos test's worker failed to come back that
-    way). The kernel never hands out a port below the range by itself.
+
+def reserve_ports(n: int) -> list[socket.socket]:
+    """``n`` distinct ports, each held by a socket bound to it and never listening: while held, no
+    program can bind the port, except one of ours, since only sockets that set ``SO_REUSEPORT`` (gRPC's
+    server does, and so does the metrics server) may share it.
+
+    A run holds its processes' ports for as long as it lasts: a process binds its ports only when it
+    starts (a room slot's, seconds or minutes later at a rebalance; a killed one's, again on restart),
+    and in between another program could take them: under ``pytest -n 4`` a parallel test's process
+    did, and a rebalance's new worker failed three times on "Address already in use".
+
+    Drawn below the kernel's ephemeral range where it leaves room, a range the kernel never hands out
+    by itself, so not even a connection's local end takes them.
     """
     low = _ephemeral_low()
-    ports: list[int] = []
-    socks: list[socket.socket] = []
+    held: list[socket.socket] = []
+    candidates = random.sample(range(LOCAL_PORTS, low), min(low - LOCAL_PORTS, 50 * n + 100)) \
+        if low - LOCAL_PORTS >= 1000 else []
     try:
-        if low - LOCAL_PORTS >= 1000:
-            for port in random.sample(range(LOCAL_PORTS, low), min(low - LOCAL_PORTS, 50 * n + 100)):
-                if len(ports) == n:
-                    break
-                s = socket.socket()
-                try:
-                    s.bind(("127.0.0.1", port))
-                except OSError:  # someone's: try another
-                    s.close()
-                    continue
-                socks.append(s)
-                ports.append(port)
-        while len(ports) < n:  # no room below the range (or all of it taken): any port the kernel gives
-            s = socket.socket()
-            socks.append(s)
-            s.bind(("127.0.0.1", 0))
-            ports.append(s.getsockname()[1])
-        return ports
-    finally:
-        for s in socks:
+        for port in candidates:
+            if len(held) == n:
+                break
+            s = _hold(port)
+            if s is not None:
+                held.append(s)
+        while len(held) < n:  # no room below the range (or all of it taken): any port the kernel gives
+            probe = socket.socket()
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+            probe.close()
+            if (s := _hold(port)) is not None:
+                held.append(s)
+    except BaseException:
+        for s in held:
             s.close()
+        raise
+    return held
+
+
+def _hold(port: int) -> socket.socket | None:
+    """A socket holding ``port`` with ``SO_REUSEPORT``, or None when some socket has it already.
+
+    The probe binds without the option first: bound with it, a socket would share the port with any
+    other that has it (another run's held ports, any gRPC server) rather than find it taken.
+    """
+    probe = socket.socket()
+    try:
+        probe.bind(("127.0.0.1", port))
+    except OSError:
+        return None
+    finally:
+        probe.close()
+    held = socket.socket()
+    held.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    try:
+        held.bind(("127.0.0.1", port))
+    except OSError:  # taken in the moment between the probe and the hold
+        held.close()
+        return None
+    return held
 
 
 def _ephemeral_low() -> int:
@@ -131,7 +166,8 @@ class Supervisor:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         counts = {WORKER: max(room, spec.workers), ACKER: max(room, spec.num_ackers)}
         roles = [(role, i) for role in contract.ROLES for i in range(counts[role])]
-        ports = free_ports(2 * len(roles))
+        self._held = reserve_ports(2 * len(roles))  # until stop: see reserve_ports
+        ports = [s.getsockname()[1] for s in self._held]
         self.slots = [Child(role, i, ports[2 * k], ports[2 * k + 1], self.run_dir / f"{role}-{i}.log")
                       for k, (role, i) in enumerate(roles)]
         self.children = self._members(spec)
@@ -315,6 +351,8 @@ class Supervisor:
             except subprocess.TimeoutExpired:
                 child.proc.kill()
                 codes[child.name] = child.proc.wait()
+        for s in self._held:
+            s.close()
         return codes
 
 

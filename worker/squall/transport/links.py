@@ -80,6 +80,9 @@ def server_options(max_frame: int) -> list[tuple[str, int]]:
         ("grpc.max_send_message_length", max_frame),
         ("grpc.max_receive_message_length", max_frame),
         ("grpc.keepalive_permit_without_calls", 1),
+        # gRPC's default, relied on: a local run's supervisor holds the port (SO_REUSEPORT) while the
+        # process is away, see squall.process.supervisor.reserve_ports
+        ("grpc.so_reuseport", 1),
         # pings of our own find a sender that vanished (its pod gone, no FIN): its stream closes and
         # stops counting as open, so readiness and the drain see the truth
         ("grpc.keepalive_time_ms", KEEPALIVE_MS),
