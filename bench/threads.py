@@ -4,7 +4,7 @@
 ``squall.process.thread_names``): the scheduler, the links (``tx-*``), the stream readers (``rx-*``),
 gRPC's server handlers (``recv_*``), its client threads (``run``) and its I/O (``event_engine``).
 
-    python bench/threads.py [--workers 2] [--rate TREES_PER_S] [--seconds 8]
+    python bench/threads.py [--workers 2] [--rate TREES_PER_S] [--seconds 8] [--no-crossing]
 """
 
 from __future__ import annotations
@@ -41,10 +41,12 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2, help="workers, and as many ackers")
     parser.add_argument("--rate", type=float, help="trees/s per spout task (default: as fast as it goes)")
     parser.add_argument("--seconds", type=float, default=8.0, help="measurement window")
+    parser.add_argument("--no-crossing", action="store_true",
+                        help="every word to a count task of its own worker, as the bench's 2w2a-local case")
     args = parser.parse_args()
     if sys.platform != "linux":
         parser.error("reads /proc/<pid>/task: Linux only")
-    with running(workers=args.workers, ackers=args.workers, rate=args.rate) as sup:
+    with running(workers=args.workers, ackers=args.workers, rate=args.rate, cross=not args.no_crossing) as sup:
         before = {c.name: threads(c.proc.pid) for c in sup.children}
         first, t0 = sup.scrape(), time.monotonic()
         time.sleep(args.seconds)

@@ -71,6 +71,20 @@ def test_tuples_round_trip_with_values_and_anchors(plan):
     assert got.anchors == {2**63 + 5: 77, 9: 2**64 - 1}
 
 
+@pytest.mark.parametrize("anchors", [{}, {2**64 - 1: 2**63}, {12: 34, 2**63: 0, 5: 2**64 - 1}])
+def test_a_tuple_in_no_one_or_several_trees_keeps_its_anchors_through_a_frame(plan, anchors):
+    """A tuple of one tree keeps its ids without a dict (``root``, ``edge``); users read ``anchors``
+    the same whatever the number of trees."""
+    spout_task, bolt_task = plan.component_tasks["words"][0], plan.component_tasks["upper"][0]
+    sent = Tuple(["w", None], Fields(["word", "meta"]), "words", "default", spout_task, anchors, bolt_task)
+    [(_, got)] = decoder(plan).decode(encode_tuples([sent]))
+    for tup in (sent, got):
+        assert tup.anchors == anchors
+        assert tup.tracked() == bool(anchors)
+        assert sorted(tup.roots()) == sorted(anchors)
+        assert (tup.root, tup.edge) == ((*anchors.items(),)[0] if len(anchors) == 1 else (None, 0))
+
+
 def test_acker_columns_round_trip(plan):
     spout_task = plan.component_tasks["words"][0]
     msgs = [AckerMessage(INIT, 2**64 - 3, 123, spout_task), AckerMessage(ACK, 99, 2**63, -1),

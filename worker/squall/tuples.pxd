@@ -14,7 +14,9 @@ cdef class Tuple:
     cdef public Fields fields
     cdef public str source_component, source_stream
     cdef public long long source_task, task
-    cdef public dict anchors
+    cdef public object root
+    cdef public unsigned long long edge
+    cdef public dict trees
     cdef public unsigned long long ack_val
     cdef public int done
     cdef public double received
@@ -22,4 +24,6 @@ cdef class Tuple:
     @staticmethod
     @cython.locals(tup=Tuple)
     cdef Tuple make(list values, Fields fields, str source_component, str source_stream, long long source_task,
-                    dict anchors, long long task)
+                    object root, unsigned long long edge, dict trees, long long task)
+
+    cpdef bint tracked(self)

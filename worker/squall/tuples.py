@@ -54,10 +54,13 @@ class Tuple:
     ``anchors`` maps each root id of a spout tuple tree this tuple belongs to onto the tuple's
     edge id in that tree (empty when the tuple is not tracked). ``ack_val`` accumulates the
     edge ids of the children anchored to it, sent to the acker when the tuple is acked.
+
+    A tuple of one tree, nearly every tracked tuple, keeps that tree's ids as ``root`` and ``edge``
+    rather than in a dict of its own; one of several trees keeps them in ``trees``.
     """
 
-    __slots__ = ("values", "fields", "source_component", "source_stream", "source_task", "anchors",
-                 "task", "ack_val", "done", "received")
+    __slots__ = ("values", "fields", "source_component", "source_stream", "source_task", "root", "edge",
+                 "trees", "task", "ack_val", "done", "received")
 
     def __init__(self, values: list[Any], fields: Fields, source_component: str, source_stream: str,
                  source_task: int, anchors: dict[int, int], task: int = 0) -> None:
@@ -66,7 +69,7 @@ class Tuple:
         self.source_component = source_component
         self.source_stream = source_stream
         self.source_task = source_task
-        self.anchors = anchors
+        self.root, self.edge, self.trees = _ids(anchors)
         self.task = task  # the receiving task
         self.ack_val = 0
         self.done = PENDING  # ACKED or FAILED once the bolt said so (a fail after an ack still fails)
@@ -74,21 +77,49 @@ class Tuple:
 
     @staticmethod
     def make(values: list[Any], fields: Fields, source_component: str, source_stream: str, source_task: int,
-             anchors: dict[int, int], task: int) -> Tuple:
+             root: int | None, edge: int, trees: dict[int, int] | None, task: int) -> Tuple:
         """``Tuple(...)`` for the hot paths (emits, decoding): compiled, the fields are stored directly
-        instead of through a call of the class and its ``__init__``."""
+        instead of through a call of the class and its ``__init__``. ``root`` and ``edge``: the ids of
+        a tuple of one tree, else ``root`` None and ``trees`` those of a tuple of several (see
+        :func:`anchored`), or None."""
         tup = Tuple.__new__(Tuple)
         tup.values = values
         tup.fields = fields
         tup.source_component = source_component
         tup.source_stream = source_stream
         tup.source_task = source_task
-        tup.anchors = anchors
+        tup.root = root
+        tup.edge = edge
+        tup.trees = trees
         tup.task = task
         tup.ack_val = 0
         tup.done = PENDING
         tup.received = 0.0
         return tup
+
+    @staticmethod
+    def anchored(values: list[Any], fields: Fields, source_component: str, source_stream: str, source_task: int,
+                 anchors: dict[int, int], task: int) -> Tuple:
+        """:meth:`make` for a tuple with ``anchors`` as a dict of root → edge id, any number of them."""
+        root, edge, trees = _ids(anchors)
+        return Tuple.make(values, fields, source_component, source_stream, source_task, root, edge, trees, task)
+
+    @property
+    def anchors(self) -> dict[int, int]:
+        """Root id → this tuple's edge id, for each spout tuple tree it belongs to (a new dict)."""
+        if self.root is not None:
+            return {self.root: self.edge}
+        return dict(self.trees) if self.trees is not None else {}
+
+    def tracked(self) -> bool:
+        """True when the tuple belongs to a spout tuple tree: acking or failing it counts."""
+        return self.root is not None or self.trees is not None
+
+    def roots(self) -> list[int]:
+        """The root ids of the trees the tuple belongs to."""
+        if self.root is not None:
+            return [self.root]
+        return list(self.trees) if self.trees is not None else []
 
     def __getitem__(self, key: str | int) -> Any:
         if type(key) is int:
@@ -112,3 +143,11 @@ class Tuple:
     def __repr__(self) -> str:
         return (f"Tuple({self.source_component}:{self.source_task}/{self.source_stream} "
                 f"{self.as_dict() if self.fields.names else self.values!r})")
+
+
+def _ids(anchors: dict[int, int]) -> tuple[int | None, int, dict[int, int] | None]:
+    """(root, edge, trees) of a tuple with ``anchors``: see :class:`Tuple`."""
+    if len(anchors) == 1:
+        ((root, edge),) = anchors.items()
+        return root, edge, None
+    return None, 0, (dict(anchors) if anchors else None)

@@ -79,7 +79,7 @@ class BoltExecutor(Executor):
             tup: Tuple = popleft()
             n += 1
             task = tasks[tup.task]
-            if tup.anchors:
+            if tup.tracked():
                 held.n += 1  # a tracked input, until the bolt acks or fails it
             task.stats.executed.add_pair(tup.source_component, tup.source_stream)
             self.countdown -= 1

@@ -38,7 +38,8 @@ cdef class SpoutCollector:
     cdef tuple _residues
     cdef public long long emits
 
-    @cython.locals(executor=Executor, acker=AckerRoute, ids=EdgeIds, t=cython.longlong, root=cython.ulonglong,
+    # root: an object, one int shared by the tree's tuples and its acker messages
+    @cython.locals(executor=Executor, acker=AckerRoute, ids=EdgeIds, t=cython.longlong, root=object,
                    edge=cython.ulonglong, ack_val=cython.ulonglong, task_id=cython.longlong)
     cpdef list _emit(self, list targets, list values, Fields fields, str stream, object msg_id)
 
@@ -57,12 +58,12 @@ cdef class BoltCollector:
     @cython.locals(fields=Fields, targets=list)
     cpdef list _route_and_emit(self, list values, object anchors, str stream)
 
-    @cython.locals(executor=Executor, anchor=Tuple, ids=EdgeIds, t=cython.longlong, root=cython.ulonglong,
+    @cython.locals(executor=Executor, anchor=Tuple, ids=EdgeIds, t=cython.longlong, root=object,
                    edge=cython.ulonglong, task_id=cython.longlong)
     cpdef list _emit(self, list targets, list values, Fields fields, str stream, object anchors)
 
     @cython.locals(executor=Executor, acker=AckerRoute, tasks=tuple, n=Py_ssize_t, ack_val=cython.ulonglong,
-                   root=cython.ulonglong, edge=cython.ulonglong)
+                   root=object, edge=cython.ulonglong, at=cython.ulonglong)
     cpdef ack(self, Tuple tup)
 
     cpdef fail(self, Tuple tup)

@@ -127,12 +127,12 @@ class SpoutCollector:
             for t in targets:  # hot path: one edge id per receiving task
                 edge = ids.next()
                 ack_val ^= edge
-                executor.send(t, Tuple.make(values, fields, src, stream, task_id, {root: edge}, t))
+                executor.send(t, Tuple.make(values, fields, src, stream, task_id, root, edge, None, t))
             self._on_emit(root, msg_id, stream)
             executor.send(acker.tasks[root % acker.n], (INIT, root, ack_val, task_id))
         else:
             for t in targets:
-                executor.send(t, Tuple.make(values, fields, src, stream, task_id, {}, t))
+                executor.send(t, Tuple.make(values, fields, src, stream, task_id, None, 0, None, t))
             if msg_id is not None:
                 self._on_untracked_ack(msg_id, stream)  # ackers = 0: acked as soon as emitted
         self._stats.emitted.add(stream)
@@ -189,17 +189,17 @@ class BoltCollector:
         if self._acker is None:
             anchors = ()
         anchor = anchors[0] if len(anchors) == 1 else None
-        if anchor is not None and len(anchor.anchors) == 1:
+        if anchor is not None and anchor.root is not None:
             # The common case, one anchor in one tree: one edge id per receiving task, no dict merging.
             ids = self._ids
-            (root,) = anchor.anchors
+            root = anchor.root
             for t in targets:
                 edge = ids.next()
                 anchor.ack_val ^= edge
-                executor.send(t, Tuple.make(values, fields, src, stream, task_id, {root: edge}, t))
+                executor.send(t, Tuple.make(values, fields, src, stream, task_id, root, edge, None, t))
         else:
             for t in targets:
-                executor.send(t, Tuple.make(values, fields, src, stream, task_id, self._edges(anchors), t))
+                executor.send(t, Tuple.anchored(values, fields, src, stream, task_id, self._edges(anchors), t))
         self._stats.emitted.add(stream)
         self._stats.transferred.add(stream, len(targets))
         return targets
@@ -208,10 +208,10 @@ class BoltCollector:
         """A new child's ids: per anchor a fresh edge id, xor-ed into each of the anchor's trees."""
         edges: dict[int, int] = {}
         for anchor in anchors:
-            if anchor.anchors:
+            if anchor.tracked():
                 edge = self._ids.next()
                 anchor.ack_val ^= edge
-                for root in anchor.anchors:
+                for root in anchor.roots():
                     edges[root] = edges.get(root, 0) ^ edge
         return edges
 
@@ -220,12 +220,18 @@ class BoltCollector:
             return
         tup.done = ACKED
         acker = self._acker
-        if tup.anchors:
+        root = tup.root
+        if root is not None:  # one tree: the common case
             self._held.n -= 1
-        if tup.anchors and acker is not None:
-            executor, tasks, n, ack_val = self._executor, acker.tasks, acker.n, tup.ack_val
-            for root, edge in tup.anchors.items():
-                executor.send(tasks[root % n], (ACK, root, edge ^ ack_val, -1))
+            if acker is not None:
+                at = root  # the tree's acker in C arithmetic, compiled
+                self._executor.send(acker.tasks[at % acker.n], (ACK, root, tup.edge ^ tup.ack_val, -1))
+        elif tup.trees is not None:
+            self._held.n -= 1
+            if acker is not None:
+                executor, tasks, n, ack_val = self._executor, acker.tasks, acker.n, tup.ack_val
+                for root, edge in tup.trees.items():
+                    executor.send(tasks[root % n], (ACK, root, edge ^ ack_val, -1))
         self._acked.add(tup.source_stream)
         if tup.received:  # set on sampled tuples only (see BoltExecutor)
             self._stats.process_latency[(tup.source_component, tup.source_stream)].observe(
@@ -236,19 +242,19 @@ class BoltCollector:
         # its acker, a fail always wins, so a bolt can force a replay of what it already acked.
         if tup.done == FAILED:
             return
-        if tup.anchors and not tup.done:
+        if tup.tracked() and not tup.done:
             self._held.n -= 1
         tup.done = FAILED
         acker = self._acker
         if acker is not None:
-            for root in tup.anchors:
+            for root in tup.roots():
                 self._executor.send(acker.tasks[root % acker.n], (FAIL, root, 0, -1))
         self._stats.failed.add(tup.source_stream)
 
     def reset_timeout(self, tup: Tuple) -> None:
         acker = self._acker
         if acker is not None:
-            for root in tup.anchors:
+            for root in tup.roots():
                 self._executor.send(acker.tasks[root % acker.n], (RESET, root, 0, -1))
 
     def report_error(self, exc: BaseException) -> None:

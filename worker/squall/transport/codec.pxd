@@ -5,7 +5,7 @@ from squall.tuples cimport Fields, Tuple
 
 
 @cython.locals(t=Tuple, routes=dict, index=list, values=list, anchored=list, roots=list, edges=list,
-               last_task=cython.longlong, last_source=cython.longlong, anchors=dict)
+               last_task=cython.longlong, last_source=cython.longlong)
 cpdef tuple_columns(list tuples)
 
 
@@ -15,7 +15,7 @@ cdef class Decoder:
 
     @cython.locals(routes=list, values=list, index=list, anchored=list, roots=list, edges=list, out=list,
                    n=Py_ssize_t, pairs=Py_ssize_t, k=Py_ssize_t, i=Py_ssize_t, at=Py_ssize_t, c=Py_ssize_t,
-                   fields=Fields)
+                   fields=Fields, tup=Tuple)
     cpdef list _tuples(self, cols)
 
     cpdef list _acker(self, cols)

@@ -45,11 +45,17 @@ def tuple_columns(tuples: list[Tuple]) -> TupleColumns:
             at = routes.setdefault(key, len(routes))
         index.append(at)
         values.append(t.values)
-        anchors = t.anchors
-        anchored.append(len(anchors))
-        for root, edge in anchors.items():
-            roots.append(root)
-            edges.append(edge)
+        if t.root is not None:
+            anchored.append(1)
+            roots.append(t.root)
+            edges.append(t.edge)
+        elif t.trees is not None:
+            anchored.append(len(t.trees))
+            for root, edge in t.trees.items():
+                roots.append(root)
+                edges.append(edge)
+        else:
+            anchored.append(0)
     return TupleColumns(routes=msgpack.packb(list(routes)), route=_column(U32, index), values=msgpack.packb(values),
                         anchored=_column(U32, anchored), root=_column(U64, roots), edge=_column(U64, edges))
 
@@ -221,14 +227,15 @@ class Decoder:
             if c > pairs - k:
                 raise FrameError("tuples are anchored to more trees than the frame's root and edge columns hold")
             if c == 1:  # the common case, one tree
-                anchors = {roots[k]: edges[k]}
+                tup = Tuple.make(vals, fields, component, stream, source_task, roots[k], edges[k], None, task)
                 k += 1
             elif c == 0:
-                anchors = {}
+                tup = Tuple.make(vals, fields, component, stream, source_task, None, 0, None, task)
             else:
-                anchors = dict(zip(roots[k:k + c], edges[k:k + c], strict=True))
+                tup = Tuple.anchored(vals, fields, component, stream, source_task,
+                                     dict(zip(roots[k:k + c], edges[k:k + c], strict=True)), task)
                 k += c
-            out.append((task, Tuple.make(vals, fields, component, stream, source_task, anchors, task)))
+            out.append((task, tup))
         if k != pairs:
             raise FrameError("the frame's root and edge columns hold pairs no tuple is anchored by")
         return out
