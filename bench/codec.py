@@ -78,7 +78,8 @@ def acker_frames(plan: Plan, rng: random.Random, args: argparse.Namespace) -> fl
     for _ in range(args.repeat):
         transfer = Transfer(capacity=1 << 30)
         executor = AckerExecutor(task=acker, transfer=transfer)
-        verdicts = transfer.inboxes[spout] = deque()
+        verdicts: deque = deque()
+        transfer.register(spout, verdicts)
         t0 = time.perf_counter()
         for frame in frames:
             for _, item in decoder.decode(frame):

@@ -3,7 +3,9 @@
 cdef class Transfer:
     cdef public long long capacity
     cdef public dict inboxes
+    cdef public list local, appends
     cdef public object remote
+    cpdef register(self, long long task, object inbox)
     cpdef bint try_deliver(self, long long task, object item) except -1
     cpdef bint try_send(self, long long task, object item) except -1
 
@@ -13,7 +15,7 @@ cdef class Executor:
     cdef public tuple task_ids
     cdef public Transfer transfer
     cdef public object inbox, overflow
-    cdef dict _inboxes
+    cdef list _local, _appends
     cdef long long _capacity
     cpdef send(self, long long task, object item)
     cpdef bint flush(self) except -1

@@ -24,29 +24,43 @@ class Transfer:
     def __init__(self, *, capacity: int, remote: Remote | None = None) -> None:
         self.capacity = capacity
         self.inboxes: dict[int, deque] = {}
+        # The same inboxes as lists indexed by task id (None where a task is not in this process), and
+        # their bound appends: the hot path neither boxes a task id to hash it nor looks up `append`.
+        self.local: list[deque | None] = []
+        self.appends: list[Any] = []
         self.remote = remote
+
+    def register(self, task: int, inbox: deque) -> None:
+        """Make ``inbox`` the inbox of ``task``, a task of this process."""
+        self.inboxes[task] = inbox
+        if task >= len(self.local):
+            grow = [None] * (task + 1 - len(self.local))
+            self.local.extend(grow)  # in place: executors hold these lists
+            self.appends.extend(grow)
+        self.local[task] = inbox
+        self.appends[task] = inbox.append
 
     def try_deliver(self, task: int, item: Any) -> bool:
         """Append ``item`` to the inbox of ``task``, a task of this process, if it has room (the
         transport's inbound path). Only an acker message this worker forwards to its acker, a task of
         another process, goes out again (see ``Assignment.acker_homes``)."""
-        inbox = self.inboxes.get(task)
+        inbox = self.local[task] if 0 <= task < len(self.local) else None
         if inbox is None:
             return self.remote.try_send(task, item)
         if len(inbox) >= self.capacity:
             return False
-        inbox.append(item)
+        self.appends[task](item)
         return True
 
     def try_send(self, task: int, item: Any) -> bool:
-        inbox = self.inboxes.get(task)
+        inbox = self.local[task] if 0 <= task < len(self.local) else None
         if inbox is None:
             if self.remote is None:
                 raise KeyError(f"task {task} is not in this process and there is no remote link")
             return self.remote.try_send(task, item)
         if len(inbox) >= self.capacity:
             return False
-        inbox.append(item)
+        self.appends[task](item)
         return True
 
 
@@ -61,18 +75,18 @@ class Executor:
         self.transfer = transfer
         self.inbox: deque = deque()
         self.overflow: deque[tuple[int, Any]] = deque()
-        self._inboxes = transfer.inboxes
+        self._local, self._appends = transfer.local, transfer.appends
         self._capacity = transfer.capacity
         for task in tasks:
-            transfer.inboxes[task] = self.inbox
+            transfer.register(task, self.inbox)
 
     def send(self, task: int, item: Any) -> None:
         """Send ``item`` to ``task``; never blocks (a full destination parks it in the overflow)."""
         if not self.overflow:
-            inbox = self._inboxes.get(task)
+            inbox = self._local[task] if 0 <= task < len(self._local) else None
             if inbox is not None:  # the hot path, inlined: a local inbox with room
                 if len(inbox) < self._capacity:
-                    inbox.append(item)
+                    self._appends[task](item)
                     return
             elif self.transfer.try_send(task, item):
                 return
