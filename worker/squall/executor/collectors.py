@@ -107,8 +107,8 @@ class SpoutCollector:
 
     def emit(self, values: Sequence[Any], *, stream: str = DEFAULT_STREAM, msg_id: Any = None) -> list[int]:
         values = list(values)
-        fields, targets = self._router.route(stream, values)
-        return self._emit(targets, values, fields, stream, msg_id)
+        targets = self._router.route(stream, values)
+        return self._emit(targets, values, self._router.routed, stream, msg_id)
 
     def emit_direct(self, task: int, values: Sequence[Any], *, stream: str = DEFAULT_STREAM,
                     msg_id: Any = None) -> list[int]:
@@ -172,8 +172,8 @@ class BoltCollector:
         return self._emit(targets, values, fields, stream, anchors)
 
     def _route_and_emit(self, values: list[Any], anchors: Anchors, stream: str) -> list[int]:
-        fields, targets = self._router.route(stream, values)
-        return self._emit(targets, values, fields, stream, anchors)
+        targets = self._router.route(stream, values)
+        return self._emit(targets, values, self._router.routed, stream, anchors)
 
     def _emit(self, targets: list[int], values: list[Any], fields: Fields, stream: str, anchors: Anchors) -> list[int]:
         src, task_id, executor = self._router.component, self._router.task_id, self._executor

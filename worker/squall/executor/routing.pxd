@@ -14,6 +14,9 @@ cdef class Router:
     cdef public long long task_id
     cdef public long long max_value_bytes
     cdef public dict fields, groupers, direct
+    cdef str _stream
+    cdef public Fields routed
+    cdef list _groupers
 
     @cython.locals(fields=Fields, limit=cython.longlong, groupers=list, grouper=Grouper, targets=list)
-    cpdef tuple route(self, str stream, list values)
+    cpdef list route(self, str stream, list values)

@@ -57,12 +57,20 @@ class Router:
                 self.groupers[stream] = [g for g in groupers if g is not None]
             self.direct[stream] = frozenset(
                 t for s, g in zip(subs, groupers, strict=True) if g is None for t in s.tasks)
+        # the stream route() saw last, its fields and its groupers
+        self._stream: str | None = None
+        self.routed = Fields(())
+        self._groupers: list[Any] = []
 
-    def route(self, stream: str, values: list[Any]) -> tuple[Fields, list[int]]:
-        """Check ``values`` against the stream's fields and choose the receiving tasks (the hot path)."""
-        fields = self.fields.get(stream)
-        if fields is None:
-            raise self._undeclared(stream)
+    def route(self, stream: str, values: list[Any]) -> list[int]:
+        """Check ``values`` against the stream's fields and choose the receiving tasks (the hot path);
+        :attr:`routed` is then that stream's fields."""
+        if stream is not self._stream:  # a task emits on one stream tuple after tuple, the same str
+            fields = self.fields.get(stream)
+            if fields is None:
+                raise self._undeclared(stream)
+            self._stream, self.routed, self._groupers = stream, fields, self.groupers[stream]
+        fields = self.routed
         limit = self.max_value_bytes
         if len(values) != len(fields.names):
             check_values(values, fields=fields.names, component=self.component, stream=stream, max_bytes=limit)
@@ -75,14 +83,14 @@ class Router:
                 continue
             check_values(values, fields=fields.names, component=self.component, stream=stream, max_bytes=limit)
             break
-        groupers = self.groupers[stream]
+        groupers = self._groupers
         if len(groupers) == 1:
             grouper = groupers[0]
-            return fields, grouper.choose(values)
+            return grouper.choose(values)
         targets: list[int] = []
         for grouper in groupers:
             targets.extend(grouper.choose(values))
-        return fields, targets
+        return targets
 
     def direct_route(self, stream: str, task: int, values: list[Any]) -> tuple[Fields, list[int]]:
         fields = self.fields.get(stream)
