@@ -156,17 +156,14 @@ class Transport:
         boxes = self._to[task]
         box = boxes[0] if type(item) is Tuple else boxes[1]
         size = box.size
-        if not size:
-            box.since = self.clock()
         # The clock is read every 32 items only: the end of each scheduler round flushes anyway.
-        elif size >= self.batch_size or not size & 31 and self.clock() - box.since >= self.flush_interval:
-            if self._flush(box):
-                # The item starts a new batch: with the old batch's start time it would count as
-                # overdue at once, and go out 32 items small.
-                box.since = self.clock()
-            elif size >= self.batch_size:
+        if size and (size >= self.batch_size or not size & 31 and self.clock() - box.since >= self.flush_interval):
+            if not self._flush(box) and size >= self.batch_size:
                 return False  # a full batch and a busy link: backpressure
+            size = box.size  # 0 once flushed: the item starts a new batch, with a start time of its own
         box.add(item)
+        if not size and box.size:  # a new batch (a young tree's messages are kept, not batched: no clock)
+            box.since = self.clock()
         return True
 
     def _flush(self, box: Outbox) -> bool:
