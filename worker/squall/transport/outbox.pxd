@@ -12,6 +12,13 @@ cdef class Outbox:
     cpdef bytes frame(self)
 
 
+@cython.final
+cdef class _Young:
+    cdef unsigned long long value
+    cdef int task
+    cdef double since
+
+
 cdef class AckerOutbox(Outbox):
     cdef object _kinds, _tasks, _roots, _vals
     # the same arrays, as typed views for the hot path
@@ -24,14 +31,13 @@ cdef class AckerOutbox(Outbox):
     cdef public double keep
     cdef public list completed
 
-    @cython.locals(kind=cython.int, root=object, val=cython.ulonglong, task=cython.int, tree=list,
-                   held=cython.ulonglong, value=cython.ulonglong)
+    @cython.locals(kind=cython.int, root=object, val=cython.ulonglong, task=cython.int, tree=_Young)
     cpdef add(self, object item)
 
     @cython.locals(at=Py_ssize_t)
     cdef _fold(self, int kind, object root, unsigned long long val, int task)
 
-    @cython.locals(room=Py_ssize_t, before=cython.double, old=list, tree=list)
+    @cython.locals(room=Py_ssize_t, before=cython.double, old=list, tree=_Young)
     cpdef expire(self, double now)
 
     cdef _complete(self, object root, int task)

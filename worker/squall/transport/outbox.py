@@ -39,6 +39,13 @@ class Outbox:
         return frame
 
 
+class _Young:
+    """A tree kept in its worker (see :class:`AckerOutbox`): its acks folded so far, its spout task, and
+    since when it is kept. Compiled, a fold is an XOR in place, where a list's slot took a new int."""
+
+    __slots__ = ("value", "task", "since")
+
+
 class AckerOutbox(Outbox):
     """Acker messages for one acker process, kept as the frame's columns, with each tree's INIT and
     ACKs folded into one message as they come: XOR is associative, so the acker reaches the same
@@ -78,7 +85,7 @@ class AckerOutbox(Outbox):
         self.kinds, self.tasks, self.roots, self.vals = self._kinds, self._tasks, self._roots, self._vals
         self._open: dict[int, int] = {}  # root → its INIT or ACK message that later ones fold into
         self._n = 0  # messages in the columns
-        self._young: dict[int, list] = {}  # root → [value, spout task, kept since], oldest first
+        self._young: dict[int, _Young] = {}  # root → its young tree, oldest first
         self._now = 0.0  # the clock at the last :meth:`expire`: trees kept after it are kept since then
         #: (spout task, ACK verdict) of the trees completed here, for the worker to deliver
         self.completed: list[tuple[int, Notification]] = []
@@ -88,18 +95,17 @@ class AckerOutbox(Outbox):
         tree = self._young.get(root)
         if tree is not None:
             if kind == ACK:
-                held = tree[0]
-                value = held ^ val
-                if value:
-                    tree[0] = value
-                else:
+                tree.value ^= val
+                if not tree.value:
                     del self._young[root]
-                    self._complete(root, tree[1])
+                    self._complete(root, tree.task)
                 return
             del self._young[root]  # a FAIL or RESET follows the tree's INIT to its acker
-            self._fold(INIT, root, tree[0], tree[1])
+            self._fold(INIT, root, tree.value, tree.task)
         elif kind == INIT and root not in self._open:
-            self._young[root] = [val, task, self._now]
+            tree = _Young.__new__(_Young)  # compiled: no boxing of its C fields through __init__
+            tree.value, tree.task, tree.since = val, task, self._now
+            self._young[root] = tree
             return
         self._fold(kind, root, val, task)
 
@@ -137,12 +143,12 @@ class AckerOutbox(Outbox):
         before = now - self.keep
         old = []
         for root, tree in young.items():  # oldest first
-            if tree[2] > before or len(old) == room:
+            if tree.since > before or len(old) == room:
                 break
             old.append(root)
         for root in old:
             tree = young.pop(root)
-            self._fold(INIT, root, tree[0], tree[1])
+            self._fold(INIT, root, tree.value, tree.task)
 
     def _complete(self, root: int, task: int) -> None:
         """Tree ``root`` of spout task ``task`` is complete: its ACK verdict, for the worker to deliver."""
