@@ -1,10 +1,14 @@
 # C types for base.py where Squall is compiled with Cython (squall/_pure.py).
 
+cdef class Remote:
+    cpdef bint try_send(self, long long task, object item) except -1
+
+
 cdef class Transfer:
     cdef public long long capacity
     cdef public dict inboxes
     cdef public list local, appends
-    cdef public object remote
+    cdef public Remote remote
     cpdef register(self, long long task, object inbox)
     cpdef bint try_deliver(self, long long task, object item) except -1
     cpdef bint try_send(self, long long task, object item) except -1

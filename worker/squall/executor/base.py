@@ -9,13 +9,17 @@ with a non-empty overflow consumes no more input until it drains: that is the ba
 from __future__ import annotations
 
 from collections import deque
-from typing import Any, Protocol
+from typing import Any
 
 
-class Remote(Protocol):
-    """The link to other processes (see ``squall.transport``); None when everything is local."""
+class Remote:
+    """The link to other processes (``squall.transport.Transport``), which a :class:`Transfer` hands what
+    is for a task of another process; None when everything is local. A class, not a protocol: compiled,
+    every acker message and crossing tuple reaches it through a C call."""
 
-    def try_send(self, task: int, item: Any) -> bool: ...
+    def try_send(self, task: int, item: Any) -> bool:
+        """Take ``item`` for ``task``, a task of another process; False when it has no room now."""
+        raise NotImplementedError
 
 
 class Transfer:

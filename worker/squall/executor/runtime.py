@@ -22,7 +22,7 @@ from typing import Any, Protocol
 from squall.acker.acker import FAIL, Notification
 from squall.api import BasicBolt
 from squall.executor.acker import AckerExecutor
-from squall.executor.base import Executor, Remote, Transfer
+from squall.executor.base import Executor, Transfer
 from squall.executor.bolt import BoltExecutor, BoltTask
 from squall.executor.collectors import AckerRoute, BasicCollector, BoltCollector, HeldCount, SpoutCollector
 from squall.executor.reporting import ErrorLog, ErrorReporter
@@ -49,8 +49,11 @@ class Timer:
     action: Callable[[], None] = field(compare=False)
 
 
-class Link(Remote, Protocol):
-    """What the runtime needs of the transport to other processes (``squall.transport.Transport``)."""
+class Link(Protocol):
+    """What the runtime needs of the transport to other processes (``squall.transport.Transport``, a
+    :class:`~squall.executor.base.Remote`)."""
+
+    def try_send(self, task: int, item: Any) -> bool: ...
 
     def attach(self, *, try_deliver: Callable[[int, Any], bool], wake: Callable[[], None], frames: int) -> None: ...
 

@@ -1,11 +1,12 @@
 # C types for the Transport (transport/__init__.py) where Squall is compiled with Cython (squall/_pure.py).
 cimport cython
 
+from squall.executor.base cimport Remote
 from squall.transport.ingress cimport Ingress
 from squall.transport.outbox cimport AckerOutbox, Outbox
 
 
-cdef class Transport:
+cdef class Transport(Remote):
     cdef public str name, plan
     cdef set _inbound
     cdef public dict owner, links
@@ -13,7 +14,8 @@ cdef class Transport:
     cdef public double flush_interval
     cdef public object clock, lost, receiver, _wake
     cdef public Ingress ingress
-    cdef dict _outboxes, _to
+    cdef dict _outboxes
+    cdef list _to
     cdef list _acker_boxes
     cdef object _decoder, _bind, _max_frame, _tls, _control
     cdef long long _streams

@@ -7,6 +7,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from squall.executor.base import Remote
 from squall.proto.squall_pb2 import ControlRequest, ProcessState
 from squall.transport.codec import Decoder, encode_verdicts, lost_trees
 from squall.transport.ingress import Ingress
@@ -28,7 +29,7 @@ def wire_plan(fingerprint: str) -> str:
     return f"{fingerprint}+wire{WIRE_FORMAT}"
 
 
-class Transport:
+class Transport(Remote):
     """This process's links to its peers: batches outgoing items, and receives incoming frames.
 
     ``owner`` maps every task not in this process onto its process name, ``ackers`` names the acker
@@ -81,8 +82,10 @@ class Transport:
         self._acker_boxes = [box for box in self._outboxes.values() if isinstance(box, AckerOutbox)]
         #: task → the (data, control) outboxes of its process, or of the worker it is reached through:
         #: one lookup per item sent
-        self._to = {task: (self._outboxes[(p, DATA)], self._outboxes[(p, CONTROL)]) for task, p in owner.items()}
-        self._to |= {task: (self._outboxes[(home, DATA)],) * 2 for task, home in (acker_via or {}).items()}
+        to = {task: (self._outboxes[(p, DATA)], self._outboxes[(p, CONTROL)]) for task, p in owner.items()}
+        to |= {task: (self._outboxes[(home, DATA)],) * 2 for task, home in (acker_via or {}).items()}
+        # indexed by task id (None: a task of this process): no task id boxed and hashed per item
+        self._to: list[tuple[Outbox, Outbox] | None] = [to.get(task) for task in range(max(to, default=-1) + 1)]
         self.ingress: Ingress | None = None
         self.receiver: Receiver | None = None
         self._decoder, self._bind, self._max_frame, self._tls, self._control = decoder, bind, max_frame, tls, control
@@ -153,7 +156,9 @@ class Transport:
     # -- the scheduler thread's side -------------------------------------------------------
 
     def try_send(self, task: int, item: Any) -> bool:
-        boxes = self._to[task]
+        boxes = self._to[task] if 0 <= task < len(self._to) else None
+        if boxes is None:
+            raise KeyError(f"task {task} is not a task of another process")
         box = boxes[0] if type(item) is Tuple else boxes[1]
         size = box.size
         # The clock is read every 32 items only: the end of each scheduler round flushes anyway.
