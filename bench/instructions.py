@@ -61,15 +61,14 @@ def worker_alone(topology: Any, seconds: float) -> int:
     plan = Plan(topology)
     wiring = assign(plan.layout).wiring("worker", 0)
     [port] = free_ports(1)  # nobody listens there: the acker never runs
+    # The transport's clock runs 100 times slow: under callgrind everything does, and a tree kept longer
+    # than YOUNG_SECONDS by that clock would go to the acker, which never answers.
     transport = Transport(name="worker-0", plan=topology.fingerprint(), owner=wiring.owner, ackers=wiring.ackers,
                           senders=wiring.senders, addresses={"acker-0": f"127.0.0.1:{port}"}, bind="127.0.0.1:0",
                           decoder=Decoder(plan, bolt_tasks=wiring.bolt_tasks, spout_tasks=wiring.spout_tasks,
                                           acker_tasks=frozenset()),
                           batch_size=topology.transfer.batch_size, flush_interval=0.001, max_frame=1 << 20,
-                          forwards=wiring.forwards)
-    # The transport's clock 100 times slow: under callgrind everything is, and a tree kept longer
-    # than YOUNG_SECONDS (by the clock) would go to the acker, which never answers.
-    transport.clock = lambda: time.monotonic() / 100
+                          forwards=wiring.forwards, clock=lambda: time.monotonic() / 100)
     runtime = Runtime(plan, executors=wiring.executors, acker_tasks=(), remote=transport)
     try:
         runtime.start()

@@ -80,6 +80,8 @@ class Transport(Remote):
                           for key, link in self.links.items()}
         # (data outboxes too: they fold the acker messages they forward, and never drop a tree they complete)
         self._acker_boxes = [box for box in self._outboxes.values() if isinstance(box, AckerOutbox)]
+        for box in self._acker_boxes:  # trees kept before the first round are kept since now, not since 0
+            box.expire(clock())
         #: task → the (data, control) outboxes of its process, or of the worker it is reached through:
         #: one lookup per item sent
         to = {task: (self._outboxes[(p, DATA)], self._outboxes[(p, CONTROL)]) for task, p in owner.items()}
@@ -161,14 +163,19 @@ class Transport(Remote):
             raise KeyError(f"task {task} is not a task of another process")
         box = boxes[0] if type(item) is Tuple else boxes[1]
         size = box.size
-        # The clock is read every 32 items only: the end of each scheduler round flushes anyway.
-        if size and (size >= self.batch_size or not size & 31 and self.clock() - box.since >= self.flush_interval):
-            if not self._flush(box) and size >= self.batch_size:
+        if size >= self.batch_size:
+            if not self._flush(box):
                 return False  # a full batch and a busy link: backpressure
-            size = box.size  # 0 once flushed: the item starts a new batch, with a start time of its own
+            size = 0
         box.add(item)
-        if not size and box.size:  # a new batch (a young tree's messages are kept, not batched: no clock)
-            box.since = self.clock()
+        # Only an item that went into the batch counts: a young tree's acker messages are kept, not
+        # batched, and a folded message takes no room.
+        if box.size > size:
+            if not size:  # a new batch
+                box.since = self.clock()
+            # The clock is read every 32 items only: the end of each scheduler round flushes anyway.
+            elif not box.size & 31 and self.clock() - box.since >= self.flush_interval:
+                self._flush(box)
         return True
 
     def _flush(self, box: Outbox) -> bool:
