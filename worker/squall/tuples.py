@@ -81,7 +81,7 @@ class Tuple:
         """``Tuple(...)`` for the hot paths (emits, decoding): compiled, the fields are stored directly
         instead of through a call of the class and its ``__init__``. ``root`` and ``edge``: the ids of
         a tuple of one tree, else ``root`` None and ``trees`` those of a tuple of several (see
-        :func:`anchored`), or None."""
+        :meth:`anchored`), or None."""
         tup = Tuple.__new__(Tuple)
         tup.values = values
         tup.fields = fields
@@ -150,4 +150,4 @@ def _ids(anchors: dict[int, int]) -> tuple[int | None, int, dict[int, int] | Non
     if len(anchors) == 1:
         ((root, edge),) = anchors.items()
         return root, edge, None
-    return None, 0, (dict(anchors) if anchors else None)
+    return None, 0, (anchors or None)  # held as given, as before; `anchors` hands out copies

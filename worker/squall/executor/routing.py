@@ -10,7 +10,7 @@ from squall.errors import EmitError
 from squall.grouping import Grouper, Locality, make_grouper
 from squall.topology.context import TaskContext
 from squall.topology.plan import Plan
-from squall.tuples import Fields
+from squall.tuples import NO_FIELDS, Fields
 from squall.values import INT_MAX, INT_MIN, SCALAR_TYPES, check_values
 
 
@@ -59,7 +59,7 @@ class Router:
                 t for s, g in zip(subs, groupers, strict=True) if g is None for t in s.tasks)
         # the stream route() saw last, its fields and its groupers
         self._stream: str | None = None
-        self.routed = Fields(())
+        self.routed = NO_FIELDS
         self._groupers: list[Any] = []
 
     def route(self, stream: str, values: list[Any]) -> list[int]:
