@@ -23,6 +23,8 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -32,43 +34,51 @@ REPO = Path(__file__).resolve().parent.parent
 def child(seconds: float, worker: bool) -> None:
     """Run the word count for ``seconds`` (of valgrind's slow clock) and print the trees acked."""
     sys.path.insert(0, str(REPO))
+    if worker:
+        print(f"trees {worker_alone(seconds)}")
+        return
     from bench.wordcount import spec
     from squall.testing import LocalCluster
     from squall.topology import TopologySpec
 
-    topology = TopologySpec.from_dict(spec(workers=1, ackers=1))
-    if worker:
-        print(f"trees {worker_alone(topology, seconds)}")
-        return
-    with LocalCluster(topology) as cluster:
+    with LocalCluster(TopologySpec.from_dict(spec(workers=1, ackers=1))) as cluster:
         cluster.run(seconds=seconds)
         print(f"trees {cluster.trees_acked()}")
 
 
-def worker_alone(topology: Any, seconds: float) -> int:
-    """A worker of 1 worker + 1 acker, its real runtime and transport, the acker not started: every
-    tree completes young in the worker (the word count's do), so this is the worker's whole hot path
-    without the gRPC threads' share. Returns the trees acked."""
-    import time
-
-    from squall.executor.runtime import Runtime
+def lone_worker(clock: Callable[[], float] = time.monotonic) -> tuple[Any, Any, Any]:
+    """The word count's worker of 1 worker + 1 acker, the home of its acker, with its real transport
+    (``clock`` its clock) and an acker that never starts: (plan, the worker's wiring, transport)."""
+    from bench.wordcount import spec
     from squall.process.supervisor import free_ports
+    from squall.topology import TopologySpec
     from squall.topology.assignment import assign
     from squall.topology.plan import Plan
     from squall.transport.codec import Decoder
     from squall.transport.transport import Transport
 
+    topology = TopologySpec.from_dict(spec(workers=1, ackers=1))
     plan = Plan(topology)
     wiring = assign(plan.layout).wiring("worker", 0)
     [port] = free_ports(1)  # nobody listens there: the acker never runs
-    # The transport's clock runs 100 times slow: under callgrind everything does, and a tree kept longer
-    # than YOUNG_SECONDS by that clock would go to the acker, which never answers.
     transport = Transport(name="worker-0", plan=topology.fingerprint(), owner=wiring.owner, ackers=wiring.ackers,
                           senders=wiring.senders, addresses={"acker-0": f"127.0.0.1:{port}"}, bind="127.0.0.1:0",
                           decoder=Decoder(plan, bolt_tasks=wiring.bolt_tasks, spout_tasks=wiring.spout_tasks,
                                           acker_tasks=frozenset()),
                           batch_size=topology.transfer.batch_size, flush_interval=0.001, max_frame=1 << 20,
-                          forwards=wiring.forwards, clock=lambda: time.monotonic() / 100)
+                          forwards=wiring.forwards, clock=clock)
+    return plan, wiring, transport
+
+
+def worker_alone(seconds: float) -> int:
+    """:func:`lone_worker` running with its runtime for ``seconds``: every tree completes young in the
+    worker (the word count's do), so this is the worker's whole hot path without the gRPC threads'
+    share. Returns the trees acked."""
+    from squall.executor.runtime import Runtime
+
+    # The transport's clock runs 100 times slow: under callgrind everything does, and a tree kept longer
+    # than YOUNG_SECONDS by that clock would go to the acker, which never answers.
+    plan, wiring, transport = lone_worker(clock=lambda: time.monotonic() / 100)
     runtime = Runtime(plan, executors=wiring.executors, acker_tasks=(), remote=transport)
     try:
         runtime.start()

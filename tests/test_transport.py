@@ -1075,39 +1075,18 @@ def test_fails_for_lost_trees_that_find_their_batch_full_wait_for_a_later_round(
         receiver.close()
 
 
-def _lone_worker(clock: Any = None) -> tuple[Plan, Any, Transport]:
-    """The word count's worker of 1 worker + 1 acker, the home of its acker, with a real transport whose
-    acker never starts: (plan, its wiring, transport)."""
-    import time
-
-    from bench.wordcount import spec
-
-    from squall.process.supervisor import free_ports
-    from squall.topology import TopologySpec
-    from squall.topology.assignment import assign
-
-    topology = TopologySpec.from_dict(spec(workers=1, ackers=1))
-    plan = Plan(topology)
-    worker = assign(plan.layout).wiring("worker", 0)
-    assert worker.forwards  # the worker is its acker's home
-    [port] = free_ports(1)  # nobody listens: the acker never runs
-    transport = Transport(name="worker-0", plan=topology.fingerprint(), owner=worker.owner, ackers=worker.ackers,
-                          senders=worker.senders, addresses={"acker-0": f"127.0.0.1:{port}"}, bind="127.0.0.1:0",
-                          decoder=Decoder(plan, bolt_tasks=worker.bolt_tasks, spout_tasks=worker.spout_tasks,
-                                          acker_tasks=frozenset()), batch_size=64, flush_interval=0.001,
-                          max_frame=1 << 20, forwards=worker.forwards, clock=clock or time.monotonic)
-    return plan, worker, transport
-
-
 def test_trees_that_complete_in_their_worker_are_acked_there_with_no_frame_to_their_acker():
     """A worker's real runtime and transport, its acker never started: every tuple of the word count runs
     in the worker, the home of the acker, so each tree completes there, young, and its spout is acked
     without a frame to the acker (squall.transport.outbox.AckerOutbox)."""
     import time
 
+    from bench.instructions import lone_worker
+
     from squall.executor.runtime import Runtime
 
-    plan, worker, transport = _lone_worker()
+    plan, worker, transport = lone_worker()
+    assert worker.forwards  # the worker is its acker's home
     runtime = Runtime(plan, executors=worker.executors, acker_tasks=(), remote=transport)
 
     def acked() -> int:
@@ -1133,7 +1112,9 @@ def test_a_tree_begun_before_the_transports_first_round_is_kept_young_too():
     """A tree is kept young from when it starts: one begun before the transport's first round is not
     taken for one kept since time 0 and sent to its acker at that round, so its acks still complete
     it in the worker."""
-    plan, _, transport = _lone_worker(clock=lambda: 1000.0)
+    from bench.instructions import lone_worker
+
+    plan, _, transport = lone_worker(clock=lambda: 1000.0)
     delivered = []
     transport.attach(try_deliver=lambda task, item: delivered.append((task, item)) or True, wake=lambda: None,
                      frames=8)
