@@ -6,6 +6,7 @@ import filecmp
 import logging
 import tempfile
 from array import array
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ from hypothesis import strategies as st
 from squall import BasicBolt, Spout, TopologyBuilder
 from squall.acker import AckBatch
 from squall.acker.acker import ACK, FAIL, INIT, RESET, AckerMessage, Notification
+from squall.executor.base import Transfer
 from squall.proto import generate
 from squall.proto.squall_pb2 import AckerColumns, Batch, TupleColumns
 from squall.topology import Plan
@@ -51,6 +53,18 @@ def plan() -> Plan:
     return Plan(builder.build())
 
 
+class Taking(Transfer):
+    """The inbound side of a runtime's transfer, as a test receives: ``take(task, item)`` delivers an item
+    (False: its inbox is full)."""
+
+    def __init__(self, take: Callable[[int, Any], bool] = lambda task, item: True) -> None:
+        super().__init__(capacity=1)
+        self.take = take
+
+    def try_deliver(self, task: int, item: Any) -> bool:
+        return self.take(task, item)
+
+
 def decoder(plan: Plan) -> Decoder:
     bolts = frozenset(plan.component_tasks["upper"] + plan.component_tasks["last"])
     return Decoder(plan, bolt_tasks=bolts, spout_tasks=frozenset(plan.component_tasks["words"]),
@@ -63,8 +77,8 @@ def test_tuples_round_trip_with_values_and_anchors(plan):
     values = ["héllo", {"b": b"\x00\xff", "n": [1, 2.5, None, True, -(2**63), 2**64 - 1]}]
     sent = Tuple(values, Fields(["word", "meta"]), "words", "default", spout_task, {2**63 + 5: 77, 9: 2**64 - 1},
                  bolt_task)
-    [(task, got)] = decoder(plan).decode(encode_tuples([sent]))
-    assert task == bolt_task and got.task == bolt_task
+    [got] = decoder(plan).decode(encode_tuples([sent]))
+    assert got.task == bolt_task
     assert got.values == values
     assert got["word"] == "héllo" and got.fields.names == ("word", "meta")
     assert (got.source_component, got.source_stream, got.source_task) == ("words", "default", spout_task)
@@ -77,7 +91,7 @@ def test_a_tuple_in_no_one_or_several_trees_keeps_its_anchors_through_a_frame(pl
     the same whatever the number of trees."""
     spout_task, bolt_task = plan.component_tasks["words"][0], plan.component_tasks["upper"][0]
     sent = Tuple(["w", None], Fields(["word", "meta"]), "words", "default", spout_task, anchors, bolt_task)
-    [(_, got)] = decoder(plan).decode(encode_tuples([sent]))
+    [got] = decoder(plan).decode(encode_tuples([sent]))
     for tup in (sent, got):
         assert tup.anchors == anchors
         assert tup.tracked() == bool(anchors)
@@ -120,7 +134,7 @@ def test_a_data_frame_carries_tuples_and_the_acker_messages_its_worker_forwards(
     home = Decoder(plan, bolt_tasks=bolts, spout_tasks=frozenset(), acker_tasks=frozenset(),
                    forwards=frozenset({acker}))
     items = home.decode(frame)
-    assert [(task, got.values) for task, got in items[:1]] == [(bolt_task, ["w", None])]
+    assert [(got.task, got.values) for got in items[:1]] == [(bolt_task, ["w", None])]
     assert items[1:] == [(acker, (INIT, 41, 0b10, spout_task)), (acker, (ACK, 40, 0b11, -1))]
     assert sorted(lost_trees(frame)) == [(-1, 40), (spout_task, 41)]  # the tuple's tree, and the INIT's
     other = Decoder(plan, bolt_tasks=bolts, spout_tasks=frozenset(), acker_tasks=frozenset())
@@ -210,7 +224,7 @@ def test_a_tuple_on_a_stream_its_bolt_does_not_subscribe_to_is_refused(plan):
     with pytest.raises(FrameError, match="does not subscribe"):
         dec.decode(_tuples([upper, words, "default", ["w", None], []], [last, words, "default", ["w", None], []]))
     items = dec.decode(_tuples([last, upper, "default", ["W"], []], [upper, words, "default", ["w", None], []]))
-    assert [(task, t.source_component, t.source_stream) for task, t in items] == \
+    assert [(t.task, t.source_component, t.source_stream) for t in items] == \
         [(last, "upper", "default"), (upper, "words", "default")]
     with pytest.raises(FrameError, match="does not subscribe"):  # still refused once its source's routes are known
         dec.decode(_tuples([last, words, "default", ["w", None], []]))
@@ -244,11 +258,11 @@ def test_a_batch_flushed_by_a_send_starts_the_next_one_afresh(plan):
     common = {"plan": "p1", "decoder": decoder(plan), "ackers": frozenset(), "bind": "127.0.0.1:0", "batch_size": 1000,
               "flush_interval": 0.001, "max_frame": 1 << 20}
     receiver = Transport(name="worker-1", owner={}, addresses={}, senders=frozenset({"worker-0"}), **common)
-    receiver.attach(try_deliver=deliver, wake=woke.set, frames=8)
+    receiver.attach(transfer=Taking(deliver), wake=woke.set, frames=8)
     sender = Transport(name="worker-0", owner={bolt_task: "worker-1"}, senders=frozenset(),
                        addresses={"worker-1": f"127.0.0.1:{receiver.receiver.port}"}, clock=lambda: now[0], **common)
     room = threading.Event()  # the sender's link took the frame waiting for it
-    sender.attach(try_deliver=lambda task, item: True, wake=room.set, frames=8)
+    sender.attach(transfer=Taking(), wake=room.set, frames=8)
     try:
         deadline = time.monotonic() + 30
         while not (sender.all_connected() and receiver.all_connected()) and time.monotonic() < deadline:
@@ -289,7 +303,7 @@ def test_a_link_that_makes_room_wakes_the_loop_only_while_a_batch_waits_for_it(p
     sender = Transport(name="worker-0", plan="p1", owner={bolt_task: "worker-1"}, ackers=frozenset(),
                        senders=frozenset(), addresses={"worker-1": f"127.0.0.1:{port}"}, decoder=decoder(plan),
                        bind="127.0.0.1:0", batch_size=100, flush_interval=0.001, max_frame=1 << 20)
-    sender.attach(try_deliver=lambda task, item: True, wake=lambda: wakes.append(1), frames=8)
+    sender.attach(transfer=Taking(), wake=lambda: wakes.append(1), frames=8)
     try:
         took_a_frame = sender.links[("worker-1", "data")]._wake  # what the link's thread calls for each frame
         took_a_frame()
@@ -324,14 +338,14 @@ def test_refused_streams_never_steal_the_frames_of_the_stream_that_is_accepted(p
     def receiver_of(plan_id: str, bind: str) -> Transport:
         receiver = Transport(name="worker-1", plan=plan_id, owner={}, addresses={},
                              senders=frozenset({"worker-0"}), bind=bind, **common)
-        receiver.attach(try_deliver=lambda task, item: got.append(item) or True, wake=woke.set, frames=8)
+        receiver.attach(transfer=Taking(lambda task, item: got.append(item) or True), wake=woke.set, frames=8)
         return receiver
 
     [port] = free_ports(1)  # bound again below, after the old receiver closes: not from the ephemeral range
     old = receiver_of("old-plan", f"127.0.0.1:{port}")
     sender = Transport(name="worker-0", plan="new-plan", owner={bolt_task: "worker-1"}, senders=frozenset(),
                        addresses={"worker-1": f"127.0.0.1:{port}"}, bind="127.0.0.1:0", **common)
-    sender.attach(try_deliver=lambda task, item: True, wake=lambda: None, frames=8)
+    sender.attach(transfer=Taking(), wake=lambda: None, frames=8)
     link = sender.links[("worker-1", "data")]
     new = None
     try:
@@ -468,11 +482,11 @@ def test_well_formed_tuples_decode_only_on_the_routes_of_the_plan(plan, data):
     dec = decoder(plan)
     for r in rows:
         try:
-            [(task, tup)] = dec.decode(_tuples(r))
+            [tup] = dec.decode(_tuples(r))
         except FrameError:
             assert not routed(r), r
         else:
-            assert routed(r) and (task, tup.source_task, tup.source_stream) == tuple(r[:3])
+            assert routed(r) and (tup.task, tup.source_task, tup.source_stream) == tuple(r[:3])
     try:
         dec.decode(_tuples(*rows))
     except FrameError:
@@ -705,7 +719,7 @@ def test_refused_attempts_back_off_with_jitter_within_the_bounds(plan, monkeypat
     peer = Transport(name="worker-1", plan="old-plan", owner={}, addresses={}, senders=frozenset(),
                      decoder=decoder(plan), ackers=frozenset(), bind="127.0.0.1:0", batch_size=10,
                      flush_interval=0.001, max_frame=1 << 20)
-    peer.attach(try_deliver=lambda task, item: True, wake=lambda: None, frames=8)
+    peer.attach(transfer=Taking(), wake=lambda: None, frames=8)
     sequences = []
     try:
         for _ in range(2):
@@ -744,13 +758,13 @@ class _Peers:
         common = {"plan": "p1", "decoder": decoder(plan), "ackers": frozenset(), "bind": "127.0.0.1:0",
                   "batch_size": 1, "flush_interval": 0.001, "max_frame": 1 << 20}
         self.receiver = Transport(name="worker-1", owner={}, addresses={}, senders=frozenset({"worker-0"}), **common)
-        self.receiver.attach(try_deliver=lambda task, item: self.gate.is_set() and (self.got.append(item) or True),
+        self.receiver.attach(transfer=Taking(lambda task, item: self.gate.is_set() and (self.got.append(item) or True)),
                              wake=self.arrived.set, frames=8)
         port = self.receiver.receiver.port
         self.relay = LinkCut(port) if relay else None
         self.sender = Transport(name="worker-0", owner={self.bolt_task: "worker-1"}, senders=frozenset(),
                                 addresses={"worker-1": f"127.0.0.1:{self.relay.port if relay else port}"}, **common)
-        self.sender.attach(try_deliver=lambda task, item: True, wake=self.room.set, frames=8)
+        self.sender.attach(transfer=Taking(), wake=self.room.set, frames=8)
         self.link = self.sender.links[("worker-1", "data")]
         assert self.link.connected.wait(30)
 
@@ -999,7 +1013,7 @@ def test_what_a_process_received_and_has_not_delivered_counts_until_it_reaches_a
         room["n"] -= 1
         return True
 
-    ingress = Ingress(try_deliver=try_deliver, wake=lambda: None, frames=4)
+    ingress = Ingress(transfer=Taking(try_deliver), wake=lambda: None, frames=4)
     assert ingress.waiting() == 0
     assert ingress.put(DATA, [(1, "a"), (1, "b"), (1, "c")], closed=lambda: False)
     assert ingress.put(CONTROL, [(2, "v")], closed=lambda: False)
@@ -1059,7 +1073,7 @@ def test_fails_for_lost_trees_that_find_their_batch_full_wait_for_a_later_round(
         assert list(sender.lost) == [(-1, root) for root in roots[1:]]  # one FAIL fills the batch of 1
         runtime.step()
         assert len(sender.lost) == 9  # still waiting, not dropped
-        receiver.attach(try_deliver=take, wake=lambda: None, frames=8)
+        receiver.attach(transfer=Taking(take), wake=lambda: None, frames=8)
         deadline = time.monotonic() + 30
         while sorted(failed) != roots:
             assert time.monotonic() < deadline, f"FAILs that reached acker-0: {sorted(failed)}"
@@ -1116,7 +1130,7 @@ def test_a_tree_begun_before_the_transports_first_round_is_kept_young_too():
 
     plan, _, transport = lone_worker(clock=lambda: 1000.0)
     delivered = []
-    transport.attach(try_deliver=lambda task, item: delivered.append((task, item)) or True, wake=lambda: None,
+    transport.attach(transfer=Taking(lambda task, item: delivered.append((task, item)) or True), wake=lambda: None,
                      frames=8)
     try:
         spout, acker = plan.component_tasks["sentences"][0], plan.acker_tasks[0]
@@ -1144,7 +1158,7 @@ def test_a_command_the_process_refuses_says_so_and_one_it_never_answered_does_no
     process = Transport(name="worker-1", plan="p", owner={}, addresses={}, senders=frozenset(), ackers=frozenset(),
                         bind="127.0.0.1:0", decoder=decoder(plan), batch_size=10, flush_interval=0.001,
                         max_frame=1 << 20, control=refuse)
-    process.attach(try_deliver=lambda task, item: True, wake=lambda: None, frames=8)
+    process.attach(transfer=Taking(), wake=lambda: None, frames=8)
     try:
         with ControlClient(f"127.0.0.1:{process.receiver.port}", timeout=10) as client:
             with pytest.raises(CommandError, match="cannot run the spec") as refused:

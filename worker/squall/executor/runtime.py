@@ -55,7 +55,7 @@ class Link(Protocol):
 
     def try_send(self, task: int, item: Any) -> bool: ...
 
-    def attach(self, *, try_deliver: Callable[[int, Any], bool], wake: Callable[[], None], frames: int) -> None: ...
+    def attach(self, *, transfer: Transfer, wake: Callable[[], None], frames: int) -> None: ...
 
     def deliver(self) -> bool: ...
 
@@ -111,7 +111,7 @@ class Runtime:
             if bolt.tick_frequency_seconds and bolt_execs:
                 self.every(bolt.tick_frequency_seconds, functools.partial(self._tick, bolt_execs))
         if remote is not None:
-            remote.attach(try_deliver=self.transfer.try_deliver, wake=self.wake, frames=INGRESS_FRAMES)
+            remote.attach(transfer=self.transfer, wake=self.wake, frames=INGRESS_FRAMES)
 
     # -- building ---------------------------------------------------------------------------
 

@@ -4,8 +4,10 @@ cimport cython
 from squall.tuples cimport Fields, Tuple
 
 
-@cython.locals(t=Tuple, routes=dict, index=list, values=list, anchored=list, roots=list, edges=list,
-               last_task=cython.longlong, last_source=cython.longlong)
+@cython.locals(t=Tuple, routes=dict, values=list, index="unsigned int[::1]", anchored="unsigned int[::1]",
+               roots="unsigned long long[::1]", edges="unsigned long long[::1]", n=Py_ssize_t, i=Py_ssize_t,
+               pairs=Py_ssize_t, k=Py_ssize_t, at=Py_ssize_t, last_task=cython.longlong,
+               last_source=cython.longlong)
 cpdef tuple_columns(list tuples)
 
 
@@ -13,9 +15,10 @@ cdef class Decoder:
     cdef public object plan, spout_tasks, acker_task, all_spout_tasks, forwards
     cdef dict _subscribed, _routes
 
-    @cython.locals(routes=list, values=list, index=list, anchored=list, roots=list, edges=list, out=list,
-                   n=Py_ssize_t, pairs=Py_ssize_t, k=Py_ssize_t, i=Py_ssize_t, at=Py_ssize_t, c=Py_ssize_t,
-                   fields=Fields, tup=Tuple)
+    @cython.locals(routes=list, values=list, index="unsigned int[::1]", anchored="unsigned int[::1]",
+                   roots="unsigned long long[::1]", edges="unsigned long long[::1]", out=list,
+                   n=Py_ssize_t, pairs=Py_ssize_t, k=Py_ssize_t, i=Py_ssize_t, j=Py_ssize_t, at=Py_ssize_t,
+                   c=Py_ssize_t, r="unsigned long long", last="unsigned long long", fields=Fields)
     cpdef list _tuples(self, cols)
 
     cpdef list _acker(self, cols)

@@ -33,42 +33,59 @@ def _no_ext(code: int, data: bytes) -> Any:
 
 def tuple_columns(tuples: list[Tuple]) -> TupleColumns:
     """Tuples as a frame carries them: columns of routes, values and anchors (see squall.proto)."""
+    n = len(tuples)
+    pairs = 0
+    for t in tuples:
+        if t.root is not None:
+            pairs += 1
+        elif t.trees is not None:
+            pairs += len(t.trees)
+    # Columns sized up front and filled in place: no Python int per id, no list to convert
+    index_column, anchored_column = array(U32, bytes(4 * n)), array(U32, bytes(4 * n))
+    root_column, edge_column = array(U64, bytes(8 * pairs)), array(U64, bytes(8 * pairs))
+    index, anchored, roots, edges = index_column, anchored_column, root_column, edge_column
     routes: dict[tuple[int, int, str], int] = {}
-    index, values, anchored, roots, edges = [], [], [], [], []
+    values = []
     last_task = last_source = -1
     last_stream = None
-    at = 0
-    for t in tuples:
+    at = k = 0
+    for i in range(n):
+        t = tuples[i]
         if t.task != last_task or t.source_task != last_source or t.source_stream != last_stream:
             last_task, last_source, last_stream = t.task, t.source_task, t.source_stream
             key = (last_task, last_source, last_stream)
             at = routes.setdefault(key, len(routes))
-        index.append(at)
+        index[i] = at
         values.append(t.values)
         if t.root is not None:
-            anchored.append(1)
-            roots.append(t.root)
-            edges.append(t.edge)
+            anchored[i] = 1
+            roots[k] = t.root
+            edges[k] = t.edge
+            k += 1
         elif t.trees is not None:
-            anchored.append(len(t.trees))
+            anchored[i] = len(t.trees)
             for root, edge in t.trees.items():
-                roots.append(root)
-                edges.append(edge)
-        else:
-            anchored.append(0)
-    return TupleColumns(routes=msgpack.packb(list(routes)), route=_column(U32, index), values=msgpack.packb(values),
-                        anchored=_column(U32, anchored), root=_column(U64, roots), edge=_column(U64, edges))
+                roots[k] = root
+                edges[k] = edge
+                k += 1
+    return TupleColumns(routes=msgpack.packb(list(routes)), route=_bytes(index_column),
+                        values=msgpack.packb(values), anchored=_bytes(anchored_column), root=_bytes(root_column),
+                        edge=_bytes(edge_column))
 
 
 def encode_tuples(tuples: list[Tuple]) -> bytes:
     return Batch(tuples=tuple_columns(tuples)).SerializeToString()
 
 
-def _column(code: str, values: Any) -> bytes:
-    column = array(code, values)
+def _bytes(column: array) -> bytes:
+    """A column's items, little-endian."""
     if _SWAP:
         column.byteswap()
     return column.tobytes()
+
+
+def _column(code: str, values: Any) -> bytes:
+    return _bytes(array(code, values))
 
 
 def _array(code: str, raw: bytes, name: str) -> array:
@@ -136,7 +153,8 @@ def _unpack(data: bytes, name: str) -> list:
 
 
 class Decoder:
-    """Turns frames into (task, item) pairs for this process's inboxes."""
+    """Turns frames into items for this process's inboxes: each tuple a :class:`Tuple` (for its
+    ``task``), each acker message or verdict a ``(task, item)`` pair."""
 
     def __init__(self, plan: Plan, *, bolt_tasks: frozenset[int], spout_tasks: frozenset[int],
                  acker_tasks: frozenset[int], forwards: frozenset[int] = frozenset()) -> None:
@@ -158,12 +176,12 @@ class Decoder:
         # so it holds at most one per local bolt task, source task and subscribed stream
         self._routes: dict[tuple[int, int, str], tuple[str, Fields]] = {}
 
-    def decode(self, frame: bytes) -> list[tuple[int, Any]]:
+    def decode(self, frame: bytes) -> list[Any]:
         try:
             batch = Batch.FromString(frame)
         except Exception as exc:  # noqa: BLE001 - the protobuf runtime raises several types
             raise FrameError(f"not a Batch protobuf: {exc}") from None
-        out: list[tuple[int, Any]] = []
+        out: list[Any] = []
         if batch.HasField("tuples"):
             out += self._tuples(batch.tuples)
         if batch.HasField("acker"):
@@ -194,7 +212,7 @@ class Decoder:
         self._routes[(task, source_task, stream)] = found = (component, fields)
         return found
 
-    def _tuples(self, cols: TupleColumns) -> list[tuple[int, Tuple]]:
+    def _tuples(self, cols: TupleColumns) -> list[Tuple]:
         routes = []
         for route in _unpack(cols.routes, "routes"):
             if type(route) is not list or len(route) != 3:
@@ -207,14 +225,16 @@ class Decoder:
                 component, fields = self._route(task, source_task, stream)  # raises FrameError
             routes.append((task, source_task, stream, component, fields))
         values = _unpack(cols.values, "values")
-        index = _values(U32, cols.route, "route")
-        anchored = _values(U32, cols.anchored, "anchored")
-        roots, edges = _values(U64, cols.root, "root"), _values(U64, cols.edge, "edge")
+        index = _array(U32, cols.route, "route")
+        anchored = _array(U32, cols.anchored, "anchored")
+        # ids stay in their arrays: a tree's tuples come together, and share one int for its root
+        roots, edges = _array(U64, cols.root, "root"), _array(U64, cols.edge, "edge")
         n, pairs = len(index), len(roots)
         if len(values) != n or len(anchored) != n or len(edges) != pairs:
             raise FrameError("tuple columns have different lengths")
         out = []
         k = 0
+        root, last = None, 0
         for i in range(n):
             at = index[i]
             if at >= len(routes):
@@ -227,15 +247,17 @@ class Decoder:
             if c > pairs - k:
                 raise FrameError("tuples are anchored to more trees than the frame's root and edge columns hold")
             if c == 1:  # the common case, one tree
-                tup = Tuple.make(vals, fields, component, stream, source_task, roots[k], edges[k], None, task)
+                r = roots[k]
+                if root is None or r != last:
+                    root = last = r
+                out.append(Tuple.make(vals, fields, component, stream, source_task, root, edges[k], None, task))
                 k += 1
             elif c == 0:
-                tup = Tuple.make(vals, fields, component, stream, source_task, None, 0, None, task)
+                out.append(Tuple.make(vals, fields, component, stream, source_task, None, 0, None, task))
             else:
-                tup = Tuple.anchored(vals, fields, component, stream, source_task,
-                                     dict(zip(roots[k:k + c], edges[k:k + c], strict=True)), task)
+                out.append(Tuple.anchored(vals, fields, component, stream, source_task,
+                                          {roots[j]: edges[j] for j in range(k, k + c)}, task))
                 k += c
-            out.append((task, tup))
         if k != pairs:
             raise FrameError("the frame's root and edge columns hold pairs no tuple is anchored by")
         return out

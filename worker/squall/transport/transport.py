@@ -7,7 +7,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from squall.executor.base import Remote
+from squall.executor.base import Remote, Transfer
 from squall.proto.squall_pb2 import ControlRequest, ProcessState
 from squall.transport.codec import Decoder, encode_verdicts, lost_trees
 from squall.transport.ingress import Ingress
@@ -106,10 +106,10 @@ class Transport(Remote):
             self.lost.extend(trees)
             self._wake()
 
-    def attach(self, *, try_deliver: Callable[[int, Any], bool], wake: Callable[[], None], frames: int) -> None:
-        """Connect to the runtime that owns the inboxes, and start listening and connecting."""
+    def attach(self, *, transfer: Transfer, wake: Callable[[], None], frames: int) -> None:
+        """Connect to the runtime whose ``transfer`` holds the inboxes, and start listening and connecting."""
         self._wake = wake
-        self.ingress = Ingress(try_deliver=try_deliver, wake=wake, frames=frames)
+        self.ingress = Ingress(transfer=transfer, wake=wake, frames=frames)
         self.receiver = Receiver(decoder=self._decoder, ingress=self.ingress, bind=self._bind, plan=self.plan,
                                  max_frame=self._max_frame, streams=self._streams, tls=self._tls,
                                  control=self._control)
