@@ -1,0 +1,99 @@
+"""How a scheduler round shares the thread between executors: a bolt drains what an upstream burst
+queued, in chunks, for as long as the round is short; a slow round stops after a chunk; a bolt whose
+collector pauses takes no further tuple, not even later in the same round."""
+
+from __future__ import annotations
+
+from engine_kit import RecordingSpout, one
+from squall import BasicBolt, Bolt, TopologyBuilder
+from squall.executor.bolt import BUDGET, SLICE
+from squall.executor.spout import BURST
+from squall.testing import LocalCluster
+
+FAN_OUT = 8
+
+
+class Fan(BasicBolt):
+    """Each input becomes FAN_OUT tuples, as a sentence becomes its words."""
+
+    outputs = ["n"]
+
+    def execute(self, tup, collector):
+        for i in range(FAN_OUT):
+            collector.emit([i])
+
+
+class Sink(Bolt):
+    """Acks its inputs; with ``conf["pause_after"]`` it pauses its collector after that many."""
+
+    def prepare(self, conf, context, collector):
+        super().prepare(conf, context, collector)
+        self.pause_after = conf.get("pause_after")
+        self.executed = 0
+
+    def execute(self, tup):
+        self.executed += 1
+        self.collector.ack(tup)
+        if self.executed == self.pause_after:
+            self.collector.paused = True
+
+
+def fan_topology(**conf):
+    """A spout's one burst of BURST trees, each made FAN_OUT tuples for the sink."""
+    builder = TopologyBuilder("rounds")
+    builder.set_spout("spout", RecordingSpout)
+    builder.set_bolt("fan", Fan).shuffle_grouping("spout")
+    builder.set_bolt("sink", Sink).shuffle_grouping("fan")
+    return builder.build(config={"count": BURST, **conf})
+
+
+class Clock:
+    """A test clock: each reading is ``step`` seconds after the one before."""
+
+    def __init__(self, step: float) -> None:
+        self.now, self.step = 1000.0, step
+
+    def __call__(self) -> float:
+        self.now += self.step
+        return self.now
+
+
+def fanned(cluster: LocalCluster) -> int:
+    """Step until the fan has executed the spout's burst (the executors' order in a round is not this
+    test's business); how many tuples the sink had executed by then."""
+    for _ in range(5):
+        if cluster.counts("fan").executed == BURST:
+            return one(cluster, "sink").executed
+        cluster.runtime.step()
+    raise AssertionError(f"the fan executed {cluster.counts('fan').executed} tuples in 5 rounds, not {BURST}")
+
+
+def test_a_bolt_drains_in_one_round_what_an_upstream_burst_queued():
+    """The spout's burst of BURST trees makes BURST × 8 tuples for the sink, more than one chunk: at one
+    chunk a round they waited rounds, and under load max spout pending's whole queue stood there."""
+    assert BURST * FAN_OUT > 2 * BUDGET
+    with LocalCluster(fan_topology(), clock=Clock(0.0)) as cluster:  # rounds that take no time
+        fanned(cluster)
+        cluster.runtime.step()
+        assert one(cluster, "sink").executed == BURST * FAN_OUT
+
+
+def test_a_round_that_lasted_its_slice_takes_no_further_chunk():
+    with LocalCluster(fan_topology(), clock=Clock(SLICE)) as cluster:  # each reading a slice later
+        before = fanned(cluster)
+        assert before in (0, BUDGET)  # the sink ran before the fan in that round, or after it
+        cluster.runtime.step()
+        assert one(cluster, "sink").executed == before + BUDGET  # the rest waits for later rounds
+
+
+def test_a_bolt_that_pauses_takes_no_further_tuple_in_the_same_round():
+    with LocalCluster(fan_topology(pause_after=5), clock=Clock(0.0)) as cluster:
+        fanned(cluster)
+        cluster.runtime.step()
+        sink = one(cluster, "sink")
+        assert sink.executed == 5
+        cluster.runtime.step()
+        assert sink.executed == 5
+        sink.collector.paused = False
+        cluster.runtime.step()
+        assert sink.executed == BURST * FAN_OUT
