@@ -26,8 +26,9 @@ cdef class Decoder:
     @cython.locals(i=Py_ssize_t, kind=cython.int, task=cython.int)
     cpdef _check_acker(self, unsigned char[::1] kinds, unsigned long long[::1] roots, int[::1] tasks)
 
-    @cython.locals(out=list, i=Py_ssize_t, n=Py_ssize_t, ackers=tuple)
-    cpdef list _forwarded(self, list kinds, list roots, list vals, list tasks)
+    @cython.locals(out=list, i=Py_ssize_t, n=cython.ulonglong, ackers=tuple)
+    cpdef list _forwarded(self, unsigned char[::1] kinds, unsigned long long[::1] roots,
+                          unsigned long long[::1] vals, int[::1] tasks)
 
     @cython.locals(kinds=list, roots=list, tasks=list, out=list, i=Py_ssize_t, kind=cython.long)
     cpdef list _verdicts(self, cols)

@@ -277,7 +277,7 @@ class Decoder:
             return []
         self._check_acker(kinds, roots, tasks)
         if self.acker_task is None:
-            return self._forwarded(kinds.tolist(), roots.tolist(), vals.tolist(), tasks.tolist())
+            return self._forwarded(kinds, roots, vals, tasks)
         return [(self.acker_task, AckBatch(kinds, roots, vals, tasks))]
 
     def _check_acker(self, kinds: Any, roots: Any, tasks: Any) -> None:
@@ -294,8 +294,7 @@ class Decoder:
             if roots[i] < 2:
                 raise FrameError("root ids 0 and 1 are reserved")
 
-    def _forwarded(self, kinds: list[int], roots: list[int], vals: list[int],
-                   tasks: list[int]) -> list[tuple[int, Any]]:
+    def _forwarded(self, kinds: array, roots: array, vals: array, tasks: array) -> list[tuple[int, Any]]:
         """Acker messages a worker forwards to their acker: each for an acker task it is the home of."""
         ackers, n, forwards = self.plan.acker_tasks, len(self.plan.acker_tasks), self.forwards
         out = []
