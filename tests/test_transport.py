@@ -99,6 +99,17 @@ def test_a_tuple_in_no_one_or_several_trees_keeps_its_anchors_through_a_frame(pl
         assert (tup.root, tup.edge) == ((*anchors.items(),)[0] if len(anchors) == 1 else (None, 0))
 
 
+def test_the_tuples_of_a_tree_that_come_together_share_its_root_and_others_keep_their_own(plan):
+    spout_task, bolt_task = plan.component_tasks["words"][0], plan.component_tasks["upper"][0]
+    fields = Fields(["word", "meta"])
+    anchors = [{2**64 - 2: 1}, {2**64 - 2: 2}, {2**63 + 7: 3}, {2**64 - 2: 4}, {}, {2**64 - 2: 5}]
+    sent = [Tuple([str(i), None], fields, "words", "default", spout_task, a, bolt_task) for i, a in enumerate(anchors)]
+    got = decoder(plan).decode(encode_tuples(sent))
+    assert [t.anchors for t in got] == anchors
+    assert got[0].root is got[1].root  # one int for a tree's tuples that came together
+    assert [t.values[0] for t in got] == [str(i) for i in range(len(anchors))]
+
+
 def test_acker_columns_round_trip(plan):
     spout_task = plan.component_tasks["words"][0]
     msgs = [AckerMessage(INIT, 2**64 - 3, 123, spout_task), AckerMessage(ACK, 99, 2**63, -1),

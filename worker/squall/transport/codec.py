@@ -40,7 +40,8 @@ def tuple_columns(tuples: list[Tuple]) -> TupleColumns:
             pairs += 1
         elif t.trees is not None:
             pairs += len(t.trees)
-    # Columns sized up front and filled in place: no Python int per id, no list to convert
+    # Columns sized up front and filled in place: no Python int per id, no list to convert (compiled,
+    # index, anchored, roots and edges are typed views of the arrays)
     index_column, anchored_column = array(U32, bytes(4 * n)), array(U32, bytes(4 * n))
     root_column, edge_column = array(U64, bytes(8 * pairs)), array(U64, bytes(8 * pairs))
     index, anchored, roots, edges = index_column, anchored_column, root_column, edge_column
