@@ -6,6 +6,10 @@ from squall.transport.ingress cimport Ingress
 from squall.transport.outbox cimport AckerOutbox, Outbox
 
 
+cdef class _Boxes:
+    cdef public Outbox data, control
+
+
 cdef class Transport(Remote):
     cdef public str name, plan
     cdef set _inbound
@@ -22,7 +26,7 @@ cdef class Transport(Remote):
     cdef public bint waiting_room
     cdef public long long completed
 
-    @cython.locals(boxes=tuple, box=Outbox, size=Py_ssize_t)
+    @cython.locals(boxes=_Boxes, box=Outbox, size=Py_ssize_t)
     cpdef bint try_send(self, long long task, object item) except -1
 
     cpdef bint _flush(self, Outbox box) except -1

@@ -29,6 +29,14 @@ def wire_plan(fingerprint: str) -> str:
     return f"{fingerprint}+wire{WIRE_FORMAT}"
 
 
+class _Boxes:
+    """The outboxes of a task of another process: tuples go to ``data``, the rest to ``control``
+    (compiled, typed fields: the hot path reads an ``Outbox`` without checking its class)."""
+
+    def __init__(self, data: Outbox, control: Outbox) -> None:
+        self.data, self.control = data, control
+
+
 class Transport(Remote):
     """This process's links to its peers: batches outgoing items, and receives incoming frames.
 
@@ -84,10 +92,11 @@ class Transport(Remote):
             box.expire(clock())
         #: task → the (data, control) outboxes of its process, or of the worker it is reached through:
         #: one lookup per item sent
-        to = {task: (self._outboxes[(p, DATA)], self._outboxes[(p, CONTROL)]) for task, p in owner.items()}
-        to |= {task: (self._outboxes[(home, DATA)],) * 2 for task, home in (acker_via or {}).items()}
+        to = {task: _Boxes(self._outboxes[(p, DATA)], self._outboxes[(p, CONTROL)]) for task, p in owner.items()}
+        to |= {task: _Boxes(self._outboxes[(home, DATA)], self._outboxes[(home, DATA)])
+               for task, home in (acker_via or {}).items()}
         # indexed by task id (None: a task of this process): no task id boxed and hashed per item
-        self._to: list[tuple[Outbox, Outbox] | None] = [to.get(task) for task in range(max(to, default=-1) + 1)]
+        self._to: list[_Boxes | None] = [to.get(task) for task in range(max(to, default=-1) + 1)]
         self.ingress: Ingress | None = None
         self.receiver: Receiver | None = None
         self._decoder, self._bind, self._max_frame, self._tls, self._control = decoder, bind, max_frame, tls, control
@@ -161,7 +170,7 @@ class Transport(Remote):
         boxes = self._to[task] if 0 <= task < len(self._to) else None
         if boxes is None:
             raise KeyError(f"task {task} is not a task of another process")
-        box = boxes[0] if type(item) is Tuple else boxes[1]
+        box = boxes.data if type(item) is Tuple else boxes.control
         size = box.size
         if size >= self.batch_size:
             if not self._flush(box):
