@@ -61,7 +61,7 @@ class Taking(Transfer):
         super().__init__(capacity=1)
         self.take = take
 
-    def try_deliver(self, task: int, item: Any) -> bool:
+    def try_send(self, task: int, item: Any) -> bool:
         return self.take(task, item)
 
 
@@ -1018,13 +1018,13 @@ def test_what_a_process_received_and_has_not_delivered_counts_until_it_reaches_a
 
     room = {"n": 0}
 
-    def try_deliver(task: int, item: Any) -> bool:
+    def take(task: int, item: Any) -> bool:
         if room["n"] == 0:
             return False
         room["n"] -= 1
         return True
 
-    ingress = Ingress(transfer=Taking(try_deliver), wake=lambda: None, frames=4)
+    ingress = Ingress(transfer=Taking(take), wake=lambda: None, frames=4)
     assert ingress.waiting() == 0
     assert ingress.put(DATA, [(1, "a"), (1, "b"), (1, "c")], closed=lambda: False)
     assert ingress.put(CONTROL, [(2, "v")], closed=lambda: False)

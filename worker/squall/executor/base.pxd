@@ -10,7 +10,6 @@ cdef class Transfer:
     cdef public list local, appends
     cdef public Remote remote
     cpdef register(self, long long task, object inbox)
-    cpdef bint try_deliver(self, long long task, object item) except -1
     cpdef bint try_send(self, long long task, object item) except -1
 
 

@@ -44,19 +44,11 @@ class Transfer:
         self.local[task] = inbox
         self.appends[task] = inbox.append
 
-    def try_deliver(self, task: int, item: Any) -> bool:
-        """Append ``item`` to the inbox of ``task``, a task of this process, if it has room (the
-        transport's inbound path). Only an acker message this worker forwards to its acker, a task of
-        another process, goes out again (see ``Assignment.acker_homes``)."""
-        inbox = self.local[task] if 0 <= task < len(self.local) else None
-        if inbox is None:
-            return self.remote.try_send(task, item)
-        if len(inbox) >= self.capacity:
-            return False
-        self.appends[task](item)
-        return True
-
     def try_send(self, task: int, item: Any) -> bool:
+        """Append ``item`` to the inbox of ``task`` if it has room, or hand it to the remote link for a
+        task of another process; False: no room now. The transport's inbound path uses it too: what
+        arrives goes out again only as an acker message this worker forwards to its acker (see
+        ``Assignment.acker_homes``)."""
         inbox = self.local[task] if 0 <= task < len(self.local) else None
         if inbox is None:
             if self.remote is None:

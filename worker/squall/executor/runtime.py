@@ -187,7 +187,7 @@ class Runtime:
         while lost:
             task, root = lost[0]
             if task >= 0:
-                sent = self.transfer.try_deliver(task, Notification(FAIL, root, task))
+                sent = self.transfer.try_send(task, Notification(FAIL, root, task))
             else:
                 sent = route is None or self.transfer.try_send(route.tasks[root % route.n], (FAIL, root, 0, -1))
             if not sent:

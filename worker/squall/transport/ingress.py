@@ -87,9 +87,9 @@ class Ingress:
                 item = items[at]
                 if type(item) is Tuple:
                     tup = item
-                    if not transfer.try_deliver(tup.task, tup):
+                    if not transfer.try_send(tup.task, tup):
                         break
-                elif not transfer.try_deliver(item[0], item[1]):
+                elif not transfer.try_send(item[0], item[1]):
                     break
                 at += 1
                 moved += 1
