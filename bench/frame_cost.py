@@ -8,12 +8,15 @@ second, one waiting at a time) and the receiver takes what arrived. Two transpor
   one-slot queue (gRPC's own thread consumes it), a server whose handler thread hands frames over
   through a queue;
 - ``loop``: grpc.aio, the client call and the server on an asyncio loop that the main thread itself
-  runs for one iteration between rounds (no Python thread of ours between the network and it).
+  runs for one iteration between rounds (no Python thread of ours between the network and it);
+- ``pull``: the link turned around: the receiver dials the sender and reads a response stream with
+  gRPC's single-threaded unary-stream option (its reading thread polls the call: no server polling
+  thread), the sender serves it from a handler thread fed by a one-slot queue.
 
 Each process prints the frames it moved, its CPU beyond the busy work per frame (every thread, from
 /proc), and its context switches per frame. Figures only; nothing is asserted.
 
-    python bench/frame_cost.py sync|loop [--seconds 8] [--rate 2000] [--size 8000] [--work-ms 0.8]
+    python bench/frame_cost.py sync|loop|pull [--seconds 8] [--rate 2000] [--size 8000] [--work-ms 0.8]
 """
 
 from __future__ import annotations
@@ -24,10 +27,12 @@ import os
 import queue
 import subprocess
 import sys
+import threading
 import time
 from concurrent import futures
 
 import grpc
+import grpc.experimental
 from wordcount import cpu_seconds  # this script's directory is on the path: it is bench/
 
 SERVICE, METHOD = "bench.Frames", "/bench.Frames/Transfer"
@@ -137,6 +142,55 @@ def sync_sender(port: int, meter: Meter, rate: float, frame: bytes) -> None:
             due += 1 / rate
 
 
+def pull_receiver(port: int, meter: Meter) -> None:
+    """The receiver dials the sender and reads a response stream; with gRPC's single-threaded
+    unary-stream option the reading thread polls the call itself (no server polling thread)."""
+    channel = grpc.insecure_channel(f"127.0.0.1:{port}",
+                                    options=[(grpc.experimental.ChannelOptions.SingleThreadedUnaryStream, 1)])
+    arrived: queue.Queue[bytes] = queue.Queue(4)
+    print("ready", flush=True)  # the sender, the server here, starts next
+    grpc.channel_ready_future(channel).result(timeout=20)
+    call = channel.unary_stream(METHOD)(b"")
+
+    def read() -> None:
+        for frame in call:
+            arrived.put(frame)
+
+    threading.Thread(target=read, daemon=True).start()
+    while not meter.over():
+        meter.round()
+        n = 0
+        while True:
+            try:
+                arrived.get_nowait()
+            except queue.Empty:
+                break
+            n += 1
+        meter.count(n)
+
+
+def pull_sender(port: int, meter: Meter, rate: float, frame: bytes) -> None:
+    """The sender serves the stream its receiver reads: a handler thread yields frames from a one-slot queue."""
+    slot: queue.Queue[bytes] = queue.Queue(1)
+
+    def transfer(_request, _context):
+        while True:
+            yield slot.get()
+
+    server = grpc.server(futures.ThreadPoolExecutor(4))
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(
+        SERVICE, {"Transfer": grpc.unary_stream_rpc_method_handler(transfer)}),))
+    server.add_insecure_port(f"127.0.0.1:{port}")
+    server.start()
+    due = time.monotonic()
+    while not meter.over():
+        meter.round()
+        if time.monotonic() >= due and not slot.full():
+            slot.put_nowait(frame)
+            meter.count(1)
+            due += 1 / rate
+
+
 def _one_iteration(loop: asyncio.AbstractEventLoop) -> None:
     loop.call_soon(loop.stop)
     loop.run_forever()
@@ -189,7 +243,7 @@ def loop_sender(port: int, meter: Meter, rate: float, frame: bytes) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("transport", choices=("sync", "loop"))
+    parser.add_argument("transport", choices=("sync", "loop", "pull"))
     parser.add_argument("--role", choices=("sender", "receiver"), help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, default=50777)
     parser.add_argument("--seconds", type=float, default=8.0, help="how long the sender sends")
@@ -199,10 +253,12 @@ def main() -> None:
     args = parser.parse_args()
     if args.role:
         meter = Meter(args.role, args.seconds if args.role == "sender" else None, args.work_ms / 1000)
+        receive, send = {"sync": (sync_receiver, sync_sender), "loop": (loop_receiver, loop_sender),
+                         "pull": (pull_receiver, pull_sender)}[args.transport]
         if args.role == "receiver":
-            (sync_receiver if args.transport == "sync" else loop_receiver)(args.port, meter)
+            receive(args.port, meter)
         else:
-            (sync_sender if args.transport == "sync" else loop_sender)(args.port, meter, args.rate, b"x" * args.size)
+            send(args.port, meter, args.rate, b"x" * args.size)
         meter.report()
         os._exit(0)  # gRPC's threads and the open call end with the process
     common = [sys.executable, __file__, args.transport, "--port", str(args.port), "--rate", str(args.rate),
