@@ -94,8 +94,33 @@ class Meter:
               f"{(switches - self.base[1]) / n:.1f} context switches per frame", flush=True)
 
 
-def _handlers(handler) -> tuple:
-    return (grpc.method_handlers_generic_handler(SERVICE, {"Transfer": grpc.stream_unary_rpc_method_handler(handler)}),)
+def _handlers(handler, kind=grpc.stream_unary_rpc_method_handler) -> tuple:
+    return (grpc.method_handlers_generic_handler(SERVICE, {"Transfer": kind(handler)}),)
+
+
+def _take_rounds(meter: Meter, arrived: queue.Queue[bytes]) -> None:
+    """The receiver's main thread: busy rounds, taking what arrived between them."""
+    while not meter.over():
+        meter.round()
+        n = 0
+        while True:
+            try:
+                arrived.get_nowait()
+            except queue.Empty:
+                break
+            n += 1
+        meter.count(n)
+
+
+def _offer_rounds(meter: Meter, slot: queue.Queue[bytes], frame: bytes, rate: float) -> None:
+    """The sender's main thread: busy rounds, offering a frame between them while the slot is free."""
+    due = time.monotonic()
+    while not meter.over():
+        meter.round()
+        if time.monotonic() >= due and not slot.full():
+            slot.put_nowait(frame)
+            meter.count(1)
+            due += 1 / rate
 
 
 def sync_receiver(port: int, meter: Meter) -> None:
@@ -111,16 +136,7 @@ def sync_receiver(port: int, meter: Meter) -> None:
     server.add_insecure_port(f"127.0.0.1:{port}")
     server.start()
     print("ready", flush=True)
-    while not meter.over():
-        meter.round()
-        n = 0
-        while True:
-            try:
-                arrived.get_nowait()
-            except queue.Empty:
-                break
-            n += 1
-        meter.count(n)
+    _take_rounds(meter, arrived)
 
 
 def sync_sender(port: int, meter: Meter, rate: float, frame: bytes) -> None:
@@ -133,13 +149,7 @@ def sync_sender(port: int, meter: Meter, rate: float, frame: bytes) -> None:
             yield slot.get()
 
     _call = channel.stream_unary(METHOD).future(frames())  # kept: a call collected is a call cancelled
-    due = time.monotonic()
-    while not meter.over():
-        meter.round()
-        if time.monotonic() >= due and not slot.full():
-            slot.put_nowait(frame)
-            meter.count(1)
-            due += 1 / rate
+    _offer_rounds(meter, slot, frame, rate)
 
 
 def pull_receiver(port: int, meter: Meter) -> None:
@@ -157,16 +167,7 @@ def pull_receiver(port: int, meter: Meter) -> None:
             arrived.put(frame)
 
     threading.Thread(target=read, daemon=True).start()
-    while not meter.over():
-        meter.round()
-        n = 0
-        while True:
-            try:
-                arrived.get_nowait()
-            except queue.Empty:
-                break
-            n += 1
-        meter.count(n)
+    _take_rounds(meter, arrived)
 
 
 def pull_sender(port: int, meter: Meter, rate: float, frame: bytes) -> None:
@@ -178,17 +179,10 @@ def pull_sender(port: int, meter: Meter, rate: float, frame: bytes) -> None:
             yield slot.get()
 
     server = grpc.server(futures.ThreadPoolExecutor(4))
-    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(
-        SERVICE, {"Transfer": grpc.unary_stream_rpc_method_handler(transfer)}),))
+    server.add_generic_rpc_handlers(_handlers(transfer, grpc.unary_stream_rpc_method_handler))
     server.add_insecure_port(f"127.0.0.1:{port}")
     server.start()
-    due = time.monotonic()
-    while not meter.over():
-        meter.round()
-        if time.monotonic() >= due and not slot.full():
-            slot.put_nowait(frame)
-            meter.count(1)
-            due += 1 / rate
+    _offer_rounds(meter, slot, frame, rate)
 
 
 def _one_iteration(loop: asyncio.AbstractEventLoop) -> None:
