@@ -6,6 +6,7 @@ import filecmp
 import logging
 import tempfile
 from array import array
+from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,7 @@ from hypothesis import strategies as st
 from squall import BasicBolt, Spout, TopologyBuilder
 from squall.acker import AckBatch
 from squall.acker.acker import ACK, FAIL, INIT, RESET, AckerMessage, Notification
-from squall.executor.base import Transfer
+from squall.executor.base import Executor, Remote, Transfer
 from squall.proto import generate
 from squall.proto.squall_pb2 import AckerColumns, Batch, TupleColumns
 from squall.topology import Plan
@@ -136,8 +137,9 @@ def test_a_data_frame_carries_tuples_and_the_acker_messages_its_worker_forwards(
     acker = plan.acker_tasks[0]
     box = DataOutbox(link=None, capacity=8)
     tup = Tuple(["w", None], Fields(["word", "meta"]), "words", "default", spout_task, {40: 3}, bolt_task)
-    for item in [(INIT, 41, 0b11, spout_task), tup, (ACK, 40, 0b01, -1), (ACK, 41, 0b01, -1), (ACK, 40, 0b10, -1)]:
+    for item in [(INIT, 41, 0b11, spout_task), tup, (ACK, 40, 0b01, -1), (ACK, 41, 0b01, -1)]:
         box.add(item)
+    box.message(ACK, 40, 0b10, -1)  # as a worker's own acks come: the fields, no tuple
     assert box.size == 3  # the tuple; 41's INIT with its ACK; 40's two ACKs as one
     frame = box.frame()
     assert box.size == 0
@@ -599,8 +601,11 @@ def test_acks_folded_per_tree_in_a_batch_give_the_verdicts_of_the_messages_one_b
     box = AckerOutbox(link=None, capacity=max(1, len(messages)))
     got = []
     for part, keep in ((messages[:cut], 1.0 if busy else -1.0), (messages[cut:], -1.0)):
-        for message in part:
-            box.add(message)
+        for message in part:  # forwarded ones come as tuples, a worker's own as their fields
+            if rng.random() < 0.5:
+                box.add(message)
+            else:
+                box.message(*message)
         frame, completed = _sent(box, keep=keep)
         got += completed + folded.process_messages(frame)
     assert box.kept() == 0
@@ -619,6 +624,46 @@ def test_acks_folded_per_tree_in_a_batch_give_the_verdicts_of_the_messages_one_b
     # an ack folded into its tree's deciding message leaves no leftover entry (one by one, an ack after
     # the decision starts one, forgotten on rotation): never more trees the acker can still decide
     assert folded.trees.awaiting() <= by_one.trees.awaiting()
+
+
+class _Remote(Remote):
+    """Another process's tasks, as an executor's transfer reaches them: records what it takes, and how."""
+
+    def __init__(self) -> None:
+        self.room = True
+        self.got: list[tuple[str, int, Any]] = []
+
+    def try_send(self, task: int, item: Any) -> bool:
+        if self.room:
+            self.got.append(("item", task, item))
+        return self.room
+
+    def try_message(self, task: int, kind: int, root: int, val: int, spout: int) -> bool:
+        if self.room:
+            self.got.append(("fields", task, (kind, root, val, spout)))
+        return self.room
+
+
+def test_an_acker_message_goes_out_as_its_fields_and_in_order_behind_what_waits():
+    """A worker's acker messages reach the transport without a tuple; one that finds no room waits in the
+    executor's overflow, and the ones after it wait behind it, as any send does. A local acker task
+    gets the message in its inbox."""
+    remote = _Remote()
+    transfer = Transfer(capacity=4, remote=remote)
+    ex = Executor(component="count", tasks=(1,), transfer=transfer)
+    acker_here = deque()
+    transfer.register(2, acker_here)
+    ex.send_message(9, ACK, 40, 0b01, -1)
+    assert remote.got == [("fields", 9, (ACK, 40, 0b01, -1))]
+    remote.room = False
+    ex.send_message(9, ACK, 41, 0b10, -1)
+    remote.room = True
+    ex.send_message(9, FAIL, 42, 0, -1)  # behind the one that waits, not ahead of it
+    assert remote.got == [("fields", 9, (ACK, 40, 0b01, -1))]
+    assert ex.flush()
+    assert remote.got[1:] == [("item", 9, (ACK, 41, 0b10, -1)), ("item", 9, (FAIL, 42, 0, -1))]
+    ex.send_message(2, INIT, 43, 0b11, 1)
+    assert list(acker_here) == [(INIT, 43, 0b11, 1)]
 
 
 def test_a_trees_acks_leave_a_worker_as_one_message():

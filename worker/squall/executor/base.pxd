@@ -1,7 +1,9 @@
 # C types for base.py where Squall is compiled with Cython (squall/_pure.py).
+cimport cython
 
 cdef class Remote:
     cpdef bint try_send(self, long long task, object item) except -1
+    cpdef bint try_message(self, long long task, int kind, object root, unsigned long long val, int spout) except -1
 
 
 cdef class Transfer:
@@ -21,5 +23,7 @@ cdef class Executor:
     cdef list _local, _appends
     cdef long long _capacity
     cpdef send(self, long long task, object item)
+    @cython.locals(remote=Remote)
+    cpdef send_message(self, long long task, int kind, object root, unsigned long long val, int spout)
     cpdef bint flush(self) except -1
     cpdef bint run_once(self, double now) except -1

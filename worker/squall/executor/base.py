@@ -21,6 +21,11 @@ class Remote:
         """Take ``item`` for ``task``, a task of another process; False when it has no room now."""
         raise NotImplementedError
 
+    def try_message(self, task: int, kind: int, root: int, val: int, spout: int) -> bool:
+        """Take the acker message ``(kind, root, val, spout)`` for acker task ``task`` of another process,
+        as :meth:`try_send` would take it as a tuple (a transport folds it without one)."""
+        return self.try_send(task, (kind, root, val, spout))
+
 
 class Transfer:
     """Delivers an item to the inbox of the task's executor, or hands it to the remote link."""
@@ -87,6 +92,21 @@ class Executor:
             elif self.transfer.try_send(task, item):
                 return
         self.overflow.append((task, item))
+
+    def send_message(self, task: int, kind: int, root: int, val: int, spout: int) -> None:
+        """Send the acker message ``(kind, root, val, spout)`` to acker task ``task``, as :meth:`send`. One
+        for an acker of another process goes to the remote link as its fields: in a worker every ack
+        does, and building, unpacking and freeing a tuple for each cost more than folding it."""
+        if not self.overflow:
+            inbox = self._local[task] if 0 <= task < len(self._local) else None
+            if inbox is None:
+                remote = self.transfer.remote
+                if remote is not None and remote.try_message(task, kind, root, val, spout):
+                    return
+            elif len(inbox) < self._capacity:
+                self._appends[task]((kind, root, val, spout))
+                return
+        self.send(task, (kind, root, val, spout))  # it waits in the overflow (or, with no remote, raises)
 
     def flush(self) -> bool:
         """Move parked sends on in order; True when the overflow is empty."""

@@ -129,7 +129,7 @@ class SpoutCollector:
                 ack_val ^= edge
                 executor.send(t, Tuple.make(values, fields, src, stream, task_id, root, edge, None, t))
             self._on_emit(root, msg_id, stream)
-            executor.send(acker.tasks[root % acker.n], (INIT, root, ack_val, task_id))
+            executor.send_message(acker.tasks[root % acker.n], INIT, root, ack_val, task_id)
         else:
             for t in targets:
                 executor.send(t, Tuple.make(values, fields, src, stream, task_id, None, 0, None, t))
@@ -225,13 +225,13 @@ class BoltCollector:
             self._held.n -= 1
             if acker is not None:
                 at = root  # the tree's acker in C arithmetic, compiled
-                self._executor.send(acker.tasks[at % acker.n], (ACK, root, tup.edge ^ tup.ack_val, -1))
+                self._executor.send_message(acker.tasks[at % acker.n], ACK, root, tup.edge ^ tup.ack_val, -1)
         elif tup.trees is not None:
             self._held.n -= 1
             if acker is not None:
                 executor, tasks, n, ack_val = self._executor, acker.tasks, acker.n, tup.ack_val
                 for root, edge in tup.trees.items():
-                    executor.send(tasks[root % n], (ACK, root, edge ^ ack_val, -1))
+                    executor.send_message(tasks[root % n], ACK, root, edge ^ ack_val, -1)
         self._acked.add(tup.source_stream)
         if tup.received:  # set on sampled tuples only (see BoltExecutor)
             self._stats.process_latency[(tup.source_component, tup.source_stream)].observe(
@@ -248,14 +248,14 @@ class BoltCollector:
         acker = self._acker
         if acker is not None:
             for root in tup.roots():
-                self._executor.send(acker.tasks[root % acker.n], (FAIL, root, 0, -1))
+                self._executor.send_message(acker.tasks[root % acker.n], FAIL, root, 0, -1)
         self._stats.failed.add(tup.source_stream)
 
     def reset_timeout(self, tup: Tuple) -> None:
         acker = self._acker
         if acker is not None:
             for root in tup.roots():
-                self._executor.send(acker.tasks[root % acker.n], (RESET, root, 0, -1))
+                self._executor.send_message(acker.tasks[root % acker.n], RESET, root, 0, -1)
 
     def report_error(self, exc: BaseException) -> None:
         self._report(exc)

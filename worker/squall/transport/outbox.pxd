@@ -9,6 +9,7 @@ cdef class Outbox:
     cdef list _items
     cdef object _encode
     cpdef add(self, object item)
+    cpdef message(self, int kind, object root, unsigned long long val, int task)
     cpdef bytes frame(self)
 
 
@@ -31,8 +32,11 @@ cdef class AckerOutbox(Outbox):
     cdef public double keep
     cdef public list completed
 
-    @cython.locals(kind=cython.int, root=object, val=cython.ulonglong, task=cython.int, tree=_Young)
+    @cython.locals(kind=cython.int, root=object, val=cython.ulonglong, task=cython.int)
     cpdef add(self, object item)
+
+    @cython.locals(tree=_Young)
+    cpdef message(self, int kind, object root, unsigned long long val, int task)
 
     @cython.locals(at=Py_ssize_t)
     cdef _fold(self, int kind, object root, unsigned long long val, int task)
@@ -49,4 +53,5 @@ cdef class AckerOutbox(Outbox):
 cdef class DataOutbox(AckerOutbox):
     @cython.locals(kind=cython.int, root=object, val=cython.ulonglong, task=cython.int)
     cpdef add(self, object item)
+    cpdef message(self, int kind, object root, unsigned long long val, int task)
     cpdef bytes frame(self)

@@ -32,6 +32,10 @@ class Outbox:
         self._items.append(item)
         self.size += 1
 
+    def message(self, kind: int, root: int, val: int, task: int) -> None:
+        """Add the acker message ``(kind, root, val, task)`` (the acker outboxes fold it without the tuple)."""
+        self.add((kind, root, val, task))
+
     def frame(self) -> bytes:
         frame = self._encode(self._items)
         self._items = []
@@ -92,6 +96,9 @@ class AckerOutbox(Outbox):
 
     def add(self, item: Any) -> None:
         kind, root, val, task = item
+        self.message(kind, root, val, task)
+
+    def message(self, kind: int, root: int, val: int, task: int) -> None:
         tree = self._young.get(root)
         if tree is not None:
             if kind == ACK:
@@ -194,6 +201,9 @@ class DataOutbox(AckerOutbox):
         else:
             kind, root, val, task = item
             self._fold(kind, root, val, task)
+
+    def message(self, kind: int, root: int, val: int, task: int) -> None:
+        self._fold(kind, root, val, task)
 
     def frame(self) -> bytes:
         acker = acker_columns(*self._columns()) if self._n else None

@@ -29,4 +29,15 @@ cdef class Transport(Remote):
     @cython.locals(boxes=_Boxes, box=Outbox, size=Py_ssize_t)
     cpdef bint try_send(self, long long task, object item) except -1
 
+    @cython.locals(box=Outbox, size=Py_ssize_t)
+    cpdef bint try_message(self, long long task, int kind, object root, unsigned long long val, int spout) except -1
+
+    @cython.locals(boxes=_Boxes)
+    cdef inline _Boxes _boxes(self, long long task)
+
+    @cython.locals(size=Py_ssize_t)
+    cdef inline Py_ssize_t _room_in(self, Outbox box) except -2
+
+    cdef inline _added(self, Outbox box, Py_ssize_t size)
+
     cpdef bint _flush(self, Outbox box) except -1

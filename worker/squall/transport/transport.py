@@ -167,16 +167,42 @@ class Transport(Remote):
     # -- the scheduler thread's side -------------------------------------------------------
 
     def try_send(self, task: int, item: Any) -> bool:
+        boxes = self._boxes(task)
+        box = boxes.data if type(item) is Tuple else boxes.control
+        size = self._room_in(box)
+        if size < 0:
+            return False
+        box.add(item)
+        self._added(box, size)
+        return True
+
+    def try_message(self, task: int, kind: int, root: int, val: int, spout: int) -> bool:
+        box = self._boxes(task).control
+        size = self._room_in(box)
+        if size < 0:
+            return False
+        box.message(kind, root, val, spout)
+        self._added(box, size)
+        return True
+
+    def _boxes(self, task: int) -> _Boxes:
         boxes = self._to[task] if 0 <= task < len(self._to) else None
         if boxes is None:
             raise KeyError(f"task {task} is not a task of another process")
-        box = boxes.data if type(item) is Tuple else boxes.control
+        return boxes
+
+    def _room_in(self, box: Outbox) -> int:
+        """The items in ``box``'s batch before the next is added (0 once a full batch went out); -1 when the
+        batch is full and its link busy: backpressure."""
         size = box.size
         if size >= self.batch_size:
             if not self._flush(box):
-                return False  # a full batch and a busy link: backpressure
+                return -1
             size = 0
-        box.add(item)
+        return size
+
+    def _added(self, box: Outbox, size: int) -> None:
+        """An item was added to ``box``, whose batch held ``size`` before."""
         # Only an item that went into the batch counts: a young tree's acker messages are kept, not
         # batched, and a folded message takes no room.
         if box.size > size:
@@ -185,7 +211,6 @@ class Transport(Remote):
             # The clock is read every 32 items only: the end of each scheduler round flushes anyway.
             elif not box.size & 31 and self.clock() - box.since >= self.flush_interval:
                 self._flush(box)
-        return True
 
     def _flush(self, box: Outbox) -> bool:
         """Hand the batch to its link if the link has room.
