@@ -101,7 +101,9 @@ class Executor:
             inbox = self._local[task] if 0 <= task < len(self._local) else None
             if inbox is None:
                 remote = self.transfer.remote
-                if remote is not None and remote.try_message(task, kind, root, val, spout):
+                if remote is not None:
+                    if not remote.try_message(task, kind, root, val, spout):  # no room: it waits
+                        self.overflow.append((task, (kind, root, val, spout)))
                     return
             elif len(inbox) < self._capacity:
                 self._appends[task]((kind, root, val, spout))
