@@ -15,9 +15,10 @@ Settings (environment):
 - ``SQUALL_E2E_CLUSTER``: the kind cluster's name (default ``squall-e2e``). An existing cluster of
   that name is used as it is; one the suite creates is deleted at the end...
 - ``SQUALL_E2E_KEEP=1``: ...unless this is set (to look around, or to rerun faster).
-- ``SQUALL_E2E_LOGS``: where a failed test leaves the logs of every pod of the Topologies' and the
-  operator's namespaces (default ``e2e/logs``, one folder per failed test); their warnings and
-  errors are also in the test's report, so a CI log shows what the pods saw.
+- ``SQUALL_E2E_LOGS``: where a failed test (or a failed setup) leaves the logs of every pod of the
+  Topologies' and the operator's namespaces (default ``e2e/logs``, one folder per failed test); the
+  pods' state, the namespaces' events and the logs' warnings and errors are also in the test's
+  report, so a CI log shows what the pods saw and why one was not ready.
 
 ``kubectl`` (on PATH) may be as old as the cluster: the suite uses no verb newer than 1.20. On kind,
 every test is skipped, with the reason, when a prerequisite is missing; with ``SQUALL_E2E_KUBECONFIG``
@@ -99,23 +100,35 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.skip(reason="e2e needs " + "; ".join(MISSING)))
 
 
+REPORTED: set[int] = set()  # the failures already reported: a session fixture's repeats for every test
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):
-    """A failed test keeps its pods' logs (a pod's previous container's too): the cluster they
-    came from is gone when CI reports the failure."""
+    """A failed test, or a failed setup (the chart's install), keeps its pods' logs (a pod's previous
+    container's too) and reports the pods' state and the namespaces' events, which say why a pod is
+    not ready: the cluster they came from is gone when CI reports the failure."""
     outcome = yield
     report = outcome.get_result()
-    cluster = getattr(item, "funcargs", {}).get("cluster")  # every test's fixtures include it
-    if report.when == "call" and report.failed and isinstance(cluster, Cluster):
-        report.sections.append(("pod logs", pod_logs(cluster, LOGS / item.name)))
+    cluster = CLUSTERS[0] if CLUSTERS else None
+    if report.when in ("setup", "call") and report.failed and cluster is not None and call.excinfo is not None:
+        if id(call.excinfo.value) not in REPORTED:
+            REPORTED.add(id(call.excinfo.value))
+            report.sections.append(("pods and events", pod_logs(cluster, LOGS / item.name)))
 
 
 def pod_logs(cluster: Cluster, folder: Path) -> str:
-    """Save the logs of every pod of the suite's namespaces under ``folder``; their notable lines."""
+    """Save the logs of every pod of the suite's namespaces under ``folder``; the pods' state, the
+    namespaces' events and the logs' notable lines."""
     folder.mkdir(parents=True, exist_ok=True)
     shown = [f"all of them in {folder}"]
     for namespace in (TOPOLOGY_NAMESPACE, OPERATOR_NAMESPACE):
         kubectl = cluster.kubectl(namespace)
+        for what in (("get", "pods", "--output", "wide"), ("get", "events", "--sort-by", ".lastTimestamp")):
+            try:
+                shown += [f"--- {namespace}: kubectl {' '.join(what)}", kubectl(*what, timeout=60).rstrip() or "(none)"]
+            except (AssertionError, subprocess.TimeoutExpired) as exc:
+                shown.append(f"--- {namespace}: kubectl {' '.join(what)} failed: {exc}")
         try:
             pods = [p["metadata"]["name"] for p in kubectl.get("pods")["items"]]
         except (AssertionError, subprocess.TimeoutExpired) as exc:
@@ -158,12 +171,16 @@ def images_into(load: str) -> None:
         run(*shlex.split(load), SQUALL_IMAGE, TOPOLOGY_IMAGE, timeout=1800)
 
 
+CLUSTERS: list[Cluster] = []  # the session's cluster, once up: what a failure's report looks at
+
+
 @pytest.fixture(scope="session")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     """The cluster (kind, or SQUALL_E2E_KUBECONFIG's) with the Squall images loaded."""
     if KUBECONFIG:
         images_into(os.environ.get("SQUALL_E2E_LOAD", ""))
-        yield Cluster(Path(KUBECONFIG))
+        CLUSTERS.append(Cluster(Path(KUBECONFIG)))
+        yield CLUSTERS[0]
         return
     name = os.environ.get("SQUALL_E2E_CLUSTER", "squall-e2e")
     created = name not in run("kind", "get", "clusters").split()
@@ -173,8 +190,10 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         kubeconfig = tmp_path_factory.mktemp("kind") / "kubeconfig"
         kubeconfig.write_text(run("kind", "get", "kubeconfig", "--name", name))
         images_into(os.environ.get("SQUALL_E2E_LOAD", f"kind load docker-image --name {name}"))
-        yield Cluster(kubeconfig)
+        CLUSTERS.append(Cluster(kubeconfig))
+        yield CLUSTERS[0]
     finally:
+        CLUSTERS.clear()
         if created and os.environ.get("SQUALL_E2E_KEEP") != "1":
             run("kind", "delete", "cluster", "--name", name, timeout=300)
 

@@ -19,6 +19,17 @@ prefix=${K8S_LOCAL_PREFIX:-/opt/k8s-local}
 t0=$(date +%s)
 step() { echo "local-cluster: [$(( $(date +%s) - t0 )) s] $*"; }
 
+# A full disk fails the run late and obscurely: the kubelet evicts every pod and admits none below 2 %
+# free (DiskPressure), so the chart's operator never becomes ready. The two images need about 5 GB
+# while they are built and loaded; ask for twice that up front.
+need_gb=10
+free_gb=$(( $(df --output=avail -k /var/lib | tail -1) / 1024 / 1024 ))
+if (( free_gb < need_gb )); then
+    echo "local-cluster: only $free_gb GB free on /var/lib, and the image builds and the cluster need" \
+         "$need_gb GB: free some first (buildah rmi --prune drops superseded images and build cache)" >&2
+    exit 2
+fi
+
 step "down --purge (a stale cluster from a stopped run goes too)"
 "$k8s/down.sh" --purge
 step "build Kubernetes (cached under $prefix after the first run)"
@@ -31,8 +42,10 @@ trap 'step "down"; "$k8s/down.sh"' EXIT
 step "e2e suite"
 export PATH=$prefix/bin:$PATH  # kubectl 1.20, the cluster's own
 export SQUALL_E2E_KUBECONFIG=/var/lib/k8s-local/admin.kubeconfig
+# then drop the images the new tags superseded, and the build cache: each run would otherwise leave
+# about 4 GB behind in buildah's storage, and a disk filled by them failed CI (see the check above)
 export SQUALL_E2E_BUILD="'$k8s/image.sh' . squall:e2e && buildah bud --pull=never --quiet \
---build-arg BASE=localhost/squall:e2e --tag squall-topologies:e2e e2e/image"
+--build-arg BASE=localhost/squall:e2e --tag squall-topologies:e2e e2e/image && buildah rmi --prune >/dev/null"
 export SQUALL_E2E_LOAD="'$k8s/load-image.sh'"
 status=0
 e2e/run.sh "$@" || status=$?
