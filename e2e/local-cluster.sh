@@ -14,21 +14,21 @@ root=$PWD
 k8s=${K8S_LOCAL:-$root/../shared/k8s-local}
 k8s=$(cd "$k8s" && pwd)
 prefix=${K8S_LOCAL_PREFIX:-/opt/k8s-local}
-[[ $(id -u) == 0 ]] || { echo "local-cluster: the k8s-local scripts run as root" >&2; exit 2; }
-
-t0=$(date +%s)
-step() { echo "local-cluster: [$(( $(date +%s) - t0 )) s] $*"; }
 
 # A full disk fails the run late and obscurely: the kubelet evicts every pod and admits none below 2 %
 # free (DiskPressure), so the chart's operator never becomes ready. The two images need about 5 GB
-# while they are built and loaded; ask for twice that up front.
-need_gb=10
+# while they are built and loaded; ask for twice that up front (SQUALL_E2E_DISK_GB).
+need_gb=${SQUALL_E2E_DISK_GB:-10}
 free_gb=$(( $(df --output=avail -k /var/lib | tail -1) / 1024 / 1024 ))
 if (( free_gb < need_gb )); then
     echo "local-cluster: only $free_gb GB free on /var/lib, and the image builds and the cluster need" \
          "$need_gb GB: free some first (buildah rmi --prune drops superseded images and build cache)" >&2
     exit 2
 fi
+[[ $(id -u) == 0 ]] || { echo "local-cluster: the k8s-local scripts run as root" >&2; exit 2; }
+
+t0=$(date +%s)
+step() { echo "local-cluster: [$(( $(date +%s) - t0 )) s] $*"; }
 
 step "down --purge (a stale cluster from a stopped run goes too)"
 "$k8s/down.sh" --purge
