@@ -4,7 +4,13 @@
 ``squall.process.thread_names``): the scheduler, the links (``tx-*``), the stream readers (``rx-*``),
 gRPC's server handlers (``recv_*``), its client threads (``run``) and its I/O (``event_engine``).
 
-    python bench/threads.py [--workers 2] [--rate TREES_PER_S] [--seconds 8] [--no-crossing]
+    python bench/threads.py [--workers 2] [--rate TREES_PER_S] [--seconds 8] [--no-crossing] [--rounds N]
+
+``--rounds N`` (N > 1) asks whether a slow round is the engine's or the machine's: it starts the
+processes N times, each round between two 2-second runs of the bench's ceiling loop on every core at
+once (a probe of how fast this machine runs Python just then), and prints a line per round instead
+of the table. Where the work per tree stays (switches per tree) while every thread's CPU per tree
+moves with the probe, the machine was slower, not the engine.
 """
 
 from __future__ import annotations
@@ -15,11 +21,14 @@ import re
 import sys
 import time
 from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
+from statistics import correlation
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.wordcount import ms, running  # noqa: E402
+from bench.wordcount import every_core, ms, running  # noqa: E402
+from squall.executor.hdr import HdrHistogram  # noqa: E402
 
 
 def threads(pid: int) -> dict[int, tuple[str, int, int, int]]:
@@ -36,6 +45,80 @@ def threads(pid: int) -> dict[int, tuple[str, int, int, int]]:
     return out
 
 
+@dataclass
+class Window:
+    """One measurement window: every thread of every process, before and after."""
+
+    trees: int
+    seconds: float
+    latency: HdrHistogram
+    before: dict[str, dict[int, tuple[str, int, int, int]]]
+    after: dict[str, dict[int, tuple[str, int, int, int]]]
+
+    def roles(self, proc: str) -> dict[str, list[float]]:
+        """role → [threads, CPU ns, run-queue wait ns, switches] in the window, for one process."""
+        roles: dict[str, list[float]] = defaultdict(lambda: [0, 0.0, 0.0, 0.0])
+        for tid, (role, cpu, wait, switches) in self.after[proc].items():
+            _, cpu0, wait0, switches0 = self.before[proc].get(tid, (role, 0, 0, 0))
+            row = roles[role]
+            row[0] += 1
+            row[1] += cpu - cpu0
+            row[2] += wait - wait0
+            row[3] += switches - switches0
+        return roles
+
+    def total(self, column: int, role: str | None = None) -> float:
+        """A column (1 CPU ns, 3 switches) summed over every process's threads (of ``role`` only)."""
+        return sum(row[column] for proc in self.after for name, row in self.roles(proc).items()
+                   if role is None or name == role)
+
+
+def measure(args: argparse.Namespace) -> Window:
+    with running(workers=args.workers, ackers=args.workers, rate=args.rate, cross=not args.no_crossing) as sup:
+        before = {c.name: threads(c.proc.pid) for c in sup.children}
+        first, t0 = sup.scrape(), time.monotonic()
+        time.sleep(args.seconds)
+        last, t1 = sup.scrape(), time.monotonic()
+        after = {c.name: threads(c.proc.pid) for c in sup.children}
+    trees = int(last.acked["sentences"] - first.acked["sentences"])
+    if not trees:
+        sys.exit(f"no tree was acked in {args.seconds:g} s: nothing to divide by (see the processes' log above)")
+    return Window(trees, t1 - t0, last.recorded.minus(first.recorded), before, after)
+
+
+def table(window: Window, workers: int) -> None:
+    trees, latency = window.trees, window.latency
+    print(f"{workers} worker(s) + {workers} acker(s): {trees / window.seconds:,.0f} trees/s, "
+          f"p50 {ms(latency, 0.5)} ms, p99 {ms(latency, 0.99)} ms\n")
+    print("| process | threads | n | CPU µs/tree | % of a core | run-queue wait µs/switch | switches/1,000 trees |")
+    print("|---|---|--:|--:|--:|--:|--:|")
+    for proc in window.after:
+        for role, (count, cpu, wait, switches) in sorted(window.roles(proc).items(), key=lambda kv: -kv[1][1]):
+            if cpu:
+                print(f"| {proc} | {role} | {count} | {cpu / 1e3 / trees:.2f} | {cpu / 1e7 / window.seconds:.1f} | "
+                      f"{wait / 1e3 / max(switches, 1):.1f} | {switches * 1000 / trees:.1f} |")
+    print(f"\nall threads: {window.total(1) / 1e3 / trees:.1f} CPU µs per tree")
+
+
+def rounds(args: argparse.Namespace) -> None:
+    print("| round | ceiling on every core, µs/tree before / after | trees/s | CPU µs/tree | of it schedulers "
+          "| switches/1,000 trees |")
+    print("|--:|--:|--:|--:|--:|--:|")
+    probes, costs, switches = [], [], []
+    for i in range(args.rounds):
+        before = every_core()
+        window = measure(args)
+        after = every_core()
+        probes.append((before + after) / 2)
+        costs.append(window.total(1) / 1e3 / window.trees)
+        switches.append(window.total(3) * 1000 / window.trees)
+        print(f"| {i + 1} | {before:.1f} / {after:.1f} | {window.trees / window.seconds:,.0f} | {costs[-1]:.1f} | "
+              f"{window.total(1, 'scheduler (main)') / 1e3 / window.trees:.1f} | {switches[-1]:.0f} |", flush=True)
+    print(f"\nslowest ÷ fastest round: CPU µs/tree {max(costs) / min(costs):.2f}, switches per tree "
+          f"{max(switches) / min(switches):.2f}, the ceiling probe {max(probes) / min(probes):.2f}; "
+          f"correlation of CPU µs/tree with the probe {correlation(costs, probes):+.2f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--workers", type=int, default=2, help="workers, and as many ackers")
@@ -43,41 +126,17 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=8.0, help="measurement window")
     parser.add_argument("--no-crossing", action="store_true",
                         help="every word to a count task of its own worker, as the bench's 2w2a-local case")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="more than 1: a line per round, each between two probes of the machine's speed")
     args = parser.parse_args()
     if sys.platform != "linux":
         parser.error("reads /proc/<pid>/task: Linux only")
-    with running(workers=args.workers, ackers=args.workers, rate=args.rate, cross=not args.no_crossing) as sup:
-        before = {c.name: threads(c.proc.pid) for c in sup.children}
-        first, t0 = sup.scrape(), time.monotonic()
-        time.sleep(args.seconds)
-        last, t1 = sup.scrape(), time.monotonic()
-        after = {c.name: threads(c.proc.pid) for c in sup.children}
-    trees = last.acked["sentences"] - first.acked["sentences"]
-    if not trees:
-        sys.exit(f"no tree was acked in {args.seconds:g} s: nothing to divide by (see the processes' log above)")
-    latency = last.recorded.minus(first.recorded)
-    n = args.workers
-    print(f"{n} worker(s) + {n} acker(s): {trees / (t1 - t0):,.0f} trees/s, p50 {ms(latency, 0.5)} ms, "
-          f"p99 {ms(latency, 0.99)} ms\n")
-    print("| process | threads | n | CPU µs/tree | % of a core | run-queue wait µs/switch | switches/1,000 trees |")
-    print("|---|---|--:|--:|--:|--:|--:|")
-    total = 0.0
-    for proc, now in after.items():
-        roles: dict[str, list[float]] = defaultdict(lambda: [0, 0.0, 0.0, 0.0])
-        for tid, (role, cpu, wait, switches) in now.items():
-            _, cpu0, wait0, switches0 = before[proc].get(tid, (role, 0, 0, 0))
-            row = roles[role]
-            row[0] += 1
-            row[1] += cpu - cpu0
-            row[2] += wait - wait0
-            row[3] += switches - switches0
-        for role, (count, cpu, wait, switches) in sorted(roles.items(), key=lambda kv: -kv[1][1]):
-            if not cpu:
-                continue
-            total += cpu
-            print(f"| {proc} | {role} | {count} | {cpu / 1e3 / trees:.2f} | {cpu / 1e7 / (t1 - t0):.1f} | "
-                  f"{wait / 1e3 / max(switches, 1):.1f} | {switches * 1000 / trees:.1f} |")
-    print(f"\nall threads: {total / 1e3 / trees:.1f} CPU µs per tree")
+    if args.rounds < 1:
+        parser.error("--rounds must be at least 1")
+    if args.rounds > 1:
+        rounds(args)
+    else:
+        table(measure(args), args.workers)
 
 
 if __name__ == "__main__":

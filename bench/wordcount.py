@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import multiprocessing
 import os
 import random
 import statistics
@@ -129,6 +130,7 @@ class Result:
     acker_cpu: float | None = None  # CPU seconds of the acker processes, part of ``cpu``
     frames: float | None = None  # frames sent between processes per tree
     asked: float | None = None  # the trees/s a throttled case was asked for
+    probe: float | None = None  # CPU µs/tree of the ceiling on every core at once, just before
 
     @property
     def rate(self) -> float:
@@ -185,6 +187,19 @@ def ceiling(seconds: float) -> Result:
                 del pending[root]
                 acked += 1
     return Result("ceiling: hand-written loop", acked, time.monotonic() - t0, cpu_seconds([os.getpid()]) - cpu0)
+
+
+def _ceiling_cost(seconds: float) -> float:
+    return ceiling(seconds).cpu_us
+
+
+def every_core(seconds: float = 2.0) -> float:
+    """CPU µs per tree of the ceiling loop run on every core at once (the mean): how fast this machine
+    runs Python just then with all its cores busy, as 2 + 2 keeps them. A shared machine can be slower
+    so than with one core busy (its neighbours on the same physical cores), which a one-core case never sees."""
+    cores = os.cpu_count() or 1
+    with multiprocessing.get_context("fork").Pool(cores) as pool:
+        return sum(pool.map(_ceiling_cost, [seconds] * cores)) / cores
 
 
 def in_process(seconds: float) -> Result:
@@ -356,8 +371,10 @@ def run_round(cases: list[str], args: argparse.Namespace, index: int) -> dict[st
         by["80pct"] = processes("1w + 1a at 80 %", args.seconds, workers=1, ackers=1, rate=rate, pin=args.pin)
         by["80pct"].asked = rate
     if "2w2a" in cases:
+        probe = every_core()
         by["2w2a"] = processes("2 workers + 2 ackers", args.seconds, workers=2, ackers=2, pin=args.pin,
                                profile=args.profile and args.profile / f"round{index + 1}")
+        by["2w2a"].probe = probe
     if "2w2a-plain" in cases:  # the cost of mutual TLS, side by side
         by["2w2a-plain"] = processes("2w + 2a, plaintext gRPC", args.seconds, workers=2, ackers=2, pin=args.pin,
                                      insecure=True)
@@ -414,6 +431,12 @@ def main() -> None:
         print(f"\nnoise: the ceiling took {first:.1f} CPU µs/tree first and {last_ceiling.cpu_us:.1f} "
               f"last ({last_ceiling.cpu_us / first:.2f}×); load average {os.getloadavg()[0]:.2f} at the end")
     for i, by in enumerate(rounds):
+        if (r := by.get("2w2a")) is not None and r.probe and "ceiling" in by:
+            # the in-process case runs on one core, 2 + 2 on both: a machine slower with both busy
+            # raises 2 + 2's ratio without any change in the engine (bench/threads.py --rounds)
+            print(f"machine, round {i + 1}: the ceiling took {by['ceiling'].cpu_us:.1f} CPU µs/tree on one core, "
+                  f"{r.probe:.1f} on every core at once just before 2 + 2 ({r.probe / by['ceiling'].cpu_us:.2f}×); "
+                  f"2 + 2 took {r.cpu_us:.1f}")
         if (r := by.get("80pct")) is not None and r.latency is not None and r.latency.count:
             # Little's law with the median for the mean: near max spout pending, the run was a queue at
             # its limit (the machine slowed, or 80 % was more than the worker could do), not 80 % load
