@@ -195,8 +195,9 @@ def _ceiling_cost(seconds: float) -> float:
 
 def every_core(seconds: float = 2.0) -> float:
     """CPU µs per tree of the ceiling loop run on every core at once (the mean): how fast this machine
-    runs Python just then with all its cores busy, as 2 + 2 keeps them. A shared machine can be slower
-    so than with one core busy (its neighbours on the same physical cores), which a one-core case never sees."""
+    runs Python just then with all its cores busy, as 2 + 2 keeps them. On a shared machine that can
+    be slower than with one core busy (neighbours on the same physical cores): a one-core case never
+    meets it."""
     cores = os.cpu_count() or 1
     with multiprocessing.get_context("fork").Pool(cores) as pool:
         return sum(pool.map(_ceiling_cost, [seconds] * cores)) / cores
