@@ -43,7 +43,7 @@ step "e2e suite"
 export PATH=$prefix/bin:$PATH  # kubectl 1.20, the cluster's own
 export SQUALL_E2E_KUBECONFIG=/var/lib/k8s-local/admin.kubeconfig
 # then drop the images the new tags superseded, and the build cache: each run would otherwise leave
-# about 4 GB behind in buildah's storage, and a disk filled by them failed CI (see the check above)
+# about 2 GB behind in buildah's storage, and a disk filled by them failed CI (see the check above)
 export SQUALL_E2E_BUILD="'$k8s/image.sh' . squall:e2e && buildah bud --pull=never --quiet \
 --build-arg BASE=localhost/squall:e2e --tag squall-topologies:e2e e2e/image && buildah rmi --prune >/dev/null"
 export SQUALL_E2E_LOAD="'$k8s/load-image.sh'"
