@@ -8,6 +8,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import sys
 import time
 
 from squall import BasicBolt, Bolt
@@ -38,7 +39,8 @@ class NumberSpout(TestingSpout):
         if report_path:
             tmp = f"{report_path}.tmp"
             with open(tmp, "w") as out:
-                json.dump({"acked": sorted(self.acked), "failed": len(self.failed), "emitted": self.emitted}, out)
+                json.dump({"acked": sorted(self.acked), "failed": len(self.failed), "emitted": self.emitted,
+                           "switch_interval": sys.getswitchinterval()}, out)
             os.replace(tmp, report_path)
 
 

@@ -36,6 +36,7 @@ def test_every_tree_is_acked_across_processes(cluster, tmp_path):
     report = spout_report(tmp_path)
     assert report["acked"] == list(range(3000))
     assert report["failed"] == 0
+    assert report["switch_interval"] == 0.002  # transfer.gilSwitchIntervalMs's default, not CPython's 5 ms
     final = sup.final_totals()
     assert final.executed["c-sink"] >= 3000  # every tree went through both bolts, across the processes
     # The spouts recorded the complete latency of every acked tree, and their processes handed it over.
@@ -127,6 +128,13 @@ def test_kill_9_mid_run_loses_nothing(cluster, tmp_path, victim, workers, sink):
     report = spout_report(tmp_path)
     assert report["acked"] == list(range(5000))
     assert report["failed"] > 0  # the lost trees timed out and were replayed
+
+
+def test_a_process_hands_the_gil_over_as_often_as_the_spec_says(cluster, tmp_path):
+    sup = cluster(count=200, workers=1, settings={"transfer": {"gilSwitchIntervalMs": 0.5}})
+    wait_for(lambda t: t.acked["a-numbers"] >= 200, timeout=60, sup=sup, what="200 trees acked")
+    assert sup.stop() == {"worker-0": 0, "acker-0": 0}
+    assert spout_report(tmp_path)["switch_interval"] == 0.0005
 
 
 def test_sigterm_drains_in_flight_trees_and_exits_zero(cluster, tmp_path):

@@ -12,6 +12,7 @@ import logging
 import os
 import re
 import signal
+import sys
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -434,7 +435,7 @@ class Process:
         try:
             rt.start(active=False)  # opens spouts and prepares bolts: user code that may raise
             self.started = True
-            tune_gc()
+            tune_interpreter(self.cfg.spec.transfer.gil_switch_interval_ms)
             rt.run(self._done)
         finally:
             left = self._pending()
@@ -449,17 +450,23 @@ class Process:
         return 0
 
 
-def tune_gc() -> None:
-    """Collect less often, and never re-scan what start-up built.
+def tune_interpreter(switch_interval_ms: float) -> None:
+    """Collect less often, never re-scan what start-up built, and hand the GIL over sooner.
 
     A worker allocates a tuple, a dict and an edge id per emit; nearly all are freed by reference
     counting, yet each allocation counts towards CPython's collection thresholds, so the default
     (a collection every 700 allocations) scans the heap thousands of times a second. Freezing the
     start-up objects (modules, the plan, user state) keeps them out of every later scan.
+
+    Every frame between processes passes through threads (a link's, gRPC's, a stream reader's) that
+    must each take the GIL from a scheduler that rarely blocks; each waits up to the switch interval
+    (CPython's default 5 ms) for it. Under load those waits make a hop, and with max spout pending the
+    trees in flight wait on them (docs/performance.md, "The GIL's switch interval, again").
     """
     gc.collect()
     gc.freeze()
     gc.set_threshold(50_000, 50, 1000)
+    sys.setswitchinterval(switch_interval_ms / 1000)
 
 
 def main(role: str) -> int:

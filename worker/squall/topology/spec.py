@@ -144,6 +144,9 @@ class Transfer(_Model):
     batch_size: int = Field(default=1024, ge=1, le=65536, description="items per frame at most")
     flush_interval_ms: float = Field(default=1.0, gt=0, le=1.0, description="a partial batch waits at most this")
     max_frame_bytes: int = Field(default=16 * 1024 * 1024, ge=65536, description="larger frames are refused")
+    gil_switch_interval_ms: float = Field(default=2.0, gt=0, le=100.0,
+                                          description="a worker's or acker's transport threads wait at most "
+                                                      "this for the GIL its busy scheduler holds")
     max_value_bytes: int = Field(default=1024 * 1024, ge=1, description="a tuple value (a str's characters, "
                                  "a bytes' length, a list's or dict's contents) larger than this is refused "
                                  "at emit")
