@@ -9,9 +9,11 @@ bytes; the main thread, the scheduler, keeps the process's name. Linux only; els
 from __future__ import annotations
 
 import ctypes
+import functools
 import re
 import sys
 import threading
+from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
@@ -27,13 +29,19 @@ def native_name(name: str) -> str:
     return name.lstrip("_").encode()[:NAME_BYTES].decode(errors="ignore")
 
 
+@functools.cache
+def _prctl() -> Callable[..., int] | None:
+    try:
+        return ctypes.CDLL(None).prctl
+    except (OSError, AttributeError):  # no prctl here: the threads keep the name they had
+        return None
+
+
 def _set_own_name(frame: FrameType, event: str, arg: Any) -> None:
     # A profile function, run in each new thread before its target: it names the thread and removes itself.
     sys.setprofile(None)
-    try:
-        ctypes.CDLL(None).prctl(PR_SET_NAME, native_name(threading.current_thread().name).encode(), 0, 0, 0)
-    except (OSError, AttributeError):  # no prctl here: the threads keep the name they had
-        pass
+    if (prctl := _prctl()) is not None:
+        prctl(PR_SET_NAME, native_name(threading.current_thread().name).encode(), 0, 0, 0)
 
 
 def name_native_threads() -> None:
