@@ -324,7 +324,11 @@ def environment(spec: TopologySpec, role: str, *, namespace: str, image: str,
     return env
 
 
-STARTUP_PERIOD = 5  # seconds between two startupProbe checks
+# Seconds between two startupProbe checks, and two readinessProbe checks: a replaced pod counts as up
+# within 2 s of being so (at 5 s, its Ready lagged its process by up to two periods, startup then
+# readiness). A /healthz or /readyz answer is a few attribute reads.
+STARTUP_PERIOD = READY_PERIOD = 2
+UNREADY_AFTER = 10  # seconds of failed readiness checks before a ready pod counts as not ready
 
 
 def _probe(path: str, *, period: int, failures: int) -> dict[str, Any]:
@@ -339,7 +343,7 @@ def probes(spec: TopologySpec) -> dict[str, Any]:
     return {"startupProbe": _probe("/healthz", period=STARTUP_PERIOD,
                                    failures=-(-spec.startup_timeout_seconds // STARTUP_PERIOD)),
             "livenessProbe": _probe("/healthz", period=10, failures=3),
-            "readinessProbe": _probe("/readyz", period=5, failures=2)}
+            "readinessProbe": _probe("/readyz", period=READY_PERIOD, failures=UNREADY_AFTER // READY_PERIOD)}
 
 
 def stateful_set(spec: TopologySpec, role: str, *, namespace: str, image: str,

@@ -297,12 +297,12 @@ def test_image_comes_from_the_spec_or_the_operator():
         resolve_image(spec(BASE), None)
 
 
-@pytest.mark.parametrize("budget, failures", [(120, 24), (121, 25), (10, 2)])
+@pytest.mark.parametrize("budget, failures", [(120, 60), (121, 61), (10, 5)])
 def test_the_startup_budget_is_the_startup_probes(budget, failures):
     sts = by_kind(render(spec({**BASE, "startupTimeoutSeconds": budget}), namespace=NS, image="x"))[
         "StatefulSet", "wc-worker"]
     probe = container(sts)["startupProbe"]
-    assert (probe["periodSeconds"], probe["failureThreshold"]) == (5, failures)  # never less than the budget
+    assert (probe["periodSeconds"], probe["failureThreshold"]) == (2, failures)  # never less than the budget
     with pytest.raises(TopologyError, match="startupTimeoutSeconds: Input should be greater than or equal to 10"):
         spec({**BASE, "startupTimeoutSeconds": 5})
 
