@@ -427,3 +427,35 @@ def test_edge_ids_are_splitmix64_and_each_collector_seeds_its_own():
     drawn = [a.next() for _ in range(1000)]
     assert drawn != [b.next() for _ in range(1000)]
     assert len(set(drawn)) == 1000 and max(drawn) >= 2**63  # 64-bit ids, none repeated
+
+
+def test_an_acker_of_this_process_applies_messages_at_once_or_after_what_waits_before_them():
+    """A message for an acker of the same process is applied when it is sent, without a trip through
+    the acker's inbox; one sent while the sender has sends waiting goes behind them and reaches the
+    acker through its inbox. The tree is decided once its last edge is acked, whichever way it came."""
+    from squall.acker.acker import Notification
+    from squall.executor.acker import AckerExecutor
+    from squall.executor.base import Executor, Transfer
+
+    transfer = Transfer(capacity=1)
+    spout = Executor(component="sentences", tasks=(1,), transfer=transfer)  # stands for spout task 1
+    acker = AckerExecutor(task=2, transfer=transfer)
+    bolt = Executor(component="count", tasks=(3,), transfer=transfer)
+
+    bolt.send_message(2, INIT, 40, 0b011, 1)
+    bolt.send_message(2, ACK, 40, 0b001, -1)
+    assert not acker.inbox and acker.acker.pending == 1  # applied at once, and one edge is left
+
+    spout.inbox.append("busy")  # task 1's inbox is full: the next send to it waits in the overflow
+    bolt.send(1, "waits")
+    bolt.send_message(2, ACK, 40, 0b010, -1)  # behind it, not applied ahead of it
+    assert list(bolt.overflow) == [(1, "waits"), (2, (ACK, 40, 0b010, -1))]
+    assert acker.acker.pending == 1
+
+    spout.inbox.clear()
+    assert bolt.flush()
+    assert list(spout.inbox) == ["waits"] and list(acker.inbox) == [(ACK, 40, 0b010, -1)]
+    assert acker.acker.pending == 1
+    spout.inbox.clear()
+    assert acker.run_once(0.0)
+    assert list(spout.inbox) == [Notification(ACK, 40, 1)] and acker.acker.pending == 0

@@ -1,4 +1,5 @@
 # C types for acker.py where Squall is compiled with Cython (squall/_pure.py).
+cimport cython
 
 from squall.acker.table cimport PendingTrees
 
@@ -11,4 +12,6 @@ cdef class Acker:
     cdef public PendingTrees trees
     cdef public long long expired
     cpdef list process_messages(self, object messages)
+    @cython.locals(verdict=cython.longlong)
+    cpdef object process_message(self, int kind, object root, unsigned long long val, long long task)
     cpdef list process_batch(self, AckBatch batch)

@@ -7,7 +7,7 @@ from array import array
 from collections.abc import Iterable
 from typing import NamedTuple
 
-from squall.acker.table import ACK, FAIL, INIT, RESET, PendingTrees
+from squall.acker.table import ACK, FAIL, INIT, NO_VERDICT, RESET, PendingTrees
 
 __all__ = ["ACK", "FAIL", "INIT", "RESET", "AckBatch", "Acker", "AckerMessage", "Notification", "notification"]
 
@@ -66,6 +66,13 @@ class Acker:
     def process_messages(self, messages: Iterable[tuple[int, int, int, int]]) -> list[Notification]:
         """Apply messages given as :class:`AckerMessage` tuples, one by one in order."""
         return [notification(kind, root, task) for kind, root, task in self.trees.apply(messages)]
+
+    def process_message(self, kind: int, root: int, val: int, task: int) -> Notification | None:
+        """Apply one message: the verdict it makes, or None."""
+        verdict = self.trees.update(kind, root, val, task)
+        if verdict == NO_VERDICT:
+            return None
+        return notification(verdict >> 16, root, verdict & 0xFFFF)
 
     def process_batch(self, batch: AckBatch) -> list[Notification]:
         """Apply a frame's messages, in order, from its columns."""

@@ -10,3 +10,5 @@ cdef class AckerExecutor(Executor):
 
     @cython.locals(messages=list, notes=list, n=Py_ssize_t)
     cpdef bint run_once(self, double now) except -1
+
+    cpdef take_message(self, int kind, object root, unsigned long long val, int spout)

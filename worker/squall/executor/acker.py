@@ -11,6 +11,7 @@ BUDGET = 4096  # acker messages per scheduler round, so the acker cannot starve 
 
 class AckerExecutor(Executor):
     kind = "acker"
+    takes_messages = True
 
     def __init__(self, *, task: int, transfer: Transfer) -> None:
         super().__init__(component=ACKER_COMPONENT, tasks=(task,), transfer=transfer)
@@ -43,6 +44,13 @@ class AckerExecutor(Executor):
         for note in notes:
             self.send(note.task, note)
         return True
+
+    def take_message(self, kind: int, root: int, val: int, spout: int) -> None:
+        """A message from this process's executors, applied at once: the scheduler thread that sends it
+        runs this executor too, and the outcome is the same in any order (see PendingTrees)."""
+        note = self.acker.process_message(kind, root, val, spout)
+        if note is not None:
+            self.send(note.task, note)
 
     def rotate(self) -> None:
         self.acker.rotate()

@@ -37,17 +37,23 @@ class Transfer:
         # their bound appends: the hot path neither boxes a task id to hash it nor looks up `append`.
         self.local: list[deque | None] = []
         self.appends: list[Any] = []
+        # An acker of this process by its task id (None elsewhere): it applies a local acker message
+        # at once, where queueing it took a tuple, two ints, an inbox slot and a round of its executor.
+        self.ackers: list[Executor | None] = []
         self.remote = remote
 
-    def register(self, task: int, inbox: deque) -> None:
-        """Make ``inbox`` the inbox of ``task``, a task of this process."""
+    def register(self, task: int, inbox: deque, acker: Executor | None = None) -> None:
+        """Make ``inbox`` the inbox of ``task``, a task of this process; ``acker``: the task's executor,
+        if it is an acker that takes messages directly (see :meth:`Executor.take_message`)."""
         self.inboxes[task] = inbox
         if task >= len(self.local):
             grow = [None] * (task + 1 - len(self.local))
             self.local.extend(grow)  # in place: executors hold these lists
             self.appends.extend(grow)
+            self.ackers.extend(grow)
         self.local[task] = inbox
         self.appends[task] = inbox.append
+        self.ackers[task] = acker
 
     def try_send(self, task: int, item: Any) -> bool:
         """Append ``item`` to the inbox of ``task`` if it has room, or hand it to the remote link for a
@@ -69,6 +75,7 @@ class Executor:
     """Base of the spout, bolt and acker executors."""
 
     kind = "executor"
+    takes_messages = False  # an acker's executor, which applies acker messages sent to it at once
 
     def __init__(self, *, component: str, tasks: tuple[int, ...], transfer: Transfer) -> None:
         self.component = component
@@ -76,10 +83,10 @@ class Executor:
         self.transfer = transfer
         self.inbox: deque = deque()
         self.overflow: deque[tuple[int, Any]] = deque()
-        self._local, self._appends = transfer.local, transfer.appends
+        self._local, self._appends, self._ackers = transfer.local, transfer.appends, transfer.ackers
         self._capacity = transfer.capacity
         for task in tasks:
-            transfer.register(task, self.inbox)
+            transfer.register(task, self.inbox, self if self.takes_messages else None)
 
     def send(self, task: int, item: Any) -> None:
         """Send ``item`` to ``task``; never blocks (a full destination parks it in the overflow)."""
@@ -105,10 +112,20 @@ class Executor:
                     if not remote.try_message(task, kind, root, val, spout):  # no room: it waits
                         self.overflow.append((task, (kind, root, val, spout)))
                     return
-            elif len(inbox) < self._capacity:
-                self._appends[task]((kind, root, val, spout))
-                return
+            else:
+                acker = self._ackers[task]
+                if acker is not None:
+                    acker.take_message(kind, root, val, spout)
+                    return
+                if len(inbox) < self._capacity:
+                    self._appends[task]((kind, root, val, spout))
+                    return
         self.send(task, (kind, root, val, spout))  # it waits in the overflow (or, with no remote, raises)
+
+    def take_message(self, kind: int, root: int, val: int, spout: int) -> None:
+        """Apply the acker message ``(kind, root, val, spout)`` now, as one sent by this process's
+        executors (see :attr:`takes_messages`)."""
+        raise NotImplementedError
 
     def flush(self) -> bool:
         """Move parked sends on in order; True when the overflow is empty."""
