@@ -362,13 +362,13 @@ def test_each_spout_task_draws_roots_for_its_own_ackers_and_every_acker_has_one(
     for its share of the ackers, so an acker sends verdicts to the workers of its spout tasks only. No
     acker may be left without a spout task (it would idle while the others carry its load), and a
     spout task's roots must reach every acker of its share."""
-    from squall.executor.collectors import AckerRoute, new_root
+    from squall.executor.collectors import AckerRoute, EdgeIds, new_root
 
     route = AckerRoute(range(100, 100 + ackers), range(1, 1 + spouts))
-    rng = random.Random(7)
+    ids = EdgeIds(7)
     assert set(route.residues) == set(range(1, 1 + spouts))
     for residues in route.residues.values():
-        roots = [new_root(rng, route.n, residues) for _ in range(300)]
+        roots = [new_root(ids, route.n, residues) for _ in range(300)]
         assert all(2 <= root < 2**64 for root in roots)
         assert len(set(roots)) == len(roots)
         assert {root % route.n for root in roots} == set(residues)
@@ -381,21 +381,15 @@ def test_each_spout_task_draws_roots_for_its_own_ackers_and_every_acker_has_one(
 
 
 def test_roots_near_the_top_of_the_range_stay_64_bit():
-    """A draw whose residue would carry the root past 2**64 - 1 is drawn again, not wrapped or truncated."""
-    from squall.executor.collectors import new_root
+    """A draw whose residue would carry the root past 2**64 - 1 is refused (drawn again), not wrapped or
+    truncated; so is one that gives a reserved root."""
+    from squall.executor.collectors import root_of
 
-    class Draws(random.Random):
-        def __init__(self, *values: int) -> None:
-            super().__init__(0)
-            self.values = list(values)
-
-        def getrandbits(self, k: int) -> int:
-            return self.values.pop(0)
-
-    draws = Draws(2**64 - 1, 2**64 - 3)  # 2**64 - 1 is 0 mod 3: + 2 leaves the range; 2**64 - 3 is 1 mod 3
-    assert new_root(draws, 3, (2,)) == 2**64 - 2
-    assert draws.values == []
-    assert new_root(Draws(0, 1, 5), 1, (0,)) == 5  # 0 and 1 are reserved
+    assert root_of(2**64 - 1, 3, 2) == 0  # 2**64 - 1 is 0 mod 3: + 2 leaves the range
+    assert root_of(2**64 - 3, 3, 2) == 2**64 - 2  # 2**64 - 3 is 1 mod 3
+    assert root_of(2**64 - 1, 1, 0) == 2**64 - 1
+    assert root_of(0, 1, 0) == root_of(1, 1, 0) == 0  # 0 and 1 are reserved
+    assert root_of(5, 1, 0) == 5 and root_of(7, 4, 1) == 5
 
 
 def test_a_draining_acker_waits_only_for_trees_it_can_still_decide():

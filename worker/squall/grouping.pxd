@@ -1,5 +1,6 @@
 # C types for grouping.py where Squall is compiled with Cython (squall/_pure.py).
 cimport cython
+from cpython.unicode cimport PyUnicode_AsUTF8AndSize
 
 
 cdef class Grouper:
@@ -33,15 +34,15 @@ cdef unsigned int _CRC_TABLE[256]
 cdef list _PREFIX_CRC
 
 
-@cython.locals(table="unsigned int *", p="const unsigned char *", i=Py_ssize_t)
-cdef unsigned int _crc32(bytes data, unsigned int crc) except? 0
+@cython.locals(table="unsigned int *", i=Py_ssize_t)
+cdef unsigned int _crc32_chars(const char *p, Py_ssize_t size, unsigned int crc)
 
 
 cdef class FieldsHash(Grouper):
     cdef readonly list tasks, indices
     cdef readonly Py_ssize_t single
 
-    @cython.locals(word=str, data=bytes, size=Py_ssize_t, prefix=cython.uint)
+    @cython.locals(data=bytes, size=Py_ssize_t, prefix=cython.uint, chars="const char *")
     cpdef list choose(self, list values)
 
 

@@ -170,16 +170,14 @@ def _crc_table() -> list[int]:
 _CRC_TABLE = _crc_table()
 
 
-def _crc32(data: bytes, crc: int) -> int:
-    """``zlib.crc32(data, crc)``. Compiled, a table lookup per byte in C: a fields grouping's key is a
-    few bytes, for which calling into zlib cost more than the CRC."""
-    if not _COMPILED:
-        return zlib.crc32(data, crc)
+def _crc32_chars(p: Any, size: int, crc: int) -> int:
+    """``zlib.crc32`` of the ``size`` bytes at ``p`` (a C pointer: compiled only), continuing ``crc``: a
+    table lookup per byte. A fields grouping's key is a few bytes, for which calling into zlib cost
+    more than the CRC."""
     table = _CRC_TABLE
-    p = data
     crc = ~crc  # a C unsigned int here: the same 32 bits as crc ^ 0xFFFFFFFF
-    for i in range(len(data)):
-        crc = table[(crc ^ p[i]) & 0xFF] ^ (crc >> 8)
+    for i in range(size):
+        crc = table[(crc ^ cython.cast(cython.uchar, p[i])) & 0xFF] ^ (crc >> 8)
     return ~crc
 
 
@@ -196,11 +194,15 @@ class FieldsHash(Grouper):
             key = values[self.single]
             if type(key) is str:
                 # The hot case, one str key: stable_hash([key]) without building its msgpack bytes.
-                word = key  # typed str where compiled: encodes in C, not through a method call
-                data = word.encode("utf-8")
+                if _COMPILED:  # the str's own UTF-8 (an ASCII str's characters): no bytes object
+                    size = 0
+                    chars = PyUnicode_AsUTF8AndSize(key, cython.address(size))  # noqa: F821 (grouping.pxd)
+                    prefix = _PREFIX_CRC[size] if size < 256 else _one_str_prefix_crc(size)
+                    return [self.tasks[_crc32_chars(chars, size, prefix) % len(self.tasks)]]
+                data = key.encode("utf-8")
                 size = len(data)
                 prefix = _PREFIX_CRC[size] if size < 256 else _one_str_prefix_crc(size)
-                return [self.tasks[_crc32(data, prefix) % len(self.tasks)]]
+                return [self.tasks[zlib.crc32(data, prefix) % len(self.tasks)]]
         return [self.tasks[stable_hash([values[i] for i in self.indices]) % len(self.tasks)]]
 
 

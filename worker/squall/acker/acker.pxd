@@ -3,6 +3,8 @@ cimport cython
 
 from squall.acker.table cimport PendingTrees
 
+cdef long long _NO_VERDICT
+
 
 cdef class AckBatch:
     cdef public object kinds, roots, vals, tasks

@@ -48,6 +48,7 @@ class Notification(NamedTuple):
 
 
 _new_tuple = tuple.__new__
+_NO_VERDICT = NO_VERDICT  # a C constant where compiled (acker.pxd)
 
 
 def notification(kind: int, root: int, task: int) -> Notification:
@@ -70,7 +71,7 @@ class Acker:
     def process_message(self, kind: int, root: int, val: int, task: int) -> Notification | None:
         """Apply one message: the verdict it makes, or None."""
         verdict = self.trees.update(kind, root, val, task)
-        if verdict == NO_VERDICT:
+        if verdict == _NO_VERDICT:
             return None
         return notification(verdict >> 16, root, verdict & 0xFFFF)
 

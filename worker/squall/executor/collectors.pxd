@@ -18,6 +18,13 @@ cdef class EdgeIds:
     cpdef unsigned long long next(self)
 
 
+cpdef unsigned long long root_of(unsigned long long draw, unsigned long long n, unsigned long long k)
+
+
+@cython.locals(k=cython.ulonglong, root=cython.ulonglong)
+cpdef unsigned long long new_root(EdgeIds ids, unsigned long long n, tuple residues) except? 0
+
+
 cdef class AckerRoute:
     cdef public tuple tasks
     cdef public Py_ssize_t n
@@ -33,7 +40,7 @@ cdef class SpoutCollector:
     cdef Router _router
     cdef TaskStats _stats
     cdef EdgeIds _ids
-    cdef object _rng, _on_emit, _on_untracked_ack, _report
+    cdef object _on_emit, _on_untracked_ack, _report
     cdef AckerRoute _acker
     cdef tuple _residues
     cdef public long long emits
@@ -46,7 +53,7 @@ cdef class SpoutCollector:
 
 cdef class BoltCollector:
     cdef Executor _executor
-    cdef object _post, _report, _clock, _rng
+    cdef object _post, _report, _clock
     cdef EdgeIds _ids
     cdef TaskStats _stats
     cdef Counts _acked
@@ -58,7 +65,7 @@ cdef class BoltCollector:
     @cython.locals(fields=Fields, targets=list)
     cpdef list _route_and_emit(self, list values, object anchors, str stream)
 
-    @cython.locals(executor=Executor, anchor=Tuple, ids=EdgeIds, t=cython.longlong, root=object,
+    @cython.locals(executor=Executor, anchor=Tuple, one=Tuple, ids=EdgeIds, t=cython.longlong, root=object,
                    edge=cython.ulonglong, task_id=cython.longlong)
     cpdef list _emit(self, list targets, list values, Fields fields, str stream, object anchors)
 

@@ -5,7 +5,6 @@
 from __future__ import annotations
 
 import os
-import random
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -48,14 +47,23 @@ class EdgeIds:
         return z ^ (z >> 31)
 
 
-def new_root(rng: random.Random, n: int, residues: tuple[int, ...]) -> int:
-    """A random 64-bit root id whose acker, ``root % n``, is one of ``residues``; 0 and 1 are reserved by
-    the acker's table."""
-    k = residues[0] if len(residues) == 1 else residues[rng.randrange(len(residues))]
+def root_of(draw: int, n: int, k: int) -> int:
+    """The root id a 64-bit ``draw`` gives for acker ``k`` of ``n`` (``root % n == k``), or 0 when the
+    draw is refused: its root would pass 2**64 - 1, or be 0 or 1, which the acker's table reserves."""
+    base = draw - draw % n
+    if base > _MASK - k:
+        return 0
+    root = base + k
+    return root if root >= 2 else 0
+
+
+def new_root(ids: EdgeIds, n: int, residues: tuple[int, ...]) -> int:
+    """A random 64-bit root id whose acker, ``root % n``, is one of ``residues``, drawn from ``ids`` as
+    the tree's edge ids are (Storm draws both from one generator too)."""
+    k = residues[0] if len(residues) == 1 else residues[ids.next() % len(residues)]
     while True:
-        r = rng.getrandbits(64)
-        root = r - r % n + k
-        if 2 <= root < 2**64:
+        root = root_of(ids.next(), n, k)
+        if root:
             return root
 
 
@@ -90,13 +98,12 @@ class HeldCount:
 class SpoutCollector:
     """A spout task's :class:`squall.api.SpoutOutputCollector`."""
 
-    def __init__(self, *, executor: Executor, router: Router, stats: TaskStats, rng: random.Random,
+    def __init__(self, *, executor: Executor, router: Router, stats: TaskStats,
                  acker: AckerRoute | None, on_emit: Callable[[int, Any, str], None],
                  on_untracked_ack: Callable[[Any, str], None], report: Callable[[BaseException], None]) -> None:
         self._executor = executor
         self._router = router
         self._stats = stats
-        self._rng = rng
         self._ids = EdgeIds()
         self._acker = acker
         self._residues = acker.residues[router.task_id] if acker is not None else ()
@@ -122,7 +129,7 @@ class SpoutCollector:
         acker = self._acker
         if msg_id is not None and acker is not None:
             ids = self._ids
-            root = new_root(self._rng, acker.n, self._residues)
+            root = new_root(ids, acker.n, self._residues)
             ack_val = 0
             for t in targets:  # hot path: one edge id per receiving task
                 edge = ids.next()
@@ -146,7 +153,7 @@ class SpoutCollector:
 class BoltCollector:
     """A bolt task's :class:`squall.api.OutputCollector`."""
 
-    def __init__(self, *, executor: Executor, router: Router, stats: TaskStats, rng: random.Random,
+    def __init__(self, *, executor: Executor, router: Router, stats: TaskStats,
                  acker: AckerRoute | None, report: Callable[[BaseException], None],
                  clock: Callable[[], float], post: Callable[[Callable[[], None]], None], held: HeldCount) -> None:
         self._executor = executor
@@ -156,7 +163,6 @@ class BoltCollector:
         self._router = router
         self._stats = stats
         self._acked = stats.acked
-        self._rng = rng
         self._ids = EdgeIds()
         self._acker = acker
         self._report = report
@@ -177,32 +183,40 @@ class BoltCollector:
 
     def _emit(self, targets: list[int], values: list[Any], fields: Fields, stream: str, anchors: Anchors) -> list[int]:
         src, task_id, executor = self._router.component, self._router.task_id, self._executor
-        if anchors is None:
-            anchors = ()
-        elif type(anchors) is Tuple:
-            anchors = (anchors,)
-        for anchor in anchors:
-            if anchor.done:  # its edges went to the acker already: a child would join a decided tree
-                raise EmitError(f"component {src!r} emitted on stream {stream!r} anchored to a tuple it has "
-                                f"already {'acked' if anchor.done == ACKED else 'failed'} ({anchor!r}); emit "
-                                "anchored before acking or failing the input, or emit unanchored")
+        one = None  # the one anchor, if there is one: the common case, taken without a sequence of it
+        if type(anchors) is Tuple:
+            one = anchors
+            if one.done:
+                raise self._anchored_to_decided(one, stream)
+        elif anchors is not None:
+            for anchor in anchors:
+                if anchor.done:
+                    raise self._anchored_to_decided(anchor, stream)
+            if len(anchors) == 1:
+                one = anchors[0]
         if self._acker is None:
-            anchors = ()
-        anchor = anchors[0] if len(anchors) == 1 else None
-        if anchor is not None and anchor.root is not None:
-            # The common case, one anchor in one tree: one edge id per receiving task, no dict merging.
+            one = anchors = None
+        if one is not None and one.root is not None:
+            # One anchor in one tree: one edge id per receiving task, no dict merging.
             ids = self._ids
-            root = anchor.root
+            root = one.root
             for t in targets:
                 edge = ids.next()
-                anchor.ack_val ^= edge
+                one.ack_val ^= edge
                 executor.send(t, Tuple.make(values, fields, src, stream, task_id, root, edge, None, t))
         else:
+            many = (anchors,) if type(anchors) is Tuple else (anchors or ())
             for t in targets:
-                executor.send(t, Tuple.anchored(values, fields, src, stream, task_id, self._edges(anchors), t))
+                executor.send(t, Tuple.anchored(values, fields, src, stream, task_id, self._edges(many), t))
         self._stats.emitted.add(stream)
         self._stats.transferred.add(stream, len(targets))
         return targets
+
+    def _anchored_to_decided(self, anchor: Tuple, stream: str) -> EmitError:
+        """A child would join a tree whose edges went to the acker already."""
+        return EmitError(f"component {self._router.component!r} emitted on stream {stream!r} anchored to a "
+                         f"tuple it has already {'acked' if anchor.done == ACKED else 'failed'} ({anchor!r}); "
+                         "emit anchored before acking or failing the input, or emit unanchored")
 
     def _edges(self, anchors: Sequence[Tuple]) -> dict[int, int]:
         """A new child's ids: per anchor a fresh edge id, xor-ed into each of the anchor's trees."""

@@ -144,7 +144,7 @@ class Runtime:
             stats, context, router = self._task(task_id)
             task = SpoutTask(task_id, cls(), stats)
             task.collector = SpoutCollector(
-                executor=ex, router=router, stats=stats, rng=self._rng, acker=self._acker_route,
+                executor=ex, router=router, stats=stats, acker=self._acker_route,
                 on_emit=ex.on_emit(task),
                 on_untracked_ack=lambda msg_id, stream, t=task: t.untracked_acks.append((msg_id, stream)),
                 report=lambda exc, t=task_id: report(exc, t))
@@ -160,7 +160,7 @@ class Runtime:
         conf = self.plan.component_config(plan_ex.component)
         for task_id in plan_ex.tasks:
             stats, context, router = self._task(task_id)
-            collector = BoltCollector(executor=ex, router=router, stats=stats, rng=self._rng,
+            collector = BoltCollector(executor=ex, router=router, stats=stats,
                                         acker=self._acker_route, report=lambda exc, t=task_id: report(exc, t),
                                         clock=self.clock, post=self.post, held=self._held)
             bolt = cls()

@@ -1,10 +1,15 @@
 # C types for stats.py where Squall is compiled with Cython (squall/_pure.py).
 cimport cython
 
+cdef double _BOUNDS[16]
+cdef Py_ssize_t _N_BOUNDS
+
+
 cdef class Histogram:
     cdef public list counts
     cdef public double sum
     cdef public long long count
+    @cython.locals(i=Py_ssize_t)
     cpdef observe(self, double seconds, long long weight=*)
 
 
