@@ -63,9 +63,10 @@ def received(cluster: LocalCluster, component: str) -> list[tuple[list, int]]:
     return [got for bolt in cluster.instances(component) for got in bolt.got]
 
 
-def run_grouping(declare, *, count: int, tasks: int, keys=("k",)) -> tuple[LocalCluster, list[tuple[list, int]]]:
+def run_grouping(declare, *, count: int, tasks: int, keys=("k",),
+                 spout: type[KeySpout] = KeySpout) -> tuple[LocalCluster, list[tuple[list, int]]]:
     builder = TopologyBuilder("groupings")
-    builder.set_spout("spout", KeySpout, config={"count": count, "keys": list(keys)})
+    builder.set_spout("spout", spout, config={"count": count, "keys": list(keys)})
     declare(builder.set_bolt("bolt", Recorder, parallelism=2, tasks=tasks))
     cluster = LocalCluster(builder.build())
     run_until_quiet(cluster, lambda: one(cluster, "spout").acked == count)
@@ -145,6 +146,23 @@ def test_global_sends_every_tuple_to_the_lowest_task_only():
     lowest = min(cluster.plan.component_tasks["bolt"])
     assert {task for _, task in got} == {lowest}
     assert sorted(values[1] for values, _ in got) == list(range(200))
+
+
+class ClearingSpout(KeySpout):
+    """Empties the list of task ids each emit returns."""
+
+    def next_tuple(self):
+        if self.n < self.conf["count"]:
+            self.collector.emit([self.conf["keys"][0], self.n], msg_id=self.n).clear()
+            self.n += 1
+
+
+@pytest.mark.parametrize("grouping", ["all_grouping", "global_grouping"])
+def test_the_task_list_an_emit_returns_is_the_callers_own(grouping):
+    """A spout that empties what emit returned changes nothing for the next tuples: the list is a new
+    one, not the grouping's own list of tasks (which all and global groupings keep)."""
+    cluster, got = run_grouping(lambda b: getattr(b, grouping)("spout"), count=50, tasks=3, spout=ClearingSpout)
+    assert sorted(values[1] for values, _ in got) == sorted(list(range(50)) * (3 if grouping == "all_grouping" else 1))
 
 
 def test_none_delivers_each_tuple_once_to_some_task():

@@ -215,7 +215,7 @@ class Fixed(Grouper):
         self.tasks = list(tasks)
 
     def choose(self, values: list[Any]) -> list[int]:
-        return self.tasks
+        return list(self.tasks)  # a new list each time: an emit returns it to user code
 
 
 class Custom(Grouper):
