@@ -31,7 +31,7 @@ cdef class LocalityShuffle(Grouper):
 
 cdef bint _COMPILED
 cdef unsigned int _CRC_TABLE[256]
-cdef list _PREFIX_CRC
+cdef unsigned int _PREFIX_CRC[256]
 
 
 @cython.locals(table="unsigned int *", i=Py_ssize_t)
