@@ -317,6 +317,7 @@ def environment(spec: TopologySpec, role: str, *, namespace: str, image: str,
     ]
     if tls:
         env.append({"name": contract.TLS_DIR, "value": TLS_MOUNT})
+    env += [{"name": name, "value": value} for name, value in contract.role_env(role).items()]
     if role == WORKER and spec.spark is not None:
         env += [{"name": contract.POD_NAME, "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
                 {"name": contract.SPARK_CONF,

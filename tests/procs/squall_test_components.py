@@ -40,7 +40,8 @@ class NumberSpout(TestingSpout):
             tmp = f"{report_path}.tmp"
             with open(tmp, "w") as out:
                 json.dump({"acked": sorted(self.acked), "failed": len(self.failed), "emitted": self.emitted,
-                           "switch_interval": sys.getswitchinterval()}, out)
+                           "switch_interval": sys.getswitchinterval(),
+                           "numpy": "numpy" in sys.modules}, out)
             os.replace(tmp, report_path)
 
 

@@ -19,8 +19,6 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-import numpy as np
-
 EMPTY, DELETED = 0, 1
 INIT, ACK, FAIL, RESET = 0, 1, 2, 3
 NO_VERDICT = -1
@@ -59,6 +57,10 @@ class PendingTrees:
         self._generation = 0
 
     def _alloc(self, cap: int) -> None:
+        # numpy is imported by the first table, not with the module: a worker process imports this
+        # module for its constants only, and numpy's import takes 60 ms and starts OpenBLAS's threads.
+        import numpy as np
+
         self.cap = cap
         self.keys = np.zeros(cap, np.ulonglong)
         self.vals = np.zeros(cap, np.ulonglong)
@@ -75,6 +77,8 @@ class PendingTrees:
         """Pending trees that can still be decided: those whose ``INIT`` was seen. The others are messages
         for trees decided before (a ``FAIL`` for a frame that was read after all, say), which never give a
         verdict; a draining acker need not wait for them. A scan of the table: not for the hot path."""
+        import numpy as np
+
         return int(np.count_nonzero(self.tasks != NO_TASK))
 
     @property
@@ -178,6 +182,8 @@ class PendingTrees:
 
     def rotate(self) -> int:
         """Advance one bucket; drop trees untouched for ``ACKER_BUCKETS`` rotations. Returns how many."""
+        import numpy as np
+
         self._generation = (self._generation + 1) & GENERATION
         live = self.keys > DELETED
         age = (self._generation - (self.gens & GENERATION).astype(np.int64)) & GENERATION

@@ -35,6 +35,14 @@ POD_NAME = "SQUALL_POD_NAME"  # a Spark driver's own pod, for its executors' own
 SPARK_CONF = "SQUALL_SPARK_CONF"  # JSON of spark.* properties for a worker that is a Spark driver
 
 
+def role_env(role: str) -> dict[str, str]:
+    """What a process of ``role`` always runs with, besides the ``SQUALL_*`` variables. An acker runs no
+    user code, and numpy only stores its table: OpenBLAS, loaded with numpy, would start a thread per
+    core the process sees, a node's cores in a container. (Workers do not import numpy themselves, and
+    leave it to user code that does.)"""
+    return {"OPENBLAS_NUM_THREADS": "1"} if role == ACKER else {}
+
+
 def index_var(role: str) -> str:
     """The variable that gives a process its index (else: its StatefulSet hostname's ordinal)."""
     return f"SQUALL_{role.upper()}_INDEX"

@@ -197,7 +197,7 @@ class Supervisor:
         return wanted
 
     def _spawn(self, child: Child) -> None:
-        env = {**self.env, contract.index_var(child.role): str(child.index),
+        env = {**self.env, **contract.role_env(child.role), contract.index_var(child.role): str(child.index),
                contract.FINAL_METRICS_FILE: str(self._final_path(child)),
                contract.GRPC_PORT_VAR: str(child.grpc_port), contract.METRICS_PORT_VAR: str(child.metrics_port)}
         with open(child.log_path, "ab") as out:
