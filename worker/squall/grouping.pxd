@@ -34,6 +34,9 @@ cdef unsigned int _CRC_TABLE[256]
 cdef unsigned int _PREFIX_CRC[256]
 
 
+cdef unsigned int _prefix_crc(Py_ssize_t size) except? 0
+
+
 @cython.locals(table="unsigned int *", i=Py_ssize_t)
 cdef unsigned int _crc32_chars(const char *p, Py_ssize_t size, unsigned int crc)
 
@@ -42,7 +45,7 @@ cdef class FieldsHash(Grouper):
     cdef readonly list tasks, indices
     cdef readonly Py_ssize_t single
 
-    @cython.locals(data=bytes, size=Py_ssize_t, prefix=cython.uint, chars="const char *")
+    @cython.locals(data=bytes, size=Py_ssize_t, chars="const char *")
     cpdef list choose(self, list values)
 
 

@@ -156,6 +156,11 @@ def _one_str_prefix_crc(size: int) -> int:
 _PREFIX_CRC = [_one_str_prefix_crc(n) for n in range(256)]
 
 
+def _prefix_crc(size: int) -> int:
+    """:func:`_one_str_prefix_crc`, from the table for the usual sizes."""
+    return _PREFIX_CRC[size] if size < 256 else _one_str_prefix_crc(size)
+
+
 def _crc_table() -> list[int]:
     """zlib's CRC-32 (the reflected IEEE polynomial) a byte at a time: entry b is the CRC of byte b."""
     table = []
@@ -197,12 +202,9 @@ class FieldsHash(Grouper):
                 if _COMPILED:  # the str's own UTF-8 (an ASCII str's characters): no bytes object
                     size = 0
                     chars = PyUnicode_AsUTF8AndSize(key, cython.address(size))  # noqa: F821 (grouping.pxd)
-                    prefix = _PREFIX_CRC[size] if size < 256 else _one_str_prefix_crc(size)
-                    return [self.tasks[_crc32_chars(chars, size, prefix) % len(self.tasks)]]
+                    return [self.tasks[_crc32_chars(chars, size, _prefix_crc(size)) % len(self.tasks)]]
                 data = key.encode("utf-8")
-                size = len(data)
-                prefix = _PREFIX_CRC[size] if size < 256 else _one_str_prefix_crc(size)
-                return [self.tasks[zlib.crc32(data, prefix) % len(self.tasks)]]
+                return [self.tasks[zlib.crc32(data, _prefix_crc(len(data))) % len(self.tasks)]]
         return [self.tasks[stable_hash([values[i] for i in self.indices]) % len(self.tasks)]]
 
 
