@@ -21,11 +21,12 @@ _EXACT = EXACT  # a C constant where compiled (hdr.pxd); the public name stays a
 
 
 def bucket_of(us: int) -> int:
-    """The bucket index of a value in whole microseconds (>= 0)."""
-    shift = us.bit_length() - 8  # 8 = log2(EXACT): the top 8 bits of a value pick its bucket
-    if shift <= 0:
-        return us
-    return (shift << 7) + (us >> shift)
+    """The bucket index of a value in whole microseconds (>= 0): its top 8 bits (8 = log2(EXACT)) and
+    how far they are shifted. In C integers where compiled: it runs once a tree."""
+    shift = 0
+    while us >> shift >= _EXACT:
+        shift += 1
+    return us if shift == 0 else (shift << 7) + (us >> shift)
 
 
 def bucket_high(index: int) -> int:
@@ -49,10 +50,7 @@ class HdrHistogram:
 
     def record(self, seconds: float) -> None:
         us = int(seconds * 1_000_000) if seconds > 0 else 0
-        shift = 0  # bucket_of, inlined (a hot path), in C integers where compiled
-        while us >> shift >= _EXACT:
-            shift += 1
-        index = us if shift == 0 else (shift << 7) + (us >> shift)
+        index = bucket_of(us)
         counts = self.counts
         counts[index] = counts.get(index, 0) + 1
         self.count += 1
