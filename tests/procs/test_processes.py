@@ -31,11 +31,11 @@ def environ(pid: int) -> list[str]:
 def test_every_tree_is_acked_across_processes(cluster, tmp_path):
     sup = cluster(count=3000, workers=2, ackers=2)
     wait_for(lambda t: t.acked["a-numbers"] >= 3000, timeout=60, sup=sup, what="3000 trees acked")
-    # The spout runs in worker-0, the home of both ackers: worker-1 sent its acker messages with its
-    # tuples to worker-0, which forwarded them, and never streamed a frame to an acker itself.
     # numpy (only an acker's table uses it) keeps OpenBLAS to one thread in an acker, and stays out of workers
     assert "OPENBLAS_NUM_THREADS=1" in environ(sup.child("acker-0").proc.pid)
     assert "OPENBLAS_NUM_THREADS=1" not in environ(sup.child("worker-0").proc.pid)
+    # The spout runs in worker-0, the home of both ackers: worker-1 sent its acker messages with its
+    # tuples to worker-0, which forwarded them, and never streamed a frame to an acker itself.
     scrape = samples(fetch(f"http://127.0.0.1:{sup.child('worker-1').metrics_port}/metrics"))
     sent = {(s.labels["peer"], s.labels["lane"]): s.value for s in scrape["squall_transport_batches_sent_total"]}
     assert sent[("worker-0", "data")] > 0
