@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from squall.executor.stats import Counts, TaskStats
+import pytest
+
+from squall.executor.stats import LATENCY_BUCKETS, Counts, Histogram, TaskStats
 
 
 def test_counts_add_in_place_and_read_like_a_dict_whose_missing_keys_are_zero():
@@ -42,3 +44,17 @@ def test_every_counter_of_a_task_is_a_counts():
     stats = TaskStats()
     for counts in (stats.emitted, stats.transferred, stats.acked, stats.failed, stats.timed_out, stats.executed):
         assert isinstance(counts, Counts) and len(counts) == 0
+
+
+def test_a_latency_falls_in_the_first_bucket_whose_bound_it_does_not_exceed():
+    """Prometheus's ``le``: a sample equal to a bound counts in that bound's bucket, one just above it in
+    the next, one above the last bound in +Inf; weights add to the bucket, the count and the sum."""
+    h = Histogram()
+    for bound in LATENCY_BUCKETS:
+        h.observe(bound)
+    h.observe(LATENCY_BUCKETS[0] * 1.01, 20)
+    h.observe(0.0)
+    h.observe(LATENCY_BUCKETS[-1] * 2)
+    assert h.counts == [2, 21, *[1] * (len(LATENCY_BUCKETS) - 2), 1]
+    assert h.count == len(LATENCY_BUCKETS) + 22
+    assert h.sum == pytest.approx(sum(LATENCY_BUCKETS) + LATENCY_BUCKETS[0] * 1.01 * 20 + LATENCY_BUCKETS[-1] * 2)
