@@ -538,7 +538,7 @@ def _sent(box: AckerOutbox, *, keep: float = -1.0) -> tuple[list[tuple[int, int,
     box.expire(1.0)
     cols = Batch.FromString(box.frame()).acker
     assert box.size == 0  # the frame starts the next batch
-    completed, box.completed = box.completed, []
+    completed, box.verdicts = box.verdicts, []
     assert all(task == note.task for task, note in completed)
     return list(zip(cols.kind, array("Q", cols.root), array("Q", cols.val), array("i", cols.task),
                     strict=True)), [note for _, note in completed]
@@ -691,7 +691,7 @@ def test_a_tree_whose_messages_fold_to_zero_is_acked_by_the_worker_not_its_acker
     box = AckerOutbox(link=None, capacity=8)
     for message in [init, *acks]:
         box.add(message)
-    assert box.completed == [(2, Notification(ACK, 5, 2))] and box.kept() == 0
+    assert box.verdicts == [(2, Notification(ACK, 5, 2))] and box.completed == 1 and box.kept() == 0
     assert box.frame() == b""
 
 
@@ -1196,6 +1196,37 @@ def test_a_tree_begun_before_the_transports_first_round_is_kept_young_too():
         transport.flush()
         transport.deliver()
         assert transport.completed == 1 and delivered == [(spout, Notification(ACK, 5, spout))]
+    finally:
+        transport.close()
+
+
+def test_a_tree_completed_in_its_worker_is_acked_into_its_spouts_inbox_at_once_or_once_there_is_room():
+    """The verdict of a tree that completes young goes into its spout task's inbox when its last ack folds,
+    within the round, as a local acker's would; while that inbox is full it waits in the ingress, and
+    the next delivery takes it there once the spout made room. A verdict is never lost or doubled."""
+    from bench.instructions import lone_worker
+
+    plan, _, transport = lone_worker(clock=lambda: 1000.0)
+    spout, acker = plan.component_tasks["sentences"][0], plan.acker_tasks[0]
+    transfer = Transfer(capacity=1)
+    inbox: deque = deque()
+    transfer.register(spout, inbox)
+    transport.attach(transfer=transfer, wake=lambda: None, frames=8)
+    try:
+        transport.try_send(acker, (INIT, 5, 0b11, spout))
+        transport.try_send(acker, (ACK, 5, 0b01, -1))
+        assert not inbox  # not complete yet
+        transport.try_send(acker, (ACK, 5, 0b10, -1))
+        assert list(inbox) == [Notification(ACK, 5, spout)]  # no flush, no delivery: at once
+        # the inbox is full (capacity 1): the next tree's verdict waits in the ingress
+        transport.try_send(acker, (INIT, 6, 0b1, spout))
+        transport.try_send(acker, (ACK, 6, 0b1, -1))
+        assert list(inbox) == [Notification(ACK, 5, spout)]
+        transport.flush()
+        assert not transport.deliver() and transport.undelivered() == 1
+        inbox.popleft()  # the spout takes its verdict
+        assert transport.deliver() and list(inbox) == [Notification(ACK, 6, spout)]
+        assert transport.completed == 2 and transport.undelivered() == 0
     finally:
         transport.close()
 

@@ -16,6 +16,7 @@ cdef class Transfer:
     cdef public Remote remote
     cpdef register(self, long long task, object inbox, Executor acker=*)
     cpdef bint try_send(self, long long task, object item) except -1
+    cpdef bint try_local(self, long long task, object item) except -1
 
 
 cdef class Executor:

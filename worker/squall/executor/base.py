@@ -65,7 +65,13 @@ class Transfer:
             if self.remote is None:
                 raise KeyError(f"task {task} is not in this process and there is no remote link")
             return self.remote.try_send(task, item)
-        if len(inbox) >= self.capacity:
+        return self.try_local(task, item)
+
+    def try_local(self, task: int, item: Any) -> bool:
+        """Append ``item`` to the inbox of ``task`` if that is a task of this process with room; False
+        otherwise (a task of another process, or a full inbox)."""
+        inbox = self.local[task] if 0 <= task < len(self.local) else None
+        if inbox is None or len(inbox) >= self.capacity:
             return False
         self.appends[task](item)
         return True

@@ -1,6 +1,8 @@
 # C types for outbox.py where Squall is compiled with Cython (squall/_pure.py).
 cimport cython
 
+from squall.executor.base cimport Transfer
+
 
 cdef class Outbox:
     cdef public object link
@@ -30,7 +32,9 @@ cdef class AckerOutbox(Outbox):
     cdef Py_ssize_t _n
     cdef double _now
     cdef public double keep
-    cdef public list completed
+    cdef public Transfer transfer
+    cdef public list verdicts
+    cdef public long long completed
 
     @cython.locals(kind=cython.int, root=object, val=cython.ulonglong, task=cython.int)
     cpdef add(self, object item)

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from squall.acker.acker import ACK, INIT, Notification, notification
+from squall.executor.base import Transfer
 from squall.proto.squall_pb2 import Batch
 from squall.transport.codec import I32, U8, U64, acker_columns, encode_acker_columns, tuple_columns
 from squall.tuples import Tuple
@@ -59,8 +60,8 @@ class AckerOutbox(Outbox):
 
     **Young trees.** A tree's INIT does not go into the batch at once: the tree is kept here, young,
     and its ACKs fold into it. One whose value returns to 0 is complete, as its acker would find
-    from the folded message: :attr:`completed` holds its verdict, for the worker to deliver itself,
-    and the acker never hears of it. A tree goes to its acker, as one INIT message holding what
+    from the folded message: the worker delivers its verdict itself (see :meth:`_complete`), and the
+    acker never hears of it. A tree goes to its acker, as one INIT message holding what
     folded so far, once it was kept ``keep`` seconds (see :meth:`expire`), or when a FAIL or RESET
     of it comes, which follows its INIT into the batch. At the acker's home every message of the
     tree passes here (the other workers forward theirs through it), so keeping a tree never delays
@@ -91,8 +92,12 @@ class AckerOutbox(Outbox):
         self._n = 0  # messages in the columns
         self._young: dict[int, _Young] = {}  # root → its young tree, oldest first
         self._now = 0.0  # the clock at the last :meth:`expire`: trees kept after it are kept since then
-        #: (spout task, ACK verdict) of the trees completed here, for the worker to deliver
-        self.completed: list[tuple[int, Notification]] = []
+        #: the process's inboxes (set by the transport): a verdict goes into its spout task's at once
+        self.transfer: Transfer | None = None
+        #: (spout task, ACK verdict) of trees completed here that :attr:`transfer` did not take: the spout
+        #: task is another worker's, or its inbox was full. The transport delivers them through its ingress.
+        self.verdicts: list[tuple[int, Notification]] = []
+        self.completed = 0  #: trees completed here
 
     def add(self, item: Any) -> None:
         kind, root, val, task = item
@@ -158,15 +163,20 @@ class AckerOutbox(Outbox):
             self._fold(INIT, root, tree.value, tree.task)
 
     def _complete(self, root: int, task: int) -> None:
-        """Tree ``root`` of spout task ``task`` is complete: its ACK verdict, for the worker to deliver."""
-        self.completed.append((task, notification(ACK, root, task)))
+        """Tree ``root`` of spout task ``task`` is complete. Its ACK verdict goes into the spout task's inbox
+        now, as a local acker's would (parked in the ingress, it waited for the next round: a round more of
+        every tree's latency); if it cannot, it waits in :attr:`verdicts`."""
+        self.completed += 1
+        note = notification(ACK, root, task)
+        if self.transfer is None or not self.transfer.try_local(task, note):
+            self.verdicts.append((task, note))
 
     def kept(self) -> int:
         """Young trees kept here."""
         return len(self._young)
 
     def _columns(self) -> tuple[array, array, array, array]:
-        """The messages so far, less the trees they complete (into :attr:`completed`), as new arrays; the
+        """The messages so far, less the trees they complete (see :meth:`_complete`), as new arrays; the
         columns start the next batch."""
         kinds, roots, vals, tasks = self.kinds, self.roots, self.vals, self.tasks
         kept = 0

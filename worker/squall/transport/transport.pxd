@@ -24,7 +24,6 @@ cdef class Transport(Remote):
     cdef object _decoder, _bind, _max_frame, _tls, _control
     cdef long long _streams
     cdef public bint waiting_room
-    cdef public long long completed
 
     @cython.locals(boxes=_Boxes, box=Outbox, size=Py_ssize_t)
     cpdef bint try_send(self, long long task, object item) except -1

@@ -71,8 +71,6 @@ class Transport(Remote):
         self.lost: deque[tuple[int, int]] = deque()
         # Set while a batch waits for room in its link: only then does a link taking a frame wake the loop.
         self.waiting_room = False
-        #: trees completed in this process, their acker never told (see AckerOutbox)
-        self.completed = 0
         self.links = {(p, lane): PeerLink(peer=p, address=addresses[p], lane=lane, sender=name, plan=plan,
                                           max_frame=max_frame, wake=self._room,
                                           dropped=self._dropped, tls=tls)
@@ -119,6 +117,8 @@ class Transport(Remote):
         """Connect to the runtime whose ``transfer`` holds the inboxes, and start listening and connecting."""
         self._wake = wake
         self.ingress = Ingress(transfer=transfer, wake=wake, frames=frames)
+        for box in self._acker_boxes:
+            box.transfer = transfer
         self.receiver = Receiver(decoder=self._decoder, ingress=self.ingress, bind=self._bind, plan=self.plan,
                                  max_frame=self._max_frame, streams=self._streams, tls=self._tls,
                                  control=self._control)
@@ -159,6 +159,11 @@ class Transport(Remote):
         """This process drains to exit: what its links cannot deliver fails now (see :meth:`PeerLink.stop_holding`)."""
         for link in self.links.values():
             link.stop_holding()
+
+    @property
+    def completed(self) -> int:
+        """Trees completed in this process, their acker never told (see AckerOutbox)."""
+        return sum(box.completed for box in self._acker_boxes)
 
     @property
     def last_input(self) -> float:
@@ -230,11 +235,10 @@ class Transport(Remote):
             link.offer(frame)
         return True
 
-    def _complete(self, box: AckerOutbox) -> None:
-        """Deliver the verdicts of the trees ``box`` found complete, as those of a frame from their acker."""
-        self.completed += len(box.completed)
-        self.ingress.park(box.completed)
-        box.completed = []
+    def _park(self, box: AckerOutbox) -> None:
+        """Deliver the verdicts ``box`` could not, as those of a frame from their acker."""
+        self.ingress.park(box.verdicts)
+        box.verdicts = []
         self._wake()  # the loop runs another round to deliver them, whatever else it has to do
 
     def flush(self, *, busy: bool = False) -> bool:
@@ -259,8 +263,8 @@ class Transport(Remote):
             elif not self._flush(box):
                 done, blocked = False, True
         for box in self._acker_boxes:
-            if box.completed:
-                self._complete(box)
+            if box.verdicts:
+                self._park(box)
         self.waiting_room = blocked
         return done
 
