@@ -1227,6 +1227,11 @@ def test_a_tree_completed_in_its_worker_is_acked_into_its_spouts_inbox_at_once_o
         inbox.popleft()  # the spout takes its verdict
         assert transport.deliver() and list(inbox) == [Notification(ACK, 6, spout)]
         assert transport.completed == 2 and transport.undelivered() == 0
+        # a tree with no tuple to wait for (its spout tuple went to no task: its INIT holds 0) is complete
+        # at its INIT, as its acker would find it, not once it was kept young YOUNG_SECONDS
+        inbox.popleft()
+        transport.try_send(acker, (INIT, 7, 0, spout))
+        assert list(inbox) == [Notification(ACK, 7, spout)] and transport.completed == 3
     finally:
         transport.close()
 

@@ -115,6 +115,9 @@ class AckerOutbox(Outbox):
             del self._young[root]  # a FAIL or RESET follows the tree's INIT to its acker
             self._fold(INIT, root, tree.value, tree.task)
         elif kind == INIT and root not in self._open:
+            if not val:  # no tuple to wait for (the spout's went to no task): complete, as its acker finds
+                self._complete(root, task)
+                return
             tree = _Young.__new__(_Young)  # compiled: no boxing of its C fields through __init__
             tree.value, tree.task, tree.since = val, task, self._now
             self._young[root] = tree
