@@ -1236,6 +1236,33 @@ def test_a_tree_completed_in_its_worker_is_acked_into_its_spouts_inbox_at_once_o
         transport.close()
 
 
+def test_a_tree_found_complete_as_its_frame_is_built_wakes_the_loop_to_deliver_its_verdict():
+    """A tree whose acks came before its INIT is folded in the batch, and found complete only when the
+    batch's frame is built, at the end of a scheduler round that may have done nothing else: its
+    verdict goes through the ingress, and the loop is woken for the round that delivers it, not left
+    in the spout's inbox while the loop sleeps."""
+    from bench.instructions import lone_worker
+
+    plan, _, transport = lone_worker(clock=lambda: 1000.0)
+    spout, acker = plan.component_tasks["sentences"][0], plan.acker_tasks[0]
+    transfer = Transfer(capacity=8)
+    inbox: deque = deque()
+    transfer.register(spout, inbox)
+    wakes = []
+    transport.attach(transfer=transfer, wake=lambda: wakes.append(1), frames=8)
+    for link in transport.links.values():
+        link.ever_connected = True  # it takes frames (this one sends none: its only tree completes here)
+    try:
+        transport.try_send(acker, (ACK, 5, 0b11, -1))  # before its INIT (it waited in the spout's overflow)
+        transport.try_send(acker, (INIT, 5, 0b11, spout))
+        assert not inbox and not wakes
+        transport.flush()  # builds the frame: the tree is complete, and the acker is sent nothing
+        assert wakes and transport.undelivered() == 1 and transport.completed == 1
+        assert transport.deliver() and list(inbox) == [Notification(ACK, 5, spout)]
+    finally:
+        transport.close()
+
+
 def test_a_command_the_process_refuses_says_so_and_one_it_never_answered_does_not(plan):
     """A rebalance sends again a command a process never answered (squall.process.supervisor._switch),
     never one it refused: a real receiver's Control service refuses with its reason; a port nobody

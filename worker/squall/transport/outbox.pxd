@@ -48,7 +48,7 @@ cdef class AckerOutbox(Outbox):
     @cython.locals(room=Py_ssize_t, before=cython.double, old=list, tree=_Young)
     cpdef expire(self, double now)
 
-    cdef _complete(self, object root, int task)
+    cdef _complete(self, object root, int task, bint at_once)
 
     @cython.locals(kind=cython.int, at=Py_ssize_t, kept=Py_ssize_t)
     cdef tuple _columns(self)

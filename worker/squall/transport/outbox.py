@@ -110,13 +110,13 @@ class AckerOutbox(Outbox):
                 tree.value ^= val
                 if not tree.value:
                     del self._young[root]
-                    self._complete(root, tree.task)
+                    self._complete(root, tree.task, True)
                 return
             del self._young[root]  # a FAIL or RESET follows the tree's INIT to its acker
             self._fold(INIT, root, tree.value, tree.task)
         elif kind == INIT and root not in self._open:
             if not val:  # no tuple to wait for (the spout's went to no task): complete, as its acker finds
-                self._complete(root, task)
+                self._complete(root, task, True)
                 return
             tree = _Young.__new__(_Young)  # compiled: no boxing of its C fields through __init__
             tree.value, tree.task, tree.since = val, task, self._now
@@ -165,13 +165,16 @@ class AckerOutbox(Outbox):
             tree = young.pop(root)
             self._fold(INIT, root, tree.value, tree.task)
 
-    def _complete(self, root: int, task: int) -> None:
-        """Tree ``root`` of spout task ``task`` is complete. Its ACK verdict goes into the spout task's inbox
-        now, as a local acker's would (parked in the ingress, it waited for the next round: a round more of
-        every tree's latency); if it cannot, it waits in :attr:`verdicts`."""
+    def _complete(self, root: int, task: int, at_once: bool) -> None:
+        """Tree ``root`` of spout task ``task`` is complete. ``at_once``: a message completed it, while an
+        executor runs; its ACK verdict goes into the spout task's inbox now, as a local acker's would
+        (parked in the ingress, it waited for the next round: a round more of every tree's latency).
+        Otherwise, or if that inbox cannot take it, the verdict waits in :attr:`verdicts`: a tree found
+        complete as a frame is built, at the end of a round that may have done nothing else, goes
+        through the ingress, which wakes the loop for a round to deliver it."""
         self.completed += 1
         note = notification(ACK, root, task)
-        if self.transfer is None or not self.transfer.try_local(task, note):
+        if not at_once or self.transfer is None or not self.transfer.try_local(task, note):
             self.verdicts.append((task, note))
 
     def kept(self) -> int:
@@ -186,7 +189,7 @@ class AckerOutbox(Outbox):
         for at in range(self._n):
             kind = kinds[at]
             if kind == INIT and vals[at] == 0:
-                self._complete(roots[at], tasks[at])
+                self._complete(roots[at], tasks[at], False)
                 continue
             if kept < at:
                 kinds[kept], roots[kept], vals[kept], tasks[kept] = kind, roots[at], vals[at], tasks[at]
