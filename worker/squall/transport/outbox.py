@@ -94,8 +94,8 @@ class AckerOutbox(Outbox):
         self._now = 0.0  # the clock at the last :meth:`expire`: trees kept after it are kept since then
         #: the process's inboxes (set by the transport): a verdict goes into its spout task's at once
         self.transfer: Transfer | None = None
-        #: (spout task, ACK verdict) of trees completed here that :attr:`transfer` did not take: the spout
-        #: task is another worker's, or its inbox was full. The transport delivers them through its ingress.
+        #: (spout task, ACK verdict) of trees completed here that did not go to :attr:`transfer` at once
+        #: (see :meth:`_complete`): the transport delivers them through its ingress.
         self.verdicts: list[tuple[int, Notification]] = []
         self.completed = 0  #: trees completed here
 
