@@ -17,6 +17,7 @@ cdef class Transfer:
     cpdef register(self, long long task, object inbox, Executor acker=*)
     cpdef bint try_send(self, long long task, object item) except -1
     cpdef bint try_local(self, long long task, object item) except -1
+    cdef inline bint _append(self, long long task, object inbox, object item) except -1
 
 
 cdef class Executor:

@@ -65,13 +65,17 @@ class Transfer:
             if self.remote is None:
                 raise KeyError(f"task {task} is not in this process and there is no remote link")
             return self.remote.try_send(task, item)
-        return self.try_local(task, item)
+        return self._append(task, inbox, item)
 
     def try_local(self, task: int, item: Any) -> bool:
         """Append ``item`` to the inbox of ``task`` if that is a task of this process with room; False
         otherwise (a task of another process, or a full inbox)."""
         inbox = self.local[task] if 0 <= task < len(self.local) else None
-        if inbox is None or len(inbox) >= self.capacity:
+        return inbox is not None and self._append(task, inbox, item)
+
+    def _append(self, task: int, inbox: Any, item: Any) -> bool:
+        """Append ``item`` to ``inbox``, the inbox of ``task``, if it has room."""
+        if len(inbox) >= self.capacity:
             return False
         self.appends[task](item)
         return True
