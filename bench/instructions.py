@@ -46,7 +46,7 @@ def child(seconds: float, worker: bool) -> None:
         print(f"trees {cluster.trees_acked()}")
 
 
-def lone_worker(clock: Callable[[], float] = time.monotonic) -> tuple[Any, Any, Any]:
+def lone_worker(clock: Callable[[], float] = time.monotonic, flush_interval: float = 0.001) -> tuple[Any, Any, Any]:
     """The word count's worker of 1 worker + 1 acker, the home of its acker, with its real transport
     (``clock`` its clock) and an acker that never starts: (plan, the worker's wiring, transport)."""
     from bench.wordcount import spec
@@ -65,7 +65,7 @@ def lone_worker(clock: Callable[[], float] = time.monotonic) -> tuple[Any, Any, 
                           senders=wiring.senders, addresses={"acker-0": f"127.0.0.1:{port}"}, bind="127.0.0.1:0",
                           decoder=Decoder(plan, bolt_tasks=wiring.bolt_tasks, spout_tasks=wiring.spout_tasks,
                                           acker_tasks=frozenset()),
-                          batch_size=topology.transfer.batch_size, flush_interval=0.001, max_frame=1 << 20,
+                          batch_size=topology.transfer.batch_size, flush_interval=flush_interval, max_frame=1 << 20,
                           forwards=wiring.forwards, clock=clock)
     return plan, wiring, transport
 

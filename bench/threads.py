@@ -4,7 +4,8 @@
 ``squall.process.thread_names``): the scheduler, the links (``tx-*``), the stream readers (``rx-*``),
 gRPC's server handlers (``recv_*``), its client threads (``run``) and its I/O (``event_engine``).
 
-    python bench/threads.py [--workers 2] [--rate TREES_PER_S] [--seconds 8] [--no-crossing] [--rounds N]
+    python bench/threads.py [--workers 2] [--rate TREES_PER_S] [--flush-interval MS] [--seconds 8]
+                            [--no-crossing] [--rounds N]
 
 ``--rounds N`` (N > 1) asks whether a slow round is the engine's or the machine's: it starts the
 processes N times, each round between two 2-second runs of the bench's ceiling loop on every core at
@@ -27,7 +28,7 @@ from statistics import correlation
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.wordcount import every_core, ms, running  # noqa: E402
+from bench.wordcount import every_core, ms, running, transport_counts  # noqa: E402
 from squall.executor.hdr import HdrHistogram  # noqa: E402
 
 
@@ -52,6 +53,7 @@ class Window:
     trees: int
     seconds: float
     latency: HdrHistogram
+    frames: float  # sent between processes
     before: dict[str, dict[int, tuple[str, int, int, int]]]
     after: dict[str, dict[int, tuple[str, int, int, int]]]
 
@@ -74,22 +76,24 @@ class Window:
 
 
 def measure(args: argparse.Namespace) -> Window:
-    with running(workers=args.workers, ackers=args.workers, rate=args.rate, cross=not args.no_crossing) as sup:
+    with running(workers=args.workers, ackers=args.workers, rate=args.rate, cross=not args.no_crossing,
+                 flush_ms=args.flush_interval) as sup:
         before = {c.name: threads(c.proc.pid) for c in sup.children}
-        first, t0 = sup.scrape(), time.monotonic()
+        first, frames0, t0 = sup.scrape(), transport_counts(sup)[1], time.monotonic()
         time.sleep(args.seconds)
-        last, t1 = sup.scrape(), time.monotonic()
+        last, frames1, t1 = sup.scrape(), transport_counts(sup)[1], time.monotonic()
         after = {c.name: threads(c.proc.pid) for c in sup.children}
     trees = int(last.acked["sentences"] - first.acked["sentences"])
     if not trees:
         sys.exit(f"no tree was acked in {args.seconds:g} s: nothing to divide by (see the processes' log above)")
-    return Window(trees, t1 - t0, last.recorded.minus(first.recorded), before, after)
+    return Window(trees, t1 - t0, last.recorded.minus(first.recorded), frames1 - frames0, before, after)
 
 
 def table(window: Window, workers: int) -> None:
     trees, latency = window.trees, window.latency
     print(f"{workers} worker(s) + {workers} acker(s): {trees / window.seconds:,.0f} trees/s, "
-          f"p50 {ms(latency, 0.5)} ms, p99 {ms(latency, 0.99)} ms\n")
+          f"p50 {ms(latency, 0.5)} ms, p99 {ms(latency, 0.99)} ms, {window.frames / trees:.3f} frames/tree, "
+          f"{window.total(1) / 1e9 / window.seconds:.2f} cores busy\n")
     print("| process | threads | n | CPU µs/tree | % of a core | run-queue wait µs/switch | switches/1,000 trees |")
     print("|---|---|--:|--:|--:|--:|--:|")
     for proc in window.after:
@@ -123,6 +127,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--workers", type=int, default=2, help="workers, and as many ackers")
     parser.add_argument("--rate", type=float, help="trees/s per spout task (default: as fast as it goes)")
+    parser.add_argument("--flush-interval", type=float, metavar="MS",
+                        help="transfer.flushIntervalMs (default: the spec's default)")
     parser.add_argument("--seconds", type=float, default=8.0, help="measurement window")
     parser.add_argument("--no-crossing", action="store_true",
                         help="every word to a count task of its own worker, as the bench's 2w2a-local case")

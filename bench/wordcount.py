@@ -102,11 +102,14 @@ class Count(Bolt):
         self.collector.ack(tup)
 
 
-def spec(*, workers: int, ackers: int, rate: float | None = None, cross: bool = True) -> dict:
+def spec(*, workers: int, ackers: int, rate: float | None = None, cross: bool = True,
+         flush_ms: float | None = None) -> dict:
     """The word count; ``cross`` False gives every word to a count task of its own worker (local or
-    shuffle instead of fields: no longer a word count, but the same work without tuples crossing)."""
+    shuffle instead of fields: no longer a word count, but the same work without tuples crossing);
+    ``flush_ms`` sets ``transfer.flushIntervalMs``."""
     count_grouping = {"type": "fields", "fields": ["word"]} if cross else {"type": "localOrShuffle"}
     return {
+        **({"transfer": {"flushIntervalMs": flush_ms}} if flush_ms is not None else {}),
         "name": "bench", "workers": workers, "ackers": ackers, "maxSpoutPending": MAX_PENDING,
         "config": {"bench.rate": rate} if rate else {},
         "spouts": [{"name": "sentences", "className": "bench.wordcount:SentenceSpout", "parallelism": workers}],
@@ -230,12 +233,13 @@ def transport_counts(sup: Supervisor) -> np.ndarray:
 
 @contextmanager
 def running(*, workers: int, ackers: int, rate: float | None = None, pin: bool = False,
-            insecure: bool = False, cross: bool = True) -> Iterator[Supervisor]:
+            insecure: bool = False, cross: bool = True, flush_ms: float | None = None) -> Iterator[Supervisor]:
     """``squall run``'s processes running the word count, warmed up; stopped on exit."""
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "bench.yaml"
-        path.write_text(yaml.safe_dump(spec(workers=workers, ackers=ackers, rate=rate, cross=cross)))
-        sup = Supervisor(spec_path=path, spec=TopologySpec.from_dict(spec(workers=workers, ackers=ackers, cross=cross)),
+        path.write_text(yaml.safe_dump(spec(workers=workers, ackers=ackers, rate=rate, cross=cross, flush_ms=flush_ms)))
+        sup = Supervisor(spec_path=path, spec=TopologySpec.from_dict(spec(workers=workers, ackers=ackers, cross=cross,
+                                                                          flush_ms=flush_ms)),
                          run_dir=Path(tmp) / "run", insecure=insecure, pin=pin)
         sup.start()
         try:

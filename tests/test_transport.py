@@ -288,7 +288,9 @@ def test_a_batch_flushed_by_a_send_starts_the_next_one_afresh(plan):
                 now[0] = 0.002  # the first batch is overdue from here on: the send at 32 flushes it
             assert sender.try_send(bolt_task, Tuple([f"w{i}", None], fields, "words", "default", spout_task, {},
                                                     bolt_task))
-        while not sender.flush() and time.monotonic() < deadline:  # the end of a round sends the rest, once
+        assert not sender.flush()  # the second batch keeps filling for its flush interval
+        now[0] = 0.003  # then it goes, once
+        while not sender.flush() and time.monotonic() < deadline:
             room.wait(1)  # the link took the first frame (one frame waits for a link at most)
             room.clear()
         while len(got) < 200 and time.monotonic() < deadline:  # the receiving scheduler's part
@@ -303,6 +305,51 @@ def test_a_batch_flushed_by_a_send_starts_the_next_one_afresh(plan):
         receiver.close()
 
 
+def test_a_partial_batch_waits_its_flush_interval_in_an_idle_round_and_the_scheduler_wakes_for_it():
+    """A batch that is not full keeps filling for the flush interval, whether the round that ends was busy
+    or idle: a frame costs both processes' threads some 300 µs of CPU, and sent at the end of every idle
+    round, frames took a lightly loaded topology most of two cores. The idle scheduler's sleep ends when
+    the batch is due, and the flush then sends it."""
+    from bench.instructions import lone_worker
+
+    from squall.executor.runtime import IDLE_WAIT, Runtime
+
+    now = [1000.0]
+    plan, _, transport = lone_worker(clock=lambda: now[0], flush_interval=1 / 32)  # times exact in binary
+    runtime = Runtime(plan, executors=(), acker_tasks=(), remote=transport, clock=lambda: now[0])
+    sleeps: list[float] = []
+
+    class Sleep:
+        """The loop's sleep, recorded rather than slept (the test's clock does not move while it sleeps)."""
+
+        def wait(self, timeout: float) -> bool:
+            sleeps.append(timeout)
+            return False
+
+        def set(self) -> None: ...
+
+        def clear(self) -> None: ...
+
+    runtime._wake = Sleep()
+    for link in transport.links.values():
+        link.ever_connected = True  # it takes frames (and holds them: the acker never runs)
+    try:
+        spout, acker = plan.component_tasks["sentences"][0], plan.acker_tasks[0]
+        runtime.idle_wait()
+        assert sleeps == [pytest.approx(IDLE_WAIT)]  # nothing held: the longest sleep
+        assert transport.try_message(acker, FAIL, 5, 0, spout)  # a FAIL goes into the batch (no young tree)
+        now[0] += 1 / 128
+        assert not transport.flush() and transport.unsent() == 1  # held: it may yet fill
+        runtime.idle_wait()
+        assert sleeps[-1] == 3 / 128
+        now[0] += 3 / 128
+        assert transport.flush() and transport.unsent() == 0  # due: it went to its link
+        runtime.idle_wait()
+        assert sleeps[-1] == pytest.approx(IDLE_WAIT)
+    finally:
+        transport.close()
+
+
 def test_a_link_that_makes_room_wakes_the_loop_only_while_a_batch_waits_for_it(plan):
     """A link's thread signals each frame it takes from its queue. A sleeping scheduler woken by every one
     spent a round on nothing (an acker's verdict link woke it for each frame it sent): it is woken only
@@ -315,7 +362,7 @@ def test_a_link_that_makes_room_wakes_the_loop_only_while_a_batch_waits_for_it(p
     wakes: list[int] = []
     sender = Transport(name="worker-0", plan="p1", owner={bolt_task: "worker-1"}, ackers=frozenset(),
                        senders=frozenset(), addresses={"worker-1": f"127.0.0.1:{port}"}, decoder=decoder(plan),
-                       bind="127.0.0.1:0", batch_size=100, flush_interval=0.001, max_frame=1 << 20)
+                       bind="127.0.0.1:0", batch_size=100, flush_interval=0.0, max_frame=1 << 20)
     sender.attach(transfer=Taking(), wake=lambda: wakes.append(1), frames=8)
     try:
         took_a_frame = sender.links[("worker-1", "data")]._wake  # what the link's thread calls for each frame
@@ -1243,7 +1290,7 @@ def test_a_tree_found_complete_as_its_frame_is_built_wakes_the_loop_to_deliver_i
     in the spout's inbox while the loop sleeps."""
     from bench.instructions import lone_worker
 
-    plan, _, transport = lone_worker(clock=lambda: 1000.0)
+    plan, _, transport = lone_worker(clock=lambda: 1000.0, flush_interval=0.0)
     spout, acker = plan.component_tasks["sentences"][0], plan.acker_tasks[0]
     transfer = Transfer(capacity=8)
     inbox: deque = deque()

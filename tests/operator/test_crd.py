@@ -228,7 +228,7 @@ BAD = {
     "negative wait count": with_(FULL, "spoutWait.level1Count", -1),
     "error interval 0": with_(FULL, "errorReporting.intervalSeconds", 0),
     "batch too large": with_(FULL, "transfer.batchSize", 70000),
-    "flush interval too long": with_(FULL, "transfer.flushIntervalMs", 2),
+    "flush interval too long": with_(FULL, "transfer.flushIntervalMs", 1001),
     "frames too small": with_(FULL, "transfer.maxFrameBytes", 1024),
     "bad pull policy": with_(FULL, "imagePullPolicy", "Sometimes"),
     "suspended not a boolean": with_(FULL, "suspended", "maybe"),

@@ -62,7 +62,9 @@ class Link(Protocol):
     @property
     def lost(self) -> deque[tuple[int, int]]: ...
 
-    def flush(self, *, busy: bool = False) -> bool: ...
+    def flush(self) -> bool: ...
+
+    def due_in(self) -> float: ...
 
 
 class Runtime:
@@ -255,7 +257,7 @@ class Runtime:
             if ex.run_once(now):
                 progress = True
         if remote is not None:
-            remote.flush(busy=progress)  # an idle round sends everything: nothing more is coming now
+            remote.flush()
         return progress
 
     def _fire_timers(self, now: float) -> None:
@@ -272,13 +274,16 @@ class Runtime:
             heapq.heappush(timers, timer)
 
     def idle_wait(self) -> None:
-        """Sleep until the next timer, a spout's wait strategy expires, or another thread wakes us."""
+        """Sleep until the next timer, a spout's wait strategy expires, a batch the transport holds back
+        is due, or another thread wakes us."""
         deadline = self._timers[0].due if self._timers else self.clock() + IDLE_WAIT
         for ex in self.executors:
             wake = ex.wake_at()
             if wake is not None and wake < deadline:
                 deadline = wake
         delay = min(deadline - self.clock(), IDLE_WAIT)
+        if self.remote is not None:
+            delay = min(delay, self.remote.due_in())
         self._sleeping = True
         # a wake after the round began set _kicked: that input may have come too late for the round
         if delay > 0 and not self._kicked:

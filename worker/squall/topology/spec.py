@@ -142,7 +142,9 @@ class Transfer(_Model):
     """Batching of tuples and acker messages between processes."""
 
     batch_size: int = Field(default=1024, ge=1, le=65536, description="items per frame at most")
-    flush_interval_ms: float = Field(default=1.0, gt=0, le=1.0, description="a partial batch waits at most this")
+    flush_interval_ms: float = Field(default=1.0, ge=0, le=1000.0,
+                                     description="a partial batch waits at most this for more items; 0 sends "
+                                                 "it at the end of every scheduler round")
     max_frame_bytes: int = Field(default=16 * 1024 * 1024, ge=65536, description="larger frames are refused")
     gil_switch_interval_ms: float = Field(default=2.0, gt=0, le=100.0,
                                           description="a worker's or acker's transport threads wait at most "

@@ -16,6 +16,7 @@ cdef class Transport(Remote):
     cdef public dict owner, links
     cdef public long long batch_size
     cdef public double flush_interval
+    cdef double _due
     cdef public object clock, lost, receiver, _wake
     cdef public Ingress ingress
     cdef dict _outboxes

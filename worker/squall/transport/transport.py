@@ -63,6 +63,7 @@ class Transport(Remote):
         self.owner = owner
         self.batch_size = batch_size
         self.flush_interval = flush_interval
+        self._due = float("inf")  # when the oldest batch the last flush held back must go
         self.clock = clock
         self._wake: Callable[[], None] = lambda: None
         peers = sorted(set(owner.values()))
@@ -241,12 +242,10 @@ class Transport(Remote):
         box.verdicts = []
         self._wake()  # the loop runs another round to deliver them, whatever else it has to do
 
-    def flush(self, *, busy: bool = False) -> bool:
-        """Send batches whose link has room; True when nothing is left waiting.
-
-        ``busy``: more work follows at once, so only batches that are full or have waited the
-        flush interval go now; the rest keep filling. Fewer, larger frames are cheaper to send.
-        """
+    def flush(self) -> bool:
+        """Send the batches that are full or have waited the flush interval, if their link has room; the
+        rest keep filling (fewer, larger frames are cheaper to send), until :meth:`due_in`. True when
+        nothing is left waiting."""
         done = True
         blocked = False
         now = self.clock()
@@ -255,18 +254,28 @@ class Transport(Remote):
             box.expire(now)
             if not size and box.size:
                 box.since = now
+        wait = self.flush_interval
+        due = float("inf")
         for box in self._outboxes.values():
             if not box.size:
                 continue
-            if busy and box.size < self.batch_size and now - box.since < self.flush_interval:
+            if box.size < self.batch_size and now - box.since < wait:
                 done = False
+                due = min(due, box.since + wait)
             elif not self._flush(box):
                 done, blocked = False, True
         for box in self._acker_boxes:
             if box.verdicts:
                 self._park(box)
         self.waiting_room = blocked
+        self._due = due
         return done
+
+    def due_in(self) -> float:
+        """Seconds until the oldest batch the last :meth:`flush` held back must go, infinity if none: an
+        idle scheduler sleeps no longer. (A batch that waits for room in its link is not counted: the
+        link wakes the scheduler once it has room.)"""
+        return self._due - self.clock()
 
     def deliver(self) -> bool:
         return self.ingress.deliver() if self.ingress else False
