@@ -186,6 +186,10 @@ def test_unknown_keys(mutate, expected):
     (lambda d: d.update(localityAware={"higherBound": 1.5}), ["localityAware.higherBound", "less than or equal to 1"]),
     (lambda d: d.update(localityAware={"lowerBound": 0.9}), ["localityAware", "lowerBound (0.9) must be below "
                                                              "higherBound (0.8)"]),
+    (lambda d: d.update(messageTimeoutSeconds=5, transfer={"flushIntervalMs": 600}),
+     ["transfer.flushIntervalMs (600) must be at most a tenth of messageTimeoutSeconds (5 s)", "lower it"]),
+    (lambda d: d.update(transfer={"flushIntervalMs": 1001}),
+     ["transfer.flushIntervalMs", "less than or equal to 1000"]),
 ])
 def test_wrong_types_and_bounds(mutate, expected):
     assert_mentions(error_of(mutate), *expected)

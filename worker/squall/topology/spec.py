@@ -316,6 +316,16 @@ class TopologySpec(_Model):
                 return comp
         raise KeyError(name)
 
+    @model_validator(mode="after")
+    def _flush_well_within_the_timeout(self) -> Self:
+        # Each hop between processes (a tuple, an ack, a verdict) may wait that long, and a tree makes several.
+        if self.transfer.flush_interval_ms * 10 > self.message_timeout_seconds * 1000:
+            raise ValueError(f"transfer.flushIntervalMs ({self.transfer.flush_interval_ms:g}) must be at most a tenth "
+                             f"of messageTimeoutSeconds ({self.message_timeout_seconds} s): every hop between "
+                             "processes may wait that long, and trees would time out; lower it, or raise "
+                             "messageTimeoutSeconds")
+        return self
+
     @classmethod
     def from_dict(cls, data: Any, *, source: str = "topology") -> TopologySpec:
         """Parse a document; raise :class:`TopologyError` naming every bad field."""
