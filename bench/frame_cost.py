@@ -11,12 +11,14 @@ second, one waiting at a time) and the receiver takes what arrived. Two transpor
   runs for one iteration between rounds (no Python thread of ours between the network and it);
 - ``pull``: the link turned around: the receiver dials the sender and reads a response stream with
   gRPC's single-threaded unary-stream option (its reading thread polls the call: no server polling
-  thread), the sender serves it from a handler thread fed by a one-slot queue.
+  thread), the sender serves it from a handler thread fed by a one-slot queue;
+- ``unary``: a unary call per frame, started by the sender's main thread (no thread of ours feeds
+  gRPC), the next once the one before is answered; the receiver's handler threads hand frames over.
 
 Each process prints the frames it moved, its CPU beyond the busy work per frame (every thread, from
 /proc), and its context switches per frame. Figures only; nothing is asserted.
 
-    python bench/frame_cost.py sync|loop|pull [--seconds 8] [--rate 2000] [--size 8000] [--work-ms 0.8]
+    python bench/frame_cost.py sync|loop|pull|unary [--seconds 8] [--rate 2000] [--size 8000] [--work-ms 0.8]
 """
 
 from __future__ import annotations
@@ -152,6 +154,37 @@ def sync_sender(port: int, meter: Meter, rate: float, frame: bytes) -> None:
     _offer_rounds(meter, slot, frame, rate)
 
 
+def unary_receiver(port: int, meter: Meter) -> None:
+    arrived: queue.Queue[bytes] = queue.Queue(4)
+
+    def transfer(frame, _context) -> bytes:
+        arrived.put(frame)
+        return b""
+
+    server = grpc.server(futures.ThreadPoolExecutor(4))
+    server.add_generic_rpc_handlers(_handlers(transfer, grpc.unary_unary_rpc_method_handler))
+    server.add_insecure_port(f"127.0.0.1:{port}")
+    server.start()
+    print("ready", flush=True)
+    _take_rounds(meter, arrived)
+
+
+def unary_sender(port: int, meter: Meter, rate: float, frame: bytes) -> None:
+    """A unary call per frame, started by the main thread itself (no thread of ours feeds gRPC); the
+    next frame waits for the answer to the one before, so frames stay in order."""
+    channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+    grpc.channel_ready_future(channel).result(timeout=10)
+    transfer = channel.unary_unary(METHOD)
+    call = None
+    due = time.monotonic()
+    while not meter.over():
+        meter.round()
+        if time.monotonic() >= due and (call is None or call.done()):
+            call = transfer.future(frame)
+            meter.count(1)
+            due += 1 / rate
+
+
 def pull_receiver(port: int, meter: Meter) -> None:
     """The receiver dials the sender and reads a response stream; with gRPC's single-threaded
     unary-stream option the reading thread polls the call itself (no server polling thread)."""
@@ -237,7 +270,7 @@ def loop_sender(port: int, meter: Meter, rate: float, frame: bytes) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("transport", choices=("sync", "loop", "pull"))
+    parser.add_argument("transport", choices=("sync", "loop", "pull", "unary"))
     parser.add_argument("--role", choices=("sender", "receiver"), help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, default=50777)
     parser.add_argument("--seconds", type=float, default=8.0, help="how long the sender sends")
@@ -248,7 +281,8 @@ def main() -> None:
     if args.role:
         meter = Meter(args.role, args.seconds if args.role == "sender" else None, args.work_ms / 1000)
         receive, send = {"sync": (sync_receiver, sync_sender), "loop": (loop_receiver, loop_sender),
-                         "pull": (pull_receiver, pull_sender)}[args.transport]
+                         "pull": (pull_receiver, pull_sender),
+                         "unary": (unary_receiver, unary_sender)}[args.transport]
         if args.role == "receiver":
             receive(args.port, meter)
         else:

@@ -8,7 +8,8 @@ shuffle → split → fields → count. Cases, measured one after another in one
 - in-process (``LocalCluster``); 1 worker + 1 acker, and throttled to 80 % of the maximum it just
   measured (for latency); 2 workers + 2 ackers (``squall run``'s processes), also with plaintext
   gRPC, with no word crossing workers (split → count local-or-shuffle: what the crossing tuples
-  cost) and pinned (``squall run --pin``).
+  cost), pinned (``squall run --pin``), and throttled to 10,000 trees/s (far below its maximum,
+  where frames, not tuples, are what the processes pay for: the flush interval's trade).
 
 CPU µs per acked tree sums utime + stime from ``/proc/<pid>/stat`` over every process: this one
 (it runs the in-process case and supervises the others) and every worker and acker. The machine
@@ -21,7 +22,8 @@ tree: the bytes of acker messages and verdicts that crossed processes, from the 
 counters.
 
     python bench/wordcount.py [--seconds 10] [--rounds 3]
-                              [--cases ceiling,local,1w1a,80pct,2w2a,2w2a-plain,2w2a-local,2w2a-pin] [--pin]
+                              [--cases ceiling,local,1w1a,80pct,2w2a,2w2a-plain,2w2a-local,2w2a-pin,2w2a-light]
+                              [--pin]
 """
 
 from __future__ import annotations
@@ -388,10 +390,15 @@ def run_round(cases: list[str], args: argparse.Namespace, index: int) -> dict[st
                                      cross=False)
     if "2w2a-pin" in cases:  # squall run --pin: every process on one core, side by side
         by["2w2a-pin"] = processes("2w + 2a, pinned (--pin)", args.seconds, workers=2, ackers=2, pin=True)
+    if "2w2a-light" in cases:  # far below the maximum, frames (not tuples) are what the processes pay for
+        by["2w2a-light"] = processes(f"2w + 2a at {LIGHT:,} trees/s", args.seconds, workers=2, ackers=2,
+                                     pin=args.pin, rate=LIGHT / 2)
+        by["2w2a-light"].asked = LIGHT
     return by
 
 
-CASES = ("ceiling", "local", "1w1a", "80pct", "2w2a", "2w2a-plain", "2w2a-local", "2w2a-pin")
+LIGHT = 10_000  # trees/s of the light-load case, over both spout tasks
+CASES = ("ceiling", "local", "1w1a", "80pct", "2w2a", "2w2a-plain", "2w2a-local", "2w2a-pin", "2w2a-light")
 
 
 def main() -> None:
