@@ -6,11 +6,14 @@ import random
 from collections import Counter
 from pathlib import Path
 
+import yaml
 from examples.wordcount import SENTENCES, WordCount
+from pydantic import BaseModel
 
 from engine_kit import one, run_until, run_until_quiet
 from squall import TopologySpec, load_spec, validate
 from squall.testing import LocalCluster
+from squall.topology.spec import BoltSpec, ErrorReporting, LocalityAware, SpoutSpec, SpoutWait, Transfer
 
 REPO = Path(__file__).resolve().parents[1]
 YAML = REPO / "examples" / "wordcount.yaml"
@@ -93,3 +96,30 @@ def test_failed_sentences_are_replayed_until_acked():
         # at least once: every word counted, replayed sentences' words possibly twice
         assert all(total[word] >= n for word, n in expected.items())
         assert set(total) == set(expected)
+
+
+def _keys(doc) -> set[str]:
+    """Every mapping key anywhere in ``doc``."""
+    if isinstance(doc, dict):
+        return set(doc) | set().union(*(_keys(v) for v in doc.values()))
+    if isinstance(doc, list):
+        return set().union(*(_keys(v) for v in doc)) if doc else set()
+    return set()
+
+
+def test_the_configuration_references_complete_example_is_valid_and_spells_out_every_engine_key():
+    """docs/configuration.md promises every key of the engine in its example: a field added to the spec
+    must be added there too, and the example must stay a topology that validates."""
+    text = (REPO / "docs" / "configuration.md").read_text()
+    example = text[text.index("## A complete example"):].split("```yaml\n", 1)[1].split("```", 1)[0]
+    doc = yaml.safe_load(example)
+    validate(TopologySpec.from_dict(doc))
+
+    def aliases(model: type[BaseModel], leave_out: frozenset[str] = frozenset()) -> set[str]:
+        return {field.alias or name for name, field in model.model_fields.items() if name not in leave_out}
+
+    deployment = TopologySpec.POD_FIELDS | TopologySpec.LIVE_FIELDS | {"spark"}
+    engine = aliases(TopologySpec, deployment)
+    for section in (SpoutWait, ErrorReporting, Transfer, LocalityAware, SpoutSpec, BoltSpec):
+        engine |= aliases(section)
+    assert engine - _keys(doc) == set()

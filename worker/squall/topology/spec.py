@@ -260,7 +260,8 @@ class TopologySpec(_Model):
     config: dict[str, Any] = Field(default_factory=dict)
     spouts: list[SpoutSpec] = Field(min_length=1)
     bolts: list[BoltSpec] = Field(default_factory=list)
-    # Deployment fields: what a Topology resource adds; squall run ignores them.
+    # Deployment fields: what a Topology resource adds. squall run ignores them but suspended, which its
+    # processes follow live from the file, as pods do from their ConfigMap.
     image: str | None = Field(default=None, description="container image; default: the operator's")
     image_pull_policy: Literal["Always", "IfNotPresent", "Never"] | None = None
     resources: Resources | None = Field(default=None, description="every role's container resources")
