@@ -164,6 +164,8 @@ def test_environment_is_the_process_contract():
         "SQUALL_ACKER_PEERS": "wc-acker-{i}.wc-acker.prod.svc:7070",
         "SQUALL_GRPC_PORT": "7070",
         "SQUALL_METRICS_PORT": "9090",
+        # user code may fork (PySpark's JVM) while gRPC streams: gRPC's fork handlers crashed the children
+        "GRPC_ENABLE_FORK_SUPPORT": "false",
     }
     # an acker runs no user code: numpy's OpenBLAS keeps to one thread there, not one per core of the node
     assert env(objs["StatefulSet", "wc-acker"]) == env(objs["StatefulSet", "wc-worker"]) | {"OPENBLAS_NUM_THREADS": "1"}

@@ -36,11 +36,17 @@ SPARK_CONF = "SQUALL_SPARK_CONF"  # JSON of spark.* properties for a worker that
 
 
 def role_env(role: str) -> dict[str, str]:
-    """What a process of ``role`` always runs with, besides the ``SQUALL_*`` variables. An acker runs no
-    user code, and numpy only stores its table: OpenBLAS, loaded with numpy, would start a thread per
-    core the process sees, a node's cores in a container. (Workers do not import numpy themselves, and
-    leave it to user code that does.)"""
-    return {"OPENBLAS_NUM_THREADS": "1"} if role == ACKER else {}
+    """What a process of ``role`` always runs with, besides the ``SQUALL_*`` variables.
+
+    gRPC's fork support off: with it, a fork while gRPC's threads were busy (user code starting a
+    subprocess with a ``preexec_fn``, as PySpark starts its JVM) ran gRPC's fork handlers and crashed
+    the child, often within a few forks (``tests/procs/test_subprocesses.py``); no process forks to use
+    gRPC in the child. gRPC reads the variable when it is first imported, so it must be in the
+    process's environment from the start. An acker runs no user code, and numpy only stores its
+    table: OpenBLAS, loaded with numpy, would start a thread per core the process sees, a node's cores
+    in a container. (Workers do not import numpy themselves, and leave it to user code that does.)"""
+    env = {"GRPC_ENABLE_FORK_SUPPORT": "false"}
+    return env | {"OPENBLAS_NUM_THREADS": "1"} if role == ACKER else env
 
 
 def index_var(role: str) -> str:
