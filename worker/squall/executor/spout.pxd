@@ -16,6 +16,7 @@ cdef class SpoutTask:
     cdef public long long pending, idle
     cdef public double wake
     cdef public list untracked_acks
+    cdef public bint opened
 
 
 cdef class PendingTree:
@@ -36,7 +37,7 @@ cdef class SpoutExecutor(Executor):
                    limit=cython.longlong, limited=cython.bint)
     cpdef bint run_once(self, double now) except -1
 
-    cdef _call(self, SpoutTask task, object fn, object arg=*)
+    cdef bint _call(self, SpoutTask task, object fn, object arg=*) except -1
 
     @cython.locals(task=SpoutTask, latency=cython.double, buckets=Histogram, recorded=HdrHistogram)
     cpdef _settle(self, PendingTree tree, bint acked, bint timed_out=*)

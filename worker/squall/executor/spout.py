@@ -42,7 +42,7 @@ class WaitStrategy:
 class SpoutTask:
     """One spout task of an executor: its instance, counters, collector and trees in flight."""
 
-    __slots__ = ("task_id", "spout", "stats", "collector", "pending", "idle", "wake", "untracked_acks")
+    __slots__ = ("task_id", "spout", "stats", "collector", "pending", "idle", "wake", "untracked_acks", "opened")
 
     def __init__(self, task_id: int, spout: Spout, stats: TaskStats) -> None:
         self.task_id = task_id
@@ -53,6 +53,7 @@ class SpoutTask:
         self.idle = 0  # next_tuple calls in a row that emitted nothing
         self.wake = 0.0  # when next_tuple may be called again (the wait strategy)
         self.untracked_acks: list[tuple[Any, str]] = []
+        self.opened = False  # its open() returned: only then is it polled, activated and closed
 
 
 class PendingTree:
@@ -94,15 +95,23 @@ class SpoutExecutor(Executor):
 
     def start(self) -> None:
         for task, open_ in self.opened:  # a spout whose open raises is reported; the others go on
-            self._call(task, open_)
+            task.opened = self._call(task, open_)
+            if not task.opened:
+                # Never polled: its state is half-built, and each next_tuple would only report what
+                # that breaks, thousands of times a second, burying the one error that says why.
+                task.wake = float("inf")
+                log.error("%s task %d: open() raised; the task emits nothing until its process restarts",
+                          self.component, task.task_id)
 
     def stop(self) -> None:
         for task in self.tasks.values():
-            self._call(task, task.spout.close)
+            if task.opened:  # close is for what open built
+                self._call(task, task.spout.close)
 
-    def _call(self, task: SpoutTask, fn: Callable[..., None], arg: Any = _NO_ARG) -> None:
-        """Run user code, ``fn()`` or ``fn(arg)``; an exception is reported instead of killing the executor.
-        (One optional argument, not ``*args``: compiled, this is then a C call, about three times a tree.)"""
+    def _call(self, task: SpoutTask, fn: Callable[..., None], arg: Any = _NO_ARG) -> bool:
+        """Run user code, ``fn()`` or ``fn(arg)``; an exception is reported instead of killing the executor,
+        and False returned. (One optional argument, not ``*args``: compiled, this is then a C call, about
+        three times a tree.)"""
         try:
             if arg is _NO_ARG:
                 fn()
@@ -110,13 +119,16 @@ class SpoutExecutor(Executor):
                 fn(arg)
         except Exception as exc:  # noqa: BLE001 - user code may raise anything
             self.report(exc, task.task_id)
+            return False
+        return True
 
     def set_active(self, active: bool) -> None:
         if active == self.active:
             return
         self.active = active
         for task in self.tasks.values():
-            self._call(task, task.spout.activate if active else task.spout.deactivate)
+            if task.opened:
+                self._call(task, task.spout.activate if active else task.spout.deactivate)
 
     def _settle(self, tree: PendingTree, acked: bool, timed_out: bool = False) -> None:
         task = tree.task
