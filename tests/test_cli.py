@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -81,3 +82,36 @@ def test_run_in_process_acks_the_requested_trees():
     # Percentiles from every recorded complete latency (a HDR histogram), not 0 for want of samples.
     p50 = re.search(r"p50 ([\d.]+) ms, p99 [\d.]+ ms, p99\.9 [\d.]+ ms", proc.stdout)
     assert p50 and float(p50.group(1)) > 0, proc.stdout
+
+
+BROKEN_OPEN = """\
+from squall import Spout
+
+
+class Source(Spout):
+    outputs = ["line"]
+
+    def open(self, conf, context, collector):
+        raise FileNotFoundError("no input at /nowhere/records.db; produce it first")
+
+    def next_tuple(self):
+        pass
+"""
+
+
+def test_run_prints_a_components_first_error_on_the_terminal_once(tmp_path):
+    """With worker processes, whose logs are files, the terminal says what broke and where the rest is:
+    once per component, however many tasks and processes report it."""
+    (tmp_path / "broken_open.py").write_text(BROKEN_OPEN)
+    spec = tmp_path / "broken.yaml"
+    spec.write_text("name: broken\nworkers: 2\nspouts:\n"
+                    "  - {name: source, className: broken_open:Source, parallelism: 2}\n")
+    run_dir = tmp_path / "run"
+    proc = subprocess.run([sys.executable, "-m", "squall", "run", str(spec), "--duration", "3", "--insecure",
+                           "--run-dir", str(run_dir)], cwd=REPO, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(REPO)])})
+    assert proc.returncode == 0, proc.stderr
+    told = [line for line in proc.stderr.splitlines() if line.startswith("source reported an error")]
+    assert len(told) == 1, proc.stderr
+    assert re.fullmatch(r"source reported an error \(worker-[01]\): FileNotFoundError: no input at "
+                        r"/nowhere/records\.db; produce it first; more in " + re.escape(f"{run_dir}/"), told[0])

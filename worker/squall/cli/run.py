@@ -46,6 +46,7 @@ class Progress:
         self.start = self.last_t = time.monotonic()
         self.last_acked = 0.0
         self.stopped: float | None = None  # when stopping began: draining is not counted in the rate
+        self.told: set[str] = set()  # components whose first error was printed
 
     def acked(self, t: Totals) -> float:
         return sum(t.acked[s] for s in self.spouts)
@@ -77,6 +78,19 @@ class Progress:
                 f"({acked / elapsed:,.0f}/s); complete latency p50 {t.recorded.quantile(0.5) * 1000:.1f} ms, "
                 f"p99 {t.recorded.quantile(0.99) * 1000:.1f} ms, p99.9 {t.recorded.quantile(0.999) * 1000:.1f} ms "
                 f"(every sample, within 0.8 %)")
+
+    def first_errors(self, t: Totals, recent: Callable[[str], list[tuple[str, str]]], where: str) -> None:
+        """Print the first error of each component that reported one since the last call: the terminal
+        says what broke at once, the processes' logs (``where``) have the traceback and the rest. (An
+        in-process run logs to the terminal itself.)"""
+        for comp in self.spec.components():
+            if t.errors[comp.name] and comp.name not in self.told:
+                errors = recent(comp.name)
+                if errors:
+                    self.told.add(comp.name)
+                    process, error = errors[0]
+                    text = f"{comp.name} reported an error ({process}): {error}; more in {where}"
+                    print(f"\n{text}" if self.tty else text, file=sys.stderr, flush=True)
 
     def should_stop(self, t: Totals, args: argparse.Namespace) -> bool:
         if args.trees is not None and self.acked(t) >= args.trees:
@@ -157,6 +171,7 @@ def _processes(spec: TopologySpec, args: argparse.Namespace, progress: Progress,
             for event in sup.check():
                 print(f"\n{event}" if progress.tty else event, file=sys.stderr)
             totals = sup.scrape()
+            progress.first_errors(totals, sup.recent_errors, f"{sup.run_dir}/")
             progress.line(totals)
             if progress.should_stop(totals, args):
                 break

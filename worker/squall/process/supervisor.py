@@ -309,6 +309,17 @@ class Supervisor:
             total.add(child.last)
         return total
 
+    def recent_errors(self, component: str) -> list[tuple[str, str]]:
+        """``(process, error)`` for the errors ``component`` reported lately, from each process's ``/errors``."""
+        found = []
+        for child in self.children:
+            try:
+                errors = json.loads(fetch(f"http://127.0.0.1:{child.metrics_port}/errors"))
+            except (OSError, ValueError):  # starting, restarting or gone: its log has them
+                continue
+            found += [(child.name, e["error"]) for e in errors if e["component"] == component]
+        return found
+
     def _final_path(self, child: Child) -> Path:
         return self.run_dir / f"{child.name}.metrics"
 
