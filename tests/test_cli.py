@@ -115,3 +115,21 @@ def test_run_prints_a_components_first_error_on_the_terminal_once(tmp_path):
     assert len(told) == 1, proc.stderr
     assert re.fullmatch(r"source reported an error \(worker-[01]\): FileNotFoundError: no input at "
                         r"/nowhere/records\.db; produce it first; more in " + re.escape(f"{run_dir}/"), told[0])
+
+
+@pytest.mark.parametrize("args,message", [
+    (["run", str(GOOD), "--duration", "0"], "argument --duration: must be above 0, not 0"),
+    (["run", str(GOOD), "--trees", "-5"], "argument --trees: must be above 0, not -5"),
+    (["run", str(GOOD), "--trees", "many"], "argument --trees: 'many' is not a number"),
+    (["--log-level", "VERBOSE", "validate", str(GOOD)], "argument --log-level: invalid choice: 'VERBOSE'"),
+])
+def test_bad_options_are_refused_before_anything_starts_naming_the_option(capsys, args, message):
+    with pytest.raises(SystemExit) as exited:
+        main(args)
+    assert exited.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_the_log_level_may_also_follow_the_command(capsys):
+    assert main(["validate", str(GOOD), "--log-level", "debug"]) == 0
+    assert "is valid" in capsys.readouterr().out

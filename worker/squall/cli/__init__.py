@@ -14,14 +14,21 @@ from squall.errors import SquallError
 MODULES = ["run", "top", "process", "validate", "log", "k8s", "executor"]
 
 
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+
+
 def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(prog="squall", description="Storm's guaranteed-processing stream engine, "
                                   "in Python, for Kubernetes.")
-    top.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR (default INFO)")
+    top.add_argument("--log-level", default="INFO", type=str.upper, choices=LOG_LEVELS,
+                     help="DEBUG, INFO, WARNING or ERROR (default INFO)")
     top.add_argument("--version", action="version", version=f"squall {version()}")
     subparsers = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in MODULES:
         importlib.import_module(f"squall.cli.{name}").register(subparsers)
+    for sub in subparsers.choices.values():  # also after the command: `squall run FILE --log-level DEBUG`
+        sub.add_argument("--log-level", default=argparse.SUPPRESS, type=str.upper, choices=LOG_LEVELS,
+                         help="as before the command")
     return top
 
 
@@ -38,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     if "" not in sys.path and "." not in sys.path:
         sys.path.insert(0, "")
     args = parser().parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         return int(args.func(args) or 0)
     except SquallError as exc:

@@ -23,8 +23,8 @@ from squall.topology.spec import TopologySpec
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("run", help="run a topology locally until --duration, --trees or Ctrl-C")
     p.add_argument("topology", help="path to the topology YAML")
-    p.add_argument("--duration", type=float, metavar="SECONDS", help="stop after this many seconds")
-    p.add_argument("--trees", type=int, metavar="N", help="stop after N spout tuple trees were acked")
+    p.add_argument("--duration", type=positive(float), metavar="SECONDS", help="stop after this many seconds")
+    p.add_argument("--trees", type=positive(int), metavar="N", help="stop after N spout tuple trees were acked")
     p.add_argument("--in-process", action="store_true",
                    help="run every executor in this process (LocalCluster) instead of worker/acker processes")
     p.add_argument("--run-dir", default=".squall/run", help="where process logs go (default .squall/run)")
@@ -34,6 +34,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="pin each process, all its threads, to one CPU (worker i and acker i on the i-th, round "
                         "robin): pays when the processes outnumber the CPUs (docs/operations.md)")
     p.set_defaults(func=run)
+
+
+def positive(kind: Callable[[str], float]) -> Callable[[str], float]:
+    """An argparse type: a number of ``kind`` above 0, or a message that says so."""
+    def parse(text: str) -> float:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if not value > 0:
+            raise argparse.ArgumentTypeError(f"must be above 0, not {text}")
+        return value
+    parse.__name__ = kind.__name__  # argparse names the type in its own messages
+    return parse
 
 
 class Progress:
