@@ -269,3 +269,14 @@ def test_an_invalid_topology_cannot_be_run():
     builder.set_bolt("bolt", PassBolt).fields_grouping("spout", ["nope"])
     with pytest.raises(TopologyError, match="'nope'"):
         LocalCluster(builder.build())
+
+
+def test_a_topology_resource_given_where_a_topology_file_goes_is_refused_saying_so(tmp_path):
+    """squall run and render take the topology file; the resource squall submit writes from it is refused with
+    what to pass instead, not with the spec's required keys and the resource's unknown ones."""
+    path = tmp_path / "topology.yaml"
+    path.write_text("apiVersion: squall.dev/v1alpha1\nkind: Topology\nmetadata: {name: wc}\n"
+                    "spec: {spouts: [{name: s, className: 'm:S'}]}\n")
+    with pytest.raises(TopologyError, match=r"is a Kubernetes resource \(squall\.dev/v1alpha1 Topology\), not a "
+                                            r"topology file: pass the topology file it was made from"):
+        load_spec(path)

@@ -348,6 +348,10 @@ def load_spec(path: str | Path) -> TopologySpec:
         raise TopologyError(f"cannot read topology file {path}: {exc.strerror}") from None
     except yaml.YAMLError as exc:
         raise TopologyError(f"{path} is not valid YAML: {exc}") from None
+    if isinstance(data, dict) and {"apiVersion", "kind"} <= data.keys():  # what squall submit writes
+        raise TopologyError(f"{path} is a Kubernetes resource ({data['apiVersion']} {data['kind']}), not a topology "
+                            f"file: pass the topology file it was made from (what its spec holds); squall "
+                            f"validate checks a resource")
     return TopologySpec.from_dict(data, source=str(path))
 
 
