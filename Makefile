@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 
 .PHONY: install prometheus run test lint bench clean e2e image crd proto
 
-install: $(VENV)/.compiled prometheus
+install: $(VENV)/.compiled
 
 $(VENV)/.installed: pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -33,7 +33,7 @@ run: install
 
 # Four pytest processes on a 2-core machine: most of the suite's time is tests waiting on the processes,
 # timeouts and servers they start, not CPU (serially about 8 minutes, this way under 3).
-test: install
+test: install prometheus
 	$(BIN)/ruff check --no-cache worker operator tests examples bench e2e
 	$(BIN)/pytest -n 4 --dist worksteal
 
