@@ -19,13 +19,19 @@ def api_client() -> client.ApiClient:
     try:
         config.load_incluster_config()
     except config.ConfigException:
-        config.load_kube_config()
+        try:
+            config.load_kube_config()
+        except config.ConfigException as exc:
+            raise ConfigError(f"no Kubernetes API to talk to: not in a pod, and no kubeconfig ({exc}); set "
+                              "KUBECONFIG, or run the operator in the cluster (helm install squall "
+                              "charts/squall)") from None
     return client.ApiClient()
 
 
 def main() -> int:
     try:
         settings = Settings.from_env()
+        api = api_client()
     except ConfigError as exc:
         print(f"squall-operator: {exc}", file=sys.stderr)
         return 2
@@ -33,7 +39,7 @@ def main() -> int:
     registry = kopf.OperatorRegistry()
     # kopf logs in as the kubernetes client does: the pod's service account, or the kubeconfig
     kopf.on.login(registry=registry)(kopf.login_via_client)
-    asyncio.run(operate(settings=settings, api=api_client(), registry=registry))
+    asyncio.run(operate(settings=settings, api=api, registry=registry))
     return 0
 
 

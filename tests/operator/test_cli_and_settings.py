@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import logging
+import os
 import pathlib
 import subprocess
 import sys
@@ -195,3 +196,14 @@ def test_version(capsys):
         main(["--version"])
     assert done.value.code == 0
     assert capsys.readouterr().out.strip() == f"squall {importlib.metadata.version('squall')}"
+
+
+def test_the_operator_without_a_cluster_says_what_to_set(tmp_path):
+    """No service account and no kubeconfig: one line that says what to do, not the client's tracebacks."""
+    env = {k: v for k, v in os.environ.items() if k not in ("KUBECONFIG", "KUBERNETES_SERVICE_HOST")}
+    env |= {"HOME": str(tmp_path), "SQUALL_OPERATOR_IMAGE": "squall:test"}
+    done = subprocess.run([sys.executable, "-m", "squall_operator"], env=env, capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith("squall-operator: no Kubernetes API to talk to: not in a pod, and no kubeconfig")
+    assert "set KUBECONFIG" in done.stderr and "Traceback" not in done.stderr
