@@ -45,6 +45,8 @@ def test_one_frame_of_a_running_topology(cluster, tmp_path):
 
 def test_without_a_run_or_an_answer_it_says_what_to_do(tmp_path):
     missing = top("--run-dir", str(tmp_path / "nowhere"), cwd=tmp_path)
-    assert missing.returncode == 2 and "start `squall run` first, or give the /metrics URLs" in missing.stderr
+    assert missing.returncode == 2
+    assert ("start `squall run` first (with worker processes: an --in-process run serves no /metrics), or give "
+            "the /metrics URLs") in missing.stderr
     down = top("http://127.0.0.1:9/metrics", cwd=tmp_path)
     assert down.returncode == 2 and "is the topology running (and port-forwarded)?" in down.stderr

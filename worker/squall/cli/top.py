@@ -139,7 +139,8 @@ def _urls(args: argparse.Namespace) -> list[str]:
     try:
         return list(json.loads(listed.read_text()).values())
     except FileNotFoundError:
-        raise SquallError(f"no {listed}: start `squall run` first, or give the /metrics URLs (e.g. "
+        raise SquallError(f"no {listed}: start `squall run` first (with worker processes: an --in-process run "
+                          "serves no /metrics), or give the /metrics URLs (e.g. "
                           "kubectl port-forward pod/NAME-worker-0 9090:9090, then http://localhost:9090/metrics)"
                           ) from None
 
