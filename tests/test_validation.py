@@ -280,3 +280,29 @@ def test_a_topology_resource_given_where_a_topology_file_goes_is_refused_saying_
     with pytest.raises(TopologyError, match=r"is a Kubernetes resource \(squall\.dev/v1alpha1 Topology\), not a "
                                             r"topology file: pass the topology file it was made from"):
         load_spec(path)
+
+
+def test_a_bolt_subscribed_to_a_component_that_declares_no_outputs_is_refused_naming_the_class():
+    """A spout class that never set ``outputs`` emits on a stream of no fields: every emit would fail at run
+    time. Declaring no fields on purpose (``outputs = []``) stays allowed."""
+
+    class Silent(Spout):
+        def next_tuple(self):
+            self.collector.emit(["x"])
+
+    class Signals(Spout):
+        outputs: list[str] = []
+
+        def next_tuple(self):
+            pass
+
+    for source, refused in ((Silent, True), (Signals, False)):
+        builder = TopologyBuilder("outputs")
+        builder.set_spout("source", source)
+        builder.set_bolt("sink", PassBolt).shuffle_grouping("source")
+        if refused:
+            with pytest.raises(TopologyError, match=r"Silent, the class of 'source', declares no outputs; set "
+                                                    r"outputs = \['field', \.\.\.\] on it"):
+                validate(builder.build())
+        else:
+            validate(builder.build())

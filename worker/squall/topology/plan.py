@@ -103,6 +103,10 @@ class Plan:
         where = f"bolt {bolt!r} inputs[{i}] ({inp.component}/{inp.stream})"
         streams = self.outputs[inp.component]
         declared = streams.get(inp.stream)
+        source = self.classes[inp.component]
+        if source.outputs is Component.outputs:  # inherited, not declared: every emit would fail at run time
+            return (f"{where}: {source.__name__}, the class of {inp.component!r}, declares no outputs; set "
+                    f"outputs = ['field', ...] on it (the fields of what it emits), or a dict of streams")
         if declared is None:
             return (f"{where}: component {inp.component!r} does not declare stream {inp.stream!r} "
                     f"(declared: {', '.join(streams) or 'none'})")
