@@ -102,7 +102,7 @@ def test_a_direct_stream_consumed_with_another_grouping():
 @pytest.mark.parametrize("value", [0, -1])
 def test_parallelism_below_one(value):
     message = error_of(lambda d: d["bolts"][1].update(parallelism=value))
-    assert_mentions(message, "bolts[1].parallelism", "bolt 'count'", "greater than or equal to 1", f"got {value}")
+    assert_mentions(message, "bolts[1].parallelism", "bolt 'count'", "must be at least 1", f"got {value}")
 
 
 def test_parallelism_below_one_from_the_builder():
@@ -110,7 +110,7 @@ def test_parallelism_below_one_from_the_builder():
     builder.set_spout("spout", RecordingSpout, parallelism=0)
     with pytest.raises(TopologyError) as info:
         builder.build()
-    assert_mentions(str(info.value), "spout 'spout'", "parallelism", "greater than or equal to 1")
+    assert_mentions(str(info.value), "spout 'spout'", "parallelism", "must be at least 1")
 
 
 def test_fewer_tasks_than_parallelism():
@@ -173,23 +173,23 @@ def test_unknown_keys(mutate, expected):
 
 
 @pytest.mark.parametrize(("mutate", "expected"), [
-    (lambda d: d["bolts"][1].update(parallelism="two"), ["bolts[1].parallelism", "bolt 'count'", "valid integer",
-                                                         "'two'"]),
-    (lambda d: d.update(messageTimeoutSeconds="soon"), ["messageTimeoutSeconds", "valid integer", "'soon'"]),
-    (lambda d: d["bolts"][1].update(inputs="split"), ["bolts[1].inputs", "bolt 'count'", "valid list"]),
+    (lambda d: d["bolts"][1].update(parallelism="two"),
+     ["bolts[1].parallelism", "bolt 'count'", "must be a whole number", "'two'"]),
+    (lambda d: d.update(messageTimeoutSeconds="soon"), ["messageTimeoutSeconds", "must be a whole number", "'soon'"]),
+    (lambda d: d["bolts"][1].update(inputs="split"), ["bolts[1].inputs", "bolt 'count'", "must be a list"]),
     (lambda d: count_input(d)["grouping"].update(type="hash"), ["grouping.type", "'shuffle'", "'fields'", "'hash'"]),
-    (lambda d: d.update(config=["a"]), ["config", "valid dictionary"]),
-    (lambda d: d.update(spouts={"name": "x"}), ["spouts", "valid list"]),
-    (lambda d: d.update(maxSpoutPending=0), ["maxSpoutPending", "greater than or equal to 1"]),
-    (lambda d: d.update(ackers=-1), ["ackers", "greater than or equal to 0"]),
-    (lambda d: d["bolts"][1].update(tickFrequencySeconds=0), ["tickFrequencySeconds", "greater than 0"]),
-    (lambda d: d.update(localityAware={"higherBound": 1.5}), ["localityAware.higherBound", "less than or equal to 1"]),
+    (lambda d: d.update(config=["a"]), ["config", "must be a mapping of keys"]),
+    (lambda d: d.update(spouts={"name": "x"}), ["spouts", "must be a list"]),
+    (lambda d: d.update(maxSpoutPending=0), ["maxSpoutPending", "must be at least 1"]),
+    (lambda d: d.update(ackers=-1), ["ackers", "must be at least 0"]),
+    (lambda d: d["bolts"][1].update(tickFrequencySeconds=0), ["tickFrequencySeconds", "must be above 0"]),
+    (lambda d: d.update(localityAware={"higherBound": 1.5}), ["localityAware.higherBound", "must be at most 1"]),
     (lambda d: d.update(localityAware={"lowerBound": 0.9}), ["localityAware", "lowerBound (0.9) must be below "
                                                              "higherBound (0.8)"]),
     (lambda d: d.update(messageTimeoutSeconds=5, transfer={"flushIntervalMs": 600}),
      ["transfer.flushIntervalMs (600) must be at most a tenth of messageTimeoutSeconds (5 s)", "lower it"]),
     (lambda d: d.update(transfer={"flushIntervalMs": 1001}),
-     ["transfer.flushIntervalMs", "less than or equal to 1000"]),
+     ["transfer.flushIntervalMs", "must be at most 1000"]),
 ])
 def test_wrong_types_and_bounds(mutate, expected):
     assert_mentions(error_of(mutate), *expected)
@@ -235,7 +235,7 @@ def test_builder_settings_are_validated_like_yaml_fields():
     assert_mentions(str(info.value), "messageTimeout: unknown key", "did you mean 'messageTimeoutSeconds'")
     with pytest.raises(TopologyError) as info:
         builder.build(message_timeout_seconds="soon")
-    assert_mentions(str(info.value), "messageTimeoutSeconds", "valid integer")
+    assert_mentions(str(info.value), "messageTimeoutSeconds", "must be a whole number")
     assert builder.build(message_timeout_seconds=5).message_timeout_seconds == 5
 
 
@@ -306,3 +306,26 @@ def test_a_bolt_subscribed_to_a_component_that_declares_no_outputs_is_refused_na
                 validate(builder.build())
         else:
             validate(builder.build())
+
+
+SPOUT = {"name": "s", "className": "m:S"}
+
+
+@pytest.mark.parametrize("doc,line", [
+    ({"name": "Word_Count", "spouts": [SPOUT]},
+     "name: must be lowercase letters, digits and '-', beginning and ending with a letter or digit (got 'Word_Count')"),
+    ({"name": "wc", "workers": 0, "spouts": [SPOUT]}, "workers: must be at least 1 (got 0)"),
+    ({"name": "wc", "messageTimeoutSeconds": "x", "spouts": [SPOUT]},
+     "messageTimeoutSeconds: must be a whole number (got 'x')"),
+    ({"name": "wc", "spouts": "s"}, "spouts: must be a list (in YAML, a '- ' line per item) (got 's')"),
+    ({"name": "wc", "spouts": []}, "spouts: must have at least 1 item(s)"),
+    ({"name": "wc", "spouts": [SPOUT], "bolts": [{"name": "b", "className": "m:B", "inputs": ["s"]}]},
+     "bolts[0].inputs[0] (bolt 'b'): must be a mapping of keys, e.g. {component: sentences, grouping: {type: shuffle}} "
+     "(got 's')"),
+    ({"name": "wc", "spouts": [{"name": "1s", "className": "m:S"}]},
+     "spouts[0].name (spout '1s'): must begin with a letter, then letters, digits, '_', '.' or '-' (got '1s')"),
+])
+def test_a_bad_value_is_refused_saying_what_it_must_be(doc, line):
+    with pytest.raises(TopologyError) as refused:
+        TopologySpec.from_dict(doc)
+    assert f"  {line}" in str(refused.value).splitlines()

@@ -210,7 +210,7 @@ async def test_an_invalid_spec_fails_and_touches_no_child(api, start_operator):
     before = mark(api)
     await patch_spec(api, "wc", {"workers": 0})
     await eventually("phase Failed", lambda: status(api, "wc").get("phase") == "Failed")
-    assert "workers: Input should be greater than or equal to 1" in condition(api, "wc", "Ready")["message"]
+    assert "workers: must be at least 1" in condition(api, "wc", "Ready")["message"]
     assert status(api, "wc")["readyWorkers"] == 2  # the last known pods, still running the old spec
     assert writes_since(api, before) == []
     assert obj(api, STATEFULSETS, "wc-worker")["spec"]["replicas"] == 2

@@ -306,7 +306,7 @@ def test_the_startup_budget_is_the_startup_probes(budget, failures):
         "StatefulSet", "wc-worker"]
     probe = container(sts)["startupProbe"]
     assert (probe["periodSeconds"], probe["failureThreshold"]) == (2, failures)  # never less than the budget
-    with pytest.raises(TopologyError, match="startupTimeoutSeconds: Input should be greater than or equal to 10"):
+    with pytest.raises(TopologyError, match="startupTimeoutSeconds: must be at least 10"):
         spec({**BASE, "startupTimeoutSeconds": 5})
 
 

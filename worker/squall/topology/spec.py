@@ -403,7 +403,45 @@ def _describe(error: Any, data: dict[str, Any]) -> str:
         return f"  {where}: unknown key; {hint}"
     if error["type"] == "missing":
         return f"  {where}: required, add it"
-    msg = error["msg"].removeprefix("Value error, ")
     got = error.get("input")
     shown = "" if isinstance(got, (dict, list)) else f" (got {got!r})"
-    return f"  {where}: {msg}{shown}"
+    return f"  {where}: {_plain(error)}{shown}"
+
+
+# What a mapping looks like where a model is expected, by model class (the usual slip: a bare string).
+_SHAPES = {
+    "SpoutSpec": "{name: sentences, className: 'module:Class'}",
+    "BoltSpec": "{name: count, className: 'module:Class', inputs: [{component: sentences}]}",
+    "Input": "{component: sentences, grouping: {type: shuffle}}",
+    "Grouping": "{type: fields, fields: [word]}",
+}
+_PATTERNS = {
+    NAME_PATTERN: "must be lowercase letters, digits and '-', beginning and ending with a letter or digit",
+    COMPONENT_PATTERN: "must begin with a letter, then letters, digits, '_', '.' or '-'",
+}
+
+
+def _plain(error: Any) -> str:
+    """The validation library's message for ``error``, said as what the value must be where that is clearer."""
+    kind, ctx = error["type"], error.get("ctx") or {}
+    bounds = {"greater_than_equal": ("at least", "ge"), "greater_than": ("above", "gt"),
+              "less_than_equal": ("at most", "le"), "less_than": ("below", "lt")}
+    if kind in bounds:
+        word, key = bounds[kind]
+        return f"must be {word} {ctx[key]}"
+    if kind == "string_pattern_mismatch" and ctx.get("pattern") in _PATTERNS:
+        return _PATTERNS[ctx["pattern"]]
+    if kind in ("int_parsing", "int_type", "int_from_float"):
+        return "must be a whole number"
+    if kind in ("float_parsing", "float_type"):
+        return "must be a number"
+    if kind in ("bool_parsing", "bool_type"):
+        return "must be true or false"
+    if kind == "list_type":
+        return "must be a list (in YAML, a '- ' line per item)"
+    if kind in ("model_type", "dict_type"):
+        shape = _SHAPES.get(ctx.get("class_name", ""))
+        return f"must be a mapping of keys{f', e.g. {shape}' if shape else ''}"
+    if kind == "too_short":
+        return f"must have at least {ctx['min_length']} item(s)"
+    return error["msg"].removeprefix("Value error, ")
