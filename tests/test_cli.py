@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from squall.cli import main
+from squall.cli import run as run_cli
 
 REPO = Path(__file__).resolve().parents[1]
 GOOD = REPO / "examples" / "wordcount.yaml"
@@ -133,3 +134,13 @@ def test_bad_options_are_refused_before_anything_starts_naming_the_option(capsys
 def test_the_log_level_may_also_follow_the_command(capsys):
     assert main(["validate", str(GOOD), "--log-level", "debug"]) == 0
     assert "is valid" in capsys.readouterr().out
+
+
+def test_a_run_waiting_for_trees_its_spouts_will_not_emit_says_so_once(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(run_cli, "QUIET_HINT", 1.0)
+    spec = tmp_path / "few.yaml"
+    spec.write_text(GOOD.read_text().replace("config: {}", "config: {wordcount.sentences: 50}"))
+    assert main(["run", str(spec), "--in-process", "--trees", "1000", "--duration", "4"]) == 0
+    said = [line for line in capsys.readouterr().err.splitlines() if line.startswith("no spout has emitted")]
+    assert said == ["no spout has emitted for 1 s and no tree is in flight, with 50 of --trees 1,000 acked: the "
+                    "spouts' input may be exhausted; Ctrl-C stops the run"]

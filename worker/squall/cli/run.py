@@ -50,6 +50,9 @@ def positive(kind: Callable[[str], float]) -> Callable[[str], float]:
     return parse
 
 
+QUIET_HINT = 10.0  # s without an emit or a tree in flight before a run waiting for --trees says why
+
+
 class Progress:
     """Prints a progress line per second and the summary table at the end."""
 
@@ -61,6 +64,9 @@ class Progress:
         self.last_acked = 0.0
         self.stopped: float | None = None  # when stopping began: draining is not counted in the rate
         self.told: set[str] = set()  # components whose first error was printed
+        self.emitted = 0.0  # by the spouts, at the last line
+        self.quiet_since: float | None = None  # since when no spout emitted and no tree was in flight
+        self.quiet_said = False  # the hint was printed for this quiet spell
 
     def acked(self, t: Totals) -> float:
         return sum(t.acked[s] for s in self.spouts)
@@ -106,6 +112,22 @@ class Progress:
                     text = f"{comp.name} reported an error ({process}): {error}; more in {where}"
                     print(f"\n{text}" if self.tty else text, file=sys.stderr, flush=True)
 
+    def waiting_for_trees(self, t: Totals, args: argparse.Namespace) -> None:
+        """Say once per quiet spell why a run waiting for ``--trees`` may never end: its spouts stopped emitting."""
+        emitted = sum(t.emitted[s] for s in self.spouts)
+        quiet = args.trees is not None and emitted == self.emitted and not sum(t.pending[s] for s in self.spouts)
+        self.emitted, now = emitted, time.monotonic()
+        if not quiet:
+            self.quiet_since, self.quiet_said = None, False
+            return
+        self.quiet_since = self.quiet_since or now
+        if now - self.quiet_since >= QUIET_HINT and not self.quiet_said:
+            self.quiet_said = True
+            text = (f"no spout has emitted for {QUIET_HINT:.0f} s and no tree is in flight, with "
+                    f"{self.acked(t):,.0f} of --trees {args.trees:,} acked: the spouts' input may be exhausted; "
+                    f"Ctrl-C stops the run")
+            print(f"\n{text}" if self.tty else text, file=sys.stderr, flush=True)
+
     def should_stop(self, t: Totals, args: argparse.Namespace) -> bool:
         if args.trees is not None and self.acked(t) >= args.trees:
             return True
@@ -144,6 +166,7 @@ def _in_process(spec: TopologySpec, args: argparse.Namespace, progress: Progress
         def until(_: LocalCluster) -> bool:
             if time.monotonic() - progress.last_t >= 1.0:
                 t = totals()
+                progress.waiting_for_trees(t, args)
                 progress.line(t)
                 if progress.should_stop(t, args):
                     return True
@@ -186,6 +209,7 @@ def _processes(spec: TopologySpec, args: argparse.Namespace, progress: Progress,
                 print(f"\n{event}" if progress.tty else event, file=sys.stderr)
             totals = sup.scrape()
             progress.first_errors(totals, sup.recent_errors, f"{sup.run_dir}/")
+            progress.waiting_for_trees(totals, args)
             progress.line(totals)
             if progress.should_stop(totals, args):
                 break
