@@ -239,10 +239,10 @@ def running(*, workers: int, ackers: int, rate: float | None = None, pin: bool =
     """``squall run``'s processes running the word count, warmed up; stopped on exit."""
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "bench.yaml"
-        path.write_text(yaml.safe_dump(spec(workers=workers, ackers=ackers, rate=rate, cross=cross, flush_ms=flush_ms)))
-        sup = Supervisor(spec_path=path, spec=TopologySpec.from_dict(spec(workers=workers, ackers=ackers, cross=cross,
-                                                                          flush_ms=flush_ms)),
-                         run_dir=Path(tmp) / "run", insecure=insecure, pin=pin)
+        doc = spec(workers=workers, ackers=ackers, rate=rate, cross=cross, flush_ms=flush_ms)
+        path.write_text(yaml.safe_dump(doc))
+        sup = Supervisor(spec_path=path, spec=TopologySpec.from_dict(doc), run_dir=Path(tmp) / "run",
+                         insecure=insecure, pin=pin)
         sup.start()
         try:
             deadline = time.monotonic() + 60
