@@ -36,7 +36,7 @@ def test_every_tree_is_acked_across_processes(cluster, tmp_path):
     assert "OPENBLAS_NUM_THREADS=1" not in environ(sup.child("worker-0").proc.pid)
     # The spout runs in worker-0, the home of both ackers: worker-1 sent its acker messages with its
     # tuples to worker-0, which forwarded them, and never streamed a frame to an acker itself.
-    scrape = samples(fetch(f"http://127.0.0.1:{sup.child('worker-1').metrics_port}/metrics"))
+    scrape = samples(fetch(sup.child("worker-1").url("/metrics")))
     sent = {(s.labels["peer"], s.labels["lane"]): s.value for s in scrape["squall_transport_batches_sent_total"]}
     assert sent[("worker-0", "data")] > 0
     assert sent[("acker-0", "control")] == sent[("acker-1", "control")] == 0
@@ -107,7 +107,7 @@ def test_a_shuffle_keeps_tuples_in_the_worker_that_emits_them_while_its_tasks_ke
     wait_for(lambda t: t.acked["a-numbers"] >= 3000, timeout=60, sup=sup, what="3000 trees acked")
 
     def doubled(worker: str) -> float:
-        scrape = samples(fetch(f"http://127.0.0.1:{sup.child(worker).metrics_port}/metrics"))
+        scrape = samples(fetch(sup.child(worker).url("/metrics")))
         counts = [s.value for s in scrape["squall_executed_total"] if s.labels["component"] == "b-double"]
         assert counts, f"{worker} runs no b-double task"
         return sum(counts)
@@ -242,7 +242,7 @@ def test_a_peer_without_the_certificate_is_refused_and_a_bad_frame_closes_only_i
         refused = _send_raw(worker.grpc_port, [frame], plan, tls=stranger)
         assert refused.code() == grpc.StatusCode.UNAVAILABLE, refused.details()
     assert 'squall_transport_malformed_frames_total{topology="proc-test"} 0.0' in fetch(
-        f"http://127.0.0.1:{worker.metrics_port}/metrics")
+        worker.url("/metrics"))
     # A peer holding the topology's certificate is checked frame by frame all the same.
     tls = Credentials.load(sup.env[TLS_DIR])
     bad = _send_raw(worker.grpc_port, [frame], plan, tls=tls)
@@ -260,7 +260,7 @@ def test_a_peer_without_the_certificate_is_refused_and_a_bad_frame_closes_only_i
     after = wait_for(lambda t: t.acked["a-numbers"] >= before + 200, timeout=30, sup=sup, what="more acks")
     assert after.failed["a-numbers"] == 0 and after.timed_out["a-numbers"] == 0
     assert worker.proc.poll() is None
-    metrics = fetch(f"http://127.0.0.1:{worker.metrics_port}/metrics")
+    metrics = fetch(worker.url("/metrics"))
     assert 'squall_transport_malformed_frames_total{topology="proc-test"} 1.0' in metrics
     assert "malformed frame" in worker.log_path.read_text()
 
@@ -287,7 +287,7 @@ def test_an_acker_refuses_an_init_for_a_bolt_task_and_keeps_serving(cluster):
     after = wait_for(lambda t: t.acked["a-numbers"] >= before + 200, timeout=30, sup=sup, what="more acks")
     assert after.timed_out["a-numbers"] == 0 and acker.proc.poll() is None and acker.restarts == 0
     assert 'squall_transport_malformed_frames_total{topology="proc-test"} 1.0' in fetch(
-        f"http://127.0.0.1:{acker.metrics_port}/metrics")
+        acker.url("/metrics"))
 
 
 def test_an_acker_that_exits_counts_only_the_trees_it_could_still_decide(cluster):
@@ -468,9 +468,9 @@ def test_reported_errors_are_queryable_on_each_process(cluster):
 
     sup = cluster(count=100, workers=1, ackers=1, sink="ReportingSink")
     wait_for(lambda t: t.acked["a-numbers"] >= 100, timeout=60, sup=sup, what="every tree acked")
-    errors = json.loads(fetch(f"http://127.0.0.1:{sup.child('worker-0').metrics_port}/errors"))
+    errors = json.loads(fetch(sup.child("worker-0").url("/errors")))
     assert [(e["component"], e["error"]) for e in errors] == [("c-sink", "ValueError: five is not allowed here")]
-    assert json.loads(fetch(f"http://127.0.0.1:{sup.child('acker-0').metrics_port}/errors")) == []
+    assert json.loads(fetch(sup.child("acker-0").url("/errors"))) == []
 
 
 def test_ready_means_processing_healthy_means_alive(cluster):

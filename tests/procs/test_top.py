@@ -38,7 +38,7 @@ def test_one_frame_of_a_running_topology(cluster, tmp_path):
     assert sink[9] == "1" and "ValueError: five is not allowed here" in run.stdout  # errors, last error
 
     # a port-forwarded pod: one URL
-    worker = top(f"http://127.0.0.1:{sup.child('worker-0').metrics_port}/metrics", cwd=tmp_path)
+    worker = top(sup.child("worker-0").url("/metrics"), cwd=tmp_path)
     assert worker.returncode == 0, worker.stderr
     assert "processes 1/1" in worker.stdout and "a-numbers" in worker.stdout
 

@@ -148,6 +148,10 @@ class Child:
     def name(self) -> str:
         return contract.process_name(self.role, self.index)
 
+    def url(self, path: str) -> str:
+        """``path`` (``/metrics``, ``/errors``...) on this process's metrics port."""
+        return f"http://127.0.0.1:{self.metrics_port}{path}"
+
 
 class Supervisor:
     """Starts and watches the processes of one topology on this machine."""
@@ -219,7 +223,7 @@ class Supervisor:
     def _list_processes(self) -> None:
         """Where `squall top` finds the processes' metrics."""
         (self.run_dir / PROCESSES_FILE).write_text(json.dumps(
-            {c.name: f"http://127.0.0.1:{c.metrics_port}/metrics" for c in self.children}, indent=1) + "\n")
+            {c.name: c.url("/metrics") for c in self.children}, indent=1) + "\n")
 
     def _launch(self, child: Child) -> None:
         self._final_path(child).unlink(missing_ok=True)
@@ -300,8 +304,8 @@ class Supervisor:
         total = Totals()
         for child in self._started():
             try:
-                last = parse(fetch(f"http://127.0.0.1:{child.metrics_port}/metrics"))
-                last.recorded = parse_latency(fetch(f"http://127.0.0.1:{child.metrics_port}/latency"))
+                last = parse(fetch(child.url("/metrics")))
+                last.recorded = parse_latency(fetch(child.url("/latency")))
                 child.last = last
             except OSError:
                 pass  # starting or restarting: keep its last scrape
@@ -314,7 +318,7 @@ class Supervisor:
         found = []
         for child in self.children:
             try:
-                errors = json.loads(fetch(f"http://127.0.0.1:{child.metrics_port}/errors"))
+                errors = json.loads(fetch(child.url("/errors")))
             except (OSError, ValueError):  # starting, restarting or gone: its log has them
                 continue
             found += [(child.name, e["error"]) for e in errors if e["component"] == component]
@@ -342,7 +346,7 @@ class Supervisor:
         """True when every process answers /healthz."""
         for child in self.children:
             try:
-                fetch(f"http://127.0.0.1:{child.metrics_port}/healthz", timeout=0.5)
+                fetch(child.url("/healthz"), timeout=0.5)
             except OSError:
                 return False
         return True

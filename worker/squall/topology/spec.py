@@ -415,6 +415,9 @@ _SHAPES = {
     "Input": "{component: sentences, grouping: {type: shuffle}}",
     "Grouping": "{type: fields, fields: [word]}",
 }
+# A bound the value broke, by the validation library's error type: how to say it, and its key in ctx.
+_BOUNDS = {"greater_than_equal": ("at least", "ge"), "greater_than": ("above", "gt"),
+           "less_than_equal": ("at most", "le"), "less_than": ("below", "lt")}
 _PATTERNS = {
     NAME_PATTERN: "must be lowercase letters, digits and '-', beginning and ending with a letter or digit",
     COMPONENT_PATTERN: "must begin with a letter, then letters, digits, '_', '.' or '-'",
@@ -424,10 +427,8 @@ _PATTERNS = {
 def _plain(error: Any) -> str:
     """The validation library's message for ``error``, said as what the value must be where that is clearer."""
     kind, ctx = error["type"], error.get("ctx") or {}
-    bounds = {"greater_than_equal": ("at least", "ge"), "greater_than": ("above", "gt"),
-              "less_than_equal": ("at most", "le"), "less_than": ("below", "lt")}
-    if kind in bounds:
-        word, key = bounds[kind]
+    if kind in _BOUNDS:
+        word, key = _BOUNDS[kind]
         return f"must be {word} {ctx[key]}"
     if kind == "string_pattern_mismatch" and ctx.get("pattern") in _PATTERNS:
         return _PATTERNS[ctx["pattern"]]
