@@ -443,6 +443,8 @@ def _plain(error: Any) -> str:
     if kind in ("model_type", "dict_type"):
         shape = _SHAPES.get(ctx.get("class_name", ""))
         return f"must be a mapping of keys{f', e.g. {shape}' if shape else ''}"
+    if kind in ("enum", "literal_error"):
+        return f"must be {ctx['expected']}"
     if kind == "too_short":
         return f"must have at least {ctx['min_length']} item(s)"
     return error["msg"].removeprefix("Value error, ")
