@@ -144,3 +144,39 @@ def test_a_run_waiting_for_trees_its_spouts_will_not_emit_says_so_once(tmp_path,
     said = [line for line in capsys.readouterr().err.splitlines() if line.startswith("no spout has emitted")]
     assert said == ["no spout has emitted for 1 s and no tree is in flight, with 50 of --trees 1,000 acked: the "
                     "spouts' input may be exhausted; Ctrl-C stops the run"]
+
+
+# The pod entrypoint replaced by a stand-in that reports the environment it started with, and what
+# GRPC_ENABLE_FORK_SUPPORT said when gRPC was first imported (gRPC reads it then): the real entrypoint
+# would need a topology and peers, and its environment is what this checks.
+STARTS_WITH = r"""
+import os, sys, types
+
+class AtGrpcImport:
+    seen = "not imported"
+
+    def find_spec(self, name, path=None, target=None):
+        if name == "grpc" and AtGrpcImport.seen == "not imported":
+            AtGrpcImport.seen = os.environ.get("GRPC_ENABLE_FORK_SUPPORT")
+        return None
+
+sys.meta_path.insert(0, AtGrpcImport())
+pod = types.ModuleType("squall.process.pod")
+pod.main = lambda role: print(role, AtGrpcImport.seen, os.environ.get("GRPC_ENABLE_FORK_SUPPORT"),
+                              os.environ.get("OPENBLAS_NUM_THREADS"), "numpy" in sys.modules) or 0
+sys.modules["squall.process.pod"] = pod
+from squall.cli import main
+raise SystemExit(main([sys.argv[1]]))
+"""
+
+
+@pytest.mark.parametrize(("role", "inherited", "started_with"), [
+    ("worker", {}, "worker false false None False"),
+    ("acker", {}, "acker false false 1 False"),
+    ("worker", {"GRPC_ENABLE_FORK_SUPPORT": "true"}, "worker true true None False"),  # said otherwise: kept
+])
+def test_a_process_started_by_hand_runs_with_its_roles_environment_from_the_start(role, inherited, started_with):
+    env = {k: v for k, v in os.environ.items() if k not in ("GRPC_ENABLE_FORK_SUPPORT", "OPENBLAS_NUM_THREADS")}
+    done = subprocess.run([sys.executable, "-c", STARTS_WITH, role], env=env | inherited, cwd=REPO,
+                          capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stdout.strip()) == (0, started_with), done.stderr[-2000:]

@@ -6,9 +6,11 @@ import argparse
 import importlib
 import importlib.metadata
 import logging
+import os
 import sys
 
 from squall.errors import SquallError
+from squall.process.contract import EVERY_PROCESS
 
 # Modules under squall.cli that each register subcommands, in the order --help lists them.
 MODULES = ["run", "top", "process", "validate", "log", "k8s", "executor"]
@@ -41,6 +43,10 @@ def version() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # Before the subcommands import gRPC, which reads it then: `squall run --in-process` runs user code
+    # here, and `squall worker` started by hand is a pod's process (see contract.role_env).
+    for name, value in EVERY_PROCESS.items():
+        os.environ.setdefault(name, value)
     # Components are named 'module:Class'; like `python -m`, resolve modules from the current directory.
     if "" not in sys.path and "." not in sys.path:
         sys.path.insert(0, "")

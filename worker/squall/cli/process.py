@@ -25,6 +25,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _run(role: str) -> int:
+    """A process started by hand gets what ``squall run`` and the operator give theirs (see
+    ``contract.role_env``) where its environment does not say otherwise, before numpy is imported
+    (gRPC's variable, before gRPC, is :func:`squall.cli.main`'s)."""
+    import os
+
+    from squall.process.contract import role_env
+
+    for name, value in role_env(role).items():
+        os.environ.setdefault(name, value)
     from squall.process.pod import main
 
     return main(role)

@@ -35,6 +35,10 @@ POD_NAME = "SQUALL_POD_NAME"  # a Spark driver's own pod, for its executors' own
 SPARK_CONF = "SQUALL_SPARK_CONF"  # JSON of spark.* properties for a worker that is a Spark driver
 
 
+# What every Squall process runs with, the ``squall`` command too: see role_env.
+EVERY_PROCESS = {"GRPC_ENABLE_FORK_SUPPORT": "false"}
+
+
 def role_env(role: str) -> dict[str, str]:
     """What a process of ``role`` always runs with, besides the ``SQUALL_*`` variables.
 
@@ -45,8 +49,7 @@ def role_env(role: str) -> dict[str, str]:
     process's environment from the start. An acker runs no user code, and numpy only stores its
     table: OpenBLAS, loaded with numpy, would start a thread per core the process sees, a node's cores
     in a container. (Workers do not import numpy themselves, and leave it to user code that does.)"""
-    env = {"GRPC_ENABLE_FORK_SUPPORT": "false"}
-    return env | {"OPENBLAS_NUM_THREADS": "1"} if role == ACKER else env
+    return EVERY_PROCESS | {"OPENBLAS_NUM_THREADS": "1"} if role == ACKER else dict(EVERY_PROCESS)
 
 
 def index_var(role: str) -> str:
