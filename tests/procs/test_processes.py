@@ -200,6 +200,53 @@ def test_summary_and_exit_of_squall_run(tmp_path, monkeypatch):
 
 
 
+def test_squall_run_rebalances_when_its_spec_file_changes_and_counts_on_across_the_switch(tmp_path, monkeypatch):
+    """An edit of the file that changes the plan (here workers 1 → 2) is applied as the operator applies a
+    changed Topology: drained, switched in place, the new processes started; the counts go on."""
+    import json
+    import subprocess
+
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(COMPONENTS), os.environ.get("PYTHONPATH", "")]))
+    path, _ = topology(tmp_path, count=10**9, workers=1, max_pending=100)
+    run_dir = tmp_path / "run"
+    run = subprocess.Popen([sys.executable, "-m", "squall", "run", str(path), "--run-dir", str(run_dir),
+                            "--insecure"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    seen: list[str] = []
+
+    def until(pattern: str) -> str:
+        for line in iter(run.stderr.readline, ""):
+            seen.append(line)
+            if re.search(pattern, line):
+                return line
+        raise AssertionError(f"squall run ended before a line matching {pattern!r}:\n{''.join(seen)}")
+
+    try:
+        until(r"^acked +[1-9]")
+        doc = yaml.safe_load(path.read_text())
+        path.write_text(yaml.safe_dump({**doc, "workers": 2}))
+        until(r"changed: rebalancing to 2 worker\(s\) and 2 acker\(s\)")
+        until(r"^rebalanced in")
+        urls = json.loads((run_dir / "processes.json").read_text())
+        assert sorted(urls) == ["acker-0", "acker-1", "worker-0", "worker-1"]
+        executed = 0.0
+        while not executed:  # the new worker's bolt tasks take tuples
+            until(r"^acked ")
+            with contextlib.suppress(OSError):  # starting: not serving yet
+                executed = sum(s.value for s in samples(fetch(urls["worker-1"])).get("squall_executed_total", []))
+        run.send_signal(signal.SIGINT)
+        out, err = run.communicate(timeout=90)
+    finally:
+        if run.poll() is None:
+            run.kill()
+    seen.append(err)
+    assert run.returncode == 0, "".join(seen)
+    acked = [int(m.group(1).replace(",", "")) for m in re.finditer(r"^acked +([\d,]+) ", "".join(seen), re.M)]
+    assert acked == sorted(acked), acked  # what the switched processes counted before is carried, not lost
+    total = int(re.search(r"([\d,]+) trees acked", out).group(1).replace(",", ""))
+    assert total >= acked[-1] > 0
+    assert yaml.safe_load(path.read_text()) == {**doc, "workers": 2}  # the user's file, as the user wrote it
+
+
 def _send(port: int, frames: list[bytes], plan: str, lane: str = "data", *, tls=None):
     """Stream ``frames`` to a process as a peer named "intruder" would, and return its answer (the
     ``TransferSummary``); ``tls``: the credentials it presents."""

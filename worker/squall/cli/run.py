@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from squall.errors import SquallError
 from squall.metrics.scrape import Totals
 from squall.process.supervisor import Supervisor
 from squall.testing import LocalCluster
@@ -50,6 +51,7 @@ def positive(kind: Callable[[str], float]) -> Callable[[str], float]:
     return parse
 
 
+ROOM = 2  # a run may grow to twice its workers (or ackers) by an edit of its file: their ports are held
 QUIET_HINT = 10.0  # s without an emit or a tree in flight before a run waiting for --trees says why
 
 
@@ -67,6 +69,15 @@ class Progress:
         self.emitted = 0.0  # by the spouts, at the last line
         self.quiet_since: float | None = None  # since when no spout emitted and no tree was in flight
         self.quiet_said = False  # the hint was printed for this quiet spell
+
+    def follow(self, spec: TopologySpec) -> None:
+        """Count and list the components of ``spec`` from now on (a rebalance's)."""
+        self.spec = spec
+        self.spouts = [s.name for s in spec.spouts]
+
+    def say(self, text: str) -> None:
+        """A line between progress lines (on a terminal, below the one being redrawn)."""
+        print(f"\n{text}" if self.tty else text, file=sys.stderr, flush=True)
 
     def acked(self, t: Totals) -> float:
         return sum(t.acked[s] for s in self.spouts)
@@ -109,8 +120,7 @@ class Progress:
                 if errors:
                     self.told.add(comp.name)
                     process, error = errors[0]
-                    text = f"{comp.name} reported an error ({process}): {error}; more in {where}"
-                    print(f"\n{text}" if self.tty else text, file=sys.stderr, flush=True)
+                    self.say(f"{comp.name} reported an error ({process}): {error}; more in {where}")
 
     def waiting_for_trees(self, t: Totals, args: argparse.Namespace) -> None:
         """Say once per quiet spell why a run waiting for ``--trees`` may never end: its spouts stopped emitting."""
@@ -123,15 +133,58 @@ class Progress:
         self.quiet_since = self.quiet_since or now
         if now - self.quiet_since >= QUIET_HINT and not self.quiet_said:
             self.quiet_said = True
-            text = (f"no spout has emitted for {QUIET_HINT:.0f} s and no tree is in flight, with "
-                    f"{self.acked(t):,.0f} of --trees {args.trees:,} acked: the spouts' input may be exhausted; "
-                    f"Ctrl-C stops the run")
-            print(f"\n{text}" if self.tty else text, file=sys.stderr, flush=True)
+            self.say(f"no spout has emitted for {QUIET_HINT:.0f} s and no tree is in flight, with "
+                     f"{self.acked(t):,.0f} of --trees {args.trees:,} acked: the spouts' input may be exhausted; "
+                     f"Ctrl-C stops the run")
 
     def should_stop(self, t: Totals, args: argparse.Namespace) -> bool:
         if args.trees is not None and self.acked(t) >= args.trees:
             return True
         return args.duration is not None and time.monotonic() - self.start >= args.duration
+
+
+class SpecFile:
+    """The topology file of a process-mode run, as its user edits it: a change of plan is a rebalance.
+
+    ``suspended`` alone the processes follow themselves (they re-read the file every second); any
+    other change :meth:`follow` applies as the operator applies a changed Topology, with the
+    supervisor's drain-and-switch (Storm's ``rebalance -w``). A file that does not load, or a plan
+    this run has no room for, is reported and the run goes on with the plan it has."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.mtime = self._mtime()
+
+    def _mtime(self) -> float | None:
+        try:
+            return self.path.stat().st_mtime
+        except OSError:
+            return None
+
+    def follow(self, sup: Supervisor, progress: Progress) -> None:
+        mtime = self._mtime()
+        if mtime == self.mtime:
+            return
+        self.mtime = mtime
+        try:
+            spec = load_spec(self.path)
+            validate(spec)
+        except SquallError as exc:
+            progress.say(f"{self.path} changed but is not applied (the run goes on with its plan): {exc}")
+            return
+        if spec.fingerprint() == sup.spec.fingerprint():
+            return  # the same plan: `suspended`, or what only pods have, changed
+        progress.say(f"{self.path} changed: rebalancing to {spec.workers} worker(s) and {spec.num_ackers} "
+                     f"acker(s); spouts deactivate while the trees in flight drain (at most "
+                     f"{sup.spec.message_timeout_seconds} s)...")
+        try:
+            done = sup.rebalance(spec)
+        except SquallError as exc:
+            progress.say(f"not rebalanced, the run goes on with its plan: {exc}")
+            return
+        progress.follow(spec)
+        progress.say(f"rebalanced in {done.seconds:.1f} s" + ("" if done.drained else
+                     f"; {done.left} tree(s) still in flight time out and are replayed"))
 
 
 def _on_stop_signals() -> Callable[[], bool]:
@@ -195,18 +248,23 @@ def _totals(cluster: LocalCluster) -> Totals:
 def _processes(spec: TopologySpec, args: argparse.Namespace, progress: Progress,
                stop_requested: Callable[[], bool]) -> int:
     sup = Supervisor(spec_path=args.topology, spec=spec, run_dir=Path(args.run_dir), insecure=args.insecure,
+                     room=ROOM * max(spec.workers, spec.num_ackers),
                      pin=args.pin)
     security = "plaintext gRPC" if args.insecure else "mutual TLS"
     print(f"running {spec.name!r}: {spec.workers} worker(s) and {spec.num_ackers} acker(s) on 127.0.0.1 "
           f"({security}); "
           f"logs in {sup.run_dir}/; Ctrl-C to stop", file=sys.stderr)
     sup.start()
+    spec_file = SpecFile(args.topology)
     totals = Totals()
     try:
         while not stop_requested():
             time.sleep(1.0)  # the CLI's refresh period; the processes do the work
+            if stop_requested():  # not a restart of processes the signal stopped (a Ctrl-C reaches them too)
+                break
             for event in sup.check():
-                print(f"\n{event}" if progress.tty else event, file=sys.stderr)
+                progress.say(event)
+            spec_file.follow(sup, progress)
             totals = sup.scrape()
             progress.first_errors(totals, sup.recent_errors, f"{sup.run_dir}/")
             progress.waiting_for_trees(totals, args)

@@ -52,6 +52,7 @@ class RuntimeCollector:
         self.transport = transport
         self.role, self.index = role, index
         self.topology = runtime.plan.spec.name
+        self.plan = runtime.plan.spec.fingerprint()
 
     def describe(self) -> list[Metric]:
         return []  # unchecked collector: families are built at scrape time
@@ -62,9 +63,9 @@ class RuntimeCollector:
         yield from self._transport()
         yield from self._offsets()
         yield from self._last_errors()
-        info = GaugeMetricFamily("squall_process_info", "This process's role in the topology",
-                                 labels=["topology", "role", "index"])
-        info.add_metric([self.topology, self.role, str(self.index)], 1)
+        info = GaugeMetricFamily("squall_process_info", "This process's role in the topology, and the plan it runs",
+                                 labels=["topology", "role", "index", "plan"])
+        info.add_metric([self.topology, self.role, str(self.index), self.plan], 1)
         spec = self.runtime.plan.spec
         expected = GaugeMetricFamily("squall_expected_processes", "Worker and acker processes the topology "
                                      "runs (its spec's workers and ackers)", labels=["topology", "role"])

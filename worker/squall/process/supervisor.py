@@ -23,6 +23,7 @@ from squall.metrics.scrape import Totals, fetch, latency_path, parse, parse_late
 from squall.process import contract
 from squall.process.contract import ACKER, WORKER
 from squall.process.control import ControlClient, ProcessState, drained
+from squall.topology import load_spec
 from squall.topology.spec import TopologySpec
 from squall.transport.tls import issue
 
@@ -148,6 +149,13 @@ class Child:
     def name(self) -> str:
         return contract.process_name(self.role, self.index)
 
+    def carry(self) -> None:
+        """Keep what this process counted: it counts from 0 again (restarted, or switched to another plan).
+        Its trees pending then are not: they are decided, or dropped, by then."""
+        self.last.pending.clear()
+        self.carried.add(self.last)
+        self.last = Totals()
+
     def url(self, path: str) -> str:
         """``path`` (``/metrics``, ``/errors``...) on this process's metrics port."""
         return f"http://127.0.0.1:{self.metrics_port}{path}"
@@ -250,9 +258,11 @@ class Supervisor:
                 time.sleep(0.05)  # polling other processes' state: there is no event to wait on
             left = sum(s.pending for s in states)
             drain_seconds = time.monotonic() - began
-            self.spec_path.write_text(yaml.safe_dump(spec.to_dict(), sort_keys=False))
+            if _plan_in(self.spec_path) != spec.fingerprint():  # not the user's own edit, kept as written
+                self.spec_path.write_text(yaml.safe_dump(spec.to_dict(), sort_keys=False))
             self.spec = spec
             kept, self.children = self.children, members
+            self.scrape()  # what each counted up to its switch: it counts from 0 under the new plan
             for child in kept:
                 if child not in self.children:  # removed: it drains (nothing is pending) and exits
                     child.proc.send_signal(signal.SIGTERM)
@@ -291,8 +301,7 @@ class Supervisor:
                     raise SquallError(f"{child.name} exited {child.quick_exits} times right after starting "
                                       f"(last: {_exit(code)}), so it is not restarted again; the end of "
                                       f"{child.log_path}:\n{tail}")
-                child.carried.add(child.last)
-                child.last = Totals()
+                child.carry()
                 child.restarts += 1
                 events.append(f"{child.name} exited with {_exit(code)}; restarting it (restart {child.restarts}); "
                               f"log: {child.log_path}")
@@ -306,6 +315,8 @@ class Supervisor:
             try:
                 last = parse(fetch(child.url("/metrics")))
                 last.recorded = parse_latency(fetch(child.url("/latency")))
+                if child.last.plan not in (None, last.plan):  # switched: its counters start again
+                    child.carry()
                 child.last = last
             except OSError:
                 pass  # starting or restarting: keep its last scrape
@@ -369,6 +380,14 @@ class Supervisor:
         for s in self._held:
             s.close()
         return codes
+
+
+def _plan_in(path: Path) -> str | None:
+    """The plan of the spec file at ``path``, or None when it does not load."""
+    try:
+        return load_spec(path).fingerprint()
+    except SquallError:
+        return None
 
 
 def _switch(client: ControlClient, spec: TopologySpec) -> ProcessState:
