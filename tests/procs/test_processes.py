@@ -610,6 +610,28 @@ def test_a_run_holds_its_processes_ports_from_start_to_stop_so_nobody_else_takes
             plain.bind(("127.0.0.1", port))
 
 
+def test_a_run_directory_serves_one_run_at_a_time(tmp_path, monkeypatch):
+    """A second run in a run's directory would overwrite its certificates (its restarted processes could
+    no longer connect) and its processes file, and write into its logs: it is refused, naming the run
+    that holds the directory, and the directory is free again once that run stops."""
+    import subprocess
+
+    from squall.process.supervisor import Supervisor
+
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(COMPONENTS), os.environ.get("PYTHONPATH", "")]))
+    path, spec = topology(tmp_path, count=10, workers=1)
+    sup = Supervisor(spec_path=path, spec=spec, run_dir=tmp_path / "run")
+    try:
+        second = subprocess.run([sys.executable, "-m", "squall", "run", str(path), "--run-dir", str(tmp_path / "run"),
+                                 "--duration", "1"], capture_output=True, text=True, timeout=60)
+        assert second.returncode == 2
+        assert f"is in use by another squall run (pid {os.getpid()})" in second.stderr
+        assert "another --run-dir" in second.stderr
+    finally:
+        sup.stop()
+    Supervisor(spec_path=path, spec=spec, run_dir=tmp_path / "run").stop()
+
+
 def test_a_run_gives_its_processes_ports_the_kernel_never_hands_out_by_itself():
     """A killed process is restarted on its ports. Drawn from the kernel's ephemeral range, one of them
     could meanwhile become the local end of any connection on the machine, and the process failed to

@@ -4,6 +4,7 @@ same entrypoints and environment contract as pods, restarted when they die, as K
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import logging
 import os
@@ -15,6 +16,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
 import yaml
 
@@ -31,6 +33,7 @@ log = logging.getLogger("squall.supervisor")
 
 #: ``{process name: /metrics URL}`` in the run directory, for ``squall top``.
 PROCESSES_FILE = "processes.json"
+LOCK_FILE = "lock"  # held by the run using the directory, naming its pid
 QUICK_EXIT = 5.0  # seconds: an exit sooner than this after start counts towards a crash loop
 CRASH_LOOP = 3
 # How long a rebalance sends a switch again that a process did not answer: one that could not reach its
@@ -176,6 +179,7 @@ class Supervisor:
         self.spec = spec
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
+        self._lock = _lock(self.run_dir)
         counts = {WORKER: max(room, spec.workers), ACKER: max(room, spec.num_ackers)}
         roles = [(role, i) for role in contract.ROLES for i in range(counts[role])]
         self._held = reserve_ports(2 * len(roles))  # until stop: see reserve_ports
@@ -379,7 +383,26 @@ class Supervisor:
                 codes[child.name] = child.proc.wait()
         for s in self._held:
             s.close()
+        self._lock.close()
         return codes
+
+
+def _lock(run_dir: Path) -> IO[str]:
+    """Hold ``run_dir`` for this run (until :meth:`Supervisor.stop`, or this process's end, whatever ends
+    it): two runs in one directory would share logs, certificates and the processes file."""
+    lock = open(run_dir / LOCK_FILE, "a+")  # noqa: SIM115 - held open for the run
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        lock.seek(0)
+        holder = lock.read().strip() or "unknown"
+        lock.close()
+        raise SquallError(f"{run_dir} is in use by another squall run (pid {holder}): stop that run, or give "
+                          "this one another --run-dir") from None
+    lock.truncate(0)
+    lock.write(f"{os.getpid()}\n")
+    lock.flush()
+    return lock
 
 
 def _plan_in(path: Path) -> str | None:
