@@ -54,6 +54,21 @@ def test_every_tree_is_acked_across_processes(cluster, tmp_path):
     assert 0 < final.recorded.quantile(0.5) <= final.recorded.quantile(0.99) < 30
 
 
+def test_without_ackers_workers_run_and_every_emit_is_acked_at_once(cluster, tmp_path):
+    """``ackers: 0``: no acker process, nothing tracked; a spout's ack(msg_id) right after the emit, and the
+    tuples still cross the workers (a worker crashed at start on the ackers' shares of the spout tasks)."""
+    sup = cluster(count=3000, workers=2, ackers=0)
+    assert [c.name for c in sup.children] == ["worker-0", "worker-1"]
+    wait_for(lambda t: t.executed["c-sink"] >= 3000, timeout=60, sup=sup, what="3000 tuples at the sink")
+    assert sup.stop() == {"worker-0": 0, "worker-1": 0}
+    report = spout_report(tmp_path)
+    assert report["acked"] == list(range(3000))
+    assert report["failed"] == 0
+    final = sup.final_totals()
+    assert final.executed["c-sink"] == 3000
+    assert final.executed["b-double"] == 3000 and final.timed_out["a-numbers"] == 0
+
+
 def test_pinned_processes_run_every_thread_on_their_own_cpu(cluster):
     """``squall run --pin``: worker i and acker i on the i-th CPU, round robin, and so is every thread they
     started (gRPC's, the links', the receivers'), all of which start after the pin."""

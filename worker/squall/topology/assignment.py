@@ -96,8 +96,10 @@ def acker_shares(ackers: int, spout_tasks: tuple[int, ...]) -> dict[int, tuple[i
     """Spout task → the ackers (indices ``root % ackers``) it draws its trees' roots for, so that an
     acker's verdicts go to the workers of its spout tasks only. With at least as many spout tasks as
     ackers, spout task i (in id order) has acker i mod n; with fewer, every acker j with j mod (spout
-    tasks) = i. Either way every acker has a spout task."""
+    tasks) = i. Either way every acker has a spout task. With no ackers (``ackers: 0``), none."""
     s = len(spout_tasks)
+    if not ackers:
+        return dict.fromkeys(spout_tasks, ())
     return {task: (i % ackers,) if s >= ackers else tuple(j for j in range(ackers) if j % s == i)
             for i, task in enumerate(spout_tasks)}
 
