@@ -278,6 +278,58 @@ def test_custom_grouping_may_choose_several_tasks_or_none():
     assert len(got) == 100
 
 
+class Chooses:
+    """A custom grouping that returns ``Chooses.choice(context, target_tasks)``, whatever that is."""
+
+    choice = staticmethod(lambda context, targets: targets)
+
+    def prepare(self, context, stream, target_tasks):
+        self.context, self.targets = context, list(target_tasks)
+
+    def choose_tasks(self, task_id, values):
+        return Chooses.choice(self.context, self.targets)
+
+
+class RefusedSpout(KeySpout):
+    """KeySpout that keeps the messages of the emits refused."""
+
+    def open(self, conf, context, collector):
+        super().open(conf, context, collector)
+        self.refused: list[str] = []
+
+    def next_tuple(self):
+        if self.n < self.conf["count"]:
+            self.n += 1
+            try:
+                self.collector.emit(["k", self.n], msg_id=self.n)
+            except EmitError as exc:
+                self.refused.append(str(exc))
+
+
+@pytest.mark.parametrize("choice", [
+    lambda context, targets: [context.task_id],  # the emitting spout's own task
+    lambda context, targets: context.get_component_tasks("other"),  # a bolt that does not subscribe
+    lambda context, targets: [999],  # no task at all
+    lambda context, targets: [str(targets[0])],  # an id, as a string
+    lambda context, targets: targets[0],  # one id, not a list
+    lambda context, targets: None,
+], ids=["own task", "not subscribed", "no such task", "string", "bare int", "None"])
+def test_a_custom_grouping_that_chooses_a_task_it_was_not_given_is_refused_at_the_emit(monkeypatch, choice):
+    monkeypatch.setattr(Chooses, "choice", staticmethod(choice))
+    builder = TopologyBuilder("groupings")
+    builder.set_spout("spout", RefusedSpout, config={"count": 5, "keys": ["k"]})
+    builder.set_bolt("bolt", Recorder, parallelism=2).custom_grouping("spout", Chooses)
+    builder.set_bolt("other", Recorder).shuffle_grouping("bolt")
+    with LocalCluster(builder.build()) as cluster:
+        run_until_quiet(cluster, lambda: one(cluster, "spout").n == 5)
+        assert received(cluster, "bolt") == received(cluster, "other") == []
+        spout = one(cluster, "spout")
+        assert len(spout.refused) == 5
+        assert spout.refused[0].startswith(f"custom grouping {Chooses.__module__}:Chooses chose ")
+        assert "choose_tasks must return a list of ids of the tasks it was given in prepare" in spout.refused[0]
+        assert cluster.pending() == 0  # nothing was sent, no tree begun
+
+
 class DirectSpout(Spout):
     """Emits ``[n, target]`` on the direct stream "to", to each task of "target" in turn."""
 

@@ -56,3 +56,6 @@ cdef class Fixed(Grouper):
 cdef class Custom(Grouper):
     cdef readonly object impl
     cdef long long task_id
+    cdef frozenset targets
+    cdef str name
+    cdef tuple stream

@@ -14,6 +14,7 @@ from typing import Any, Protocol
 
 import msgpack
 
+from squall.errors import EmitError
 from squall.topology.plan import Subscriber, import_class
 from squall.topology.spec import GroupingType
 from squall.tuples import Fields
@@ -221,14 +222,38 @@ class Fixed(Grouper):
 
 
 class Custom(Grouper):
-    __slots__ = ("impl", "task_id")
+    """A user's grouping, held to what Storm's contract says: the tasks it chooses are among those it
+    was given. Any other (a task that does not subscribe, the emitter's own) is refused at the emit, as
+    ``emit_direct`` to such a task is, instead of reaching a task that cannot take the tuple."""
 
-    def __init__(self, impl: CustomStreamGrouping, task_id: int) -> None:
+    __slots__ = ("impl", "task_id", "targets", "name", "stream")
+
+    def __init__(self, impl: CustomStreamGrouping, task_id: int, targets: Sequence[int], name: str,
+                 stream: tuple[str, str]) -> None:
         self.impl = impl
         self.task_id = task_id
+        self.targets = frozenset(targets)
+        self.name = name
+        self.stream = stream
 
     def choose(self, values: list[Any]) -> list[int]:
-        return list(self.impl.choose_tasks(self.task_id, values))
+        chosen = self.impl.choose_tasks(self.task_id, values)
+        try:
+            tasks = list(chosen)
+            if self.targets.issuperset(tasks) and _ints(tasks):
+                return tasks
+        except TypeError:  # not iterable, or an unhashable task
+            pass
+        raise EmitError(f"custom grouping {self.name} chose {chosen!r} for stream {'/'.join(self.stream)}: "
+                        f"choose_tasks must return a list of ids of the tasks it was given in prepare "
+                        f"({sorted(self.targets)})")
+
+
+def _ints(items: list[Any]) -> bool:
+    for item in items:
+        if type(item) is not int:
+            return False
+    return True
 
 
 def make_grouper(sub: Subscriber, *, source: tuple[str, str], fields: Fields, task_id: int,
@@ -256,7 +281,7 @@ def make_grouper(sub: Subscriber, *, source: tuple[str, str], fields: Fields, ta
         impl = import_class(grouping.custom_class or "", what=f"bolt {sub.component!r} customClass")()
         if hasattr(impl, "prepare"):
             impl.prepare(context, source, list(sub.tasks))
-        return Custom(impl, task_id)
+        return Custom(impl, task_id, sub.tasks, grouping.custom_class or "", source)
     if kind == GroupingType.SHUFFLE.value and locality is not None:
         local = [t for t in sub.tasks if t in local_tasks]
         if local and len(local) < len(sub.tasks):
