@@ -7,7 +7,7 @@ from __future__ import annotations
 from engine_kit import RecordingSpout, one
 from squall import BasicBolt, Bolt, TopologyBuilder
 from squall.executor.bolt import BUDGET, SLICE
-from squall.executor.spout import BURST
+from squall.executor.spout import BURST, BURST_SECONDS
 from squall.testing import LocalCluster
 
 FAN_OUT = 8
@@ -79,11 +79,28 @@ def test_a_bolt_drains_in_one_round_what_an_upstream_burst_queued():
 
 
 def test_a_round_that_lasted_its_slice_takes_no_further_chunk():
-    with LocalCluster(fan_topology(), clock=Clock(SLICE)) as cluster:  # each reading a slice later
-        before = fanned(cluster)
-        assert before in (0, BUDGET)  # the sink ran before the fan in that round, or after it
+    clock = Clock(0.0)
+    with LocalCluster(fan_topology(), clock=clock) as cluster:
+        sink = one(cluster, "sink")
+        sink.collector.paused = True  # the burst's tuples wait in its inbox
+        fanned(cluster)
+        sink.collector.paused = False
+        clock.step = SLICE  # each reading a slice later from now on
         cluster.runtime.step()
-        assert one(cluster, "sink").executed == before + BUDGET  # the rest waits for later rounds
+        assert sink.executed == BUDGET  # the rest waits for later rounds
+
+
+def test_a_spout_whose_next_tuple_took_its_turn_is_called_no_more_that_round():
+    """A slow (or blocking) source must not hold verdicts, bolts and timeouts back for a burst of its
+    calls: one that blocked for 5 s a call held its worker for BURST × 5 s."""
+    with LocalCluster(fan_topology(), clock=Clock(BURST_SECONDS * 1.5)) as cluster:  # each reading past a turn
+        cluster.runtime.step()
+        assert cluster.counts("spout").emitted == 1
+        cluster.runtime.step()
+        assert cluster.counts("spout").emitted == 2
+    with LocalCluster(fan_topology(), clock=Clock(0.0)) as cluster:  # a fast one: its whole burst
+        cluster.runtime.step()
+        assert cluster.counts("spout").emitted == BURST
 
 
 def test_a_bolt_that_pauses_takes_no_further_tuple_in_the_same_round():

@@ -33,7 +33,7 @@ cdef class SpoutExecutor(Executor):
     cdef public bint active
     cdef public list opened
 
-    @cython.locals(task=SpoutTask, tree=PendingTree, before=cython.longlong, progress=cython.bint,
+    @cython.locals(task=SpoutTask, tree=PendingTree, before=cython.longlong, progress=cython.bint, began=cython.double,
                    limit=cython.longlong, limited=cython.bint)
     cpdef bint run_once(self, double now) except -1
 

@@ -19,7 +19,12 @@ from squall.topology.spec import SpoutWait
 log = logging.getLogger("squall.spout")
 
 SPOUT_BUCKETS = 2  # a tree times out after (T, 2T], as in Storm
-BURST = 32  # next_tuple calls per task per scheduler round, while it keeps emitting
+BURST = 32  # next_tuple calls per task per scheduler round, while it keeps emitting and within BURST_SECONDS
+# A spout's turn ends after the call that took it past this: a slow or blocking next_tuple then gets one
+# call a round, and verdicts, bolts and timeouts their turns in between (a source that blocked 5 s a
+# call held its worker for BURST × 5 s). Far above a healthy burst (32 calls took 0.1 ms), so that one
+# is never cut, not even by a GIL switch to another thread in the middle of it.
+BURST_SECONDS = 0.01
 _NO_ARG = object()
 
 
@@ -168,6 +173,8 @@ class SpoutExecutor(Executor):
         if not self.active:
             return progress
         limited, limit = self.max_pending is not None, self.max_pending or 0
+        clock = self.clock
+        began = clock()  # its own turn's start: bolts that ran first this round do not shorten it
         for task in self.tasks.values():
             if task.wake > now:
                 continue
@@ -186,6 +193,8 @@ class SpoutExecutor(Executor):
                 progress = True
                 if self.overflow:
                     return progress
+                if clock() - began >= BURST_SECONDS:  # a slow next_tuple: the others' turns come first
+                    break
         return progress
 
     def _ack_untracked(self, task: SpoutTask) -> None:
