@@ -110,3 +110,12 @@ class SlowSink(Bolt):
     def execute(self, tup):
         time.sleep(self.delay)
         self.collector.ack(tup)
+
+
+class Holder(Bolt):
+    """Never acks nor fails: its trees stay in flight until they time out."""
+
+    outputs = []
+
+    def execute(self, tup):
+        pass

@@ -262,6 +262,79 @@ def test_squall_run_rebalances_when_its_spec_file_changes_and_counts_on_across_t
     assert yaml.safe_load(path.read_text()) == {**doc, "workers": 2}  # the user's file, as the user wrote it
 
 
+def _squall_run(tmp_path, monkeypatch, **kwargs):
+    """``squall run`` of the test topology in a session of its own, as a terminal's foreground job is."""
+    import subprocess
+
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(COMPONENTS), os.environ.get("PYTHONPATH", "")]))
+    path, _ = topology(tmp_path, **kwargs)
+    return subprocess.Popen([sys.executable, "-m", "squall", "run", str(path), "--run-dir", str(tmp_path / "run"),
+                             "--insecure"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+
+
+def _line(run, pattern: str) -> str:
+    for line in iter(run.stderr.readline, ""):
+        if re.search(pattern, line):
+            return line
+    raise AssertionError(f"squall run ended before a line matching {pattern!r}")
+
+
+def test_a_ctrl_c_while_the_processes_start_stops_them_cleanly_without_restarting_them(tmp_path, monkeypatch):
+    """The terminal's SIGINT goes to its foreground process group. The processes have a group of their
+    own, so it reaches the run alone, which stops them in order: none is restarted, none is reported as
+    not exiting cleanly (before, they got the SIGINT mid-start, the run restarted them, and exited 1)."""
+    run = _squall_run(tmp_path, monkeypatch, count=-1, workers=2)
+    try:
+        _line(run, r"^running 'proc-test'")
+        os.killpg(run.pid, signal.SIGINT)
+        out, err = run.communicate(timeout=90)
+    finally:
+        if run.poll() is None:
+            run.kill()
+    assert run.returncode == 0, err
+    assert "restarting" not in err and "did not exit cleanly" not in err
+    assert "trees acked" in out
+
+
+def test_a_second_ctrl_c_stops_a_draining_run_at_once_and_the_summary_names_the_trees_left(tmp_path, monkeypatch):
+    run = _squall_run(tmp_path, monkeypatch, count=5, workers=1, sink="Holder", timeout=60)
+    try:
+        _line(run, r"^acked +0 .* pending +5 ")  # every tree in flight, held by the bolt
+        os.killpg(run.pid, signal.SIGINT)
+        _line(run, r"^stopping: .*Ctrl-C again stops at once")
+        os.killpg(run.pid, signal.SIGINT)  # not the 60 s drain: at once
+        out, err = run.communicate(timeout=30)
+    finally:
+        if run.poll() is None:
+            run.kill()
+    assert run.returncode == 1  # its processes were killed, not stopped
+    assert "did not exit cleanly: {'worker-0': -9, 'acker-0': -9}" in err
+    assert "5 tree(s) were still in flight when the run stopped: their spouts saw neither ack nor fail" in out
+
+
+def test_processes_of_a_run_killed_without_its_stop_stop_by_themselves(tmp_path, monkeypatch):
+    """A run killed with SIGKILL cannot stop its processes; they see their parent gone, drain and exit,
+    instead of running on unsupervised (before, they ran until killed by hand)."""
+    run = _squall_run(tmp_path, monkeypatch, count=-1, workers=2, config={"test.rate": 500})
+    children: list[psutil.Process] = []
+    try:
+        _line(run, r"^acked +[1-9]")
+        children = psutil.Process(run.pid).children()
+        assert len(children) == 4
+        run.kill()
+        run.wait()
+        _, alive = psutil.wait_procs(children, timeout=60)
+        assert not alive
+    finally:
+        run.kill()
+        for child in children:  # left running only if this failed
+            with contextlib.suppress(psutil.NoSuchProcess):
+                child.kill()
+    log = (tmp_path / "run" / "worker-0.log").read_text()
+    assert f"its squall run (pid {run.pid}) is gone: stopping" in log
+
+
 def _send(port: int, frames: list[bytes], plan: str, lane: str = "data", *, tls=None):
     """Stream ``frames`` to a process as a peer named "intruder" would, and return its answer (the
     ``TransferSummary``); ``tls``: the credentials it presents."""

@@ -105,10 +105,13 @@ class Progress:
                                                                                                    strict=True)))
                           for r in rows)
         acked = self.acked(t)
+        pending = sum(t.pending[s] for s in self.spouts)
+        left = (f"\n{pending:,.0f} tree(s) were still in flight when the run stopped: their spouts saw neither "
+                "ack nor fail") if pending else ""
         return (f"{'' if not self.tty else chr(10)}{table}\n\n{acked:,.0f} trees acked in {elapsed:.1f} s "
                 f"({acked / elapsed:,.0f}/s); complete latency p50 {t.recorded.quantile(0.5) * 1000:.1f} ms, "
                 f"p99 {t.recorded.quantile(0.99) * 1000:.1f} ms, p99.9 {t.recorded.quantile(0.999) * 1000:.1f} ms "
-                f"(every sample, within 0.8 %)")
+                f"(every sample, within 0.8 %){left}")
 
     def first_errors(self, t: Totals, recent: Callable[[str], list[tuple[str, str]]], where: str) -> None:
         """Print the first error of each component that reported one since the last call: the terminal
@@ -187,22 +190,29 @@ class SpecFile:
                      f"; {done.left} tree(s) still in flight time out and are replayed"))
 
 
-def _on_stop_signals() -> Callable[[], bool]:
-    requested = False
+class StopSignals:
+    """Ctrl-C, SIGTERM or SIGHUP (the terminal closed): the first stops the run gracefully, another one
+    while it drains stops its processes at once."""
 
-    def handler(*_: object) -> None:
-        nonlocal requested
-        requested = True
+    def __init__(self) -> None:
+        self.count = 0
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, self._handler)
 
-    signal.signal(signal.SIGINT, handler)
-    signal.signal(signal.SIGTERM, handler)
-    return lambda: requested
+    def _handler(self, *_: object) -> None:
+        self.count += 1
+
+    def __call__(self) -> bool:
+        return self.count > 0
+
+    def again(self) -> bool:
+        return self.count > 1
 
 
 def run(args: argparse.Namespace) -> int:
     spec = load_spec(args.topology)
     validate(spec)
-    stop_requested = _on_stop_signals()
+    stop_requested = StopSignals()
     progress = Progress(spec)
     if args.in_process:
         return _in_process(spec, args, progress, stop_requested)
@@ -246,7 +256,7 @@ def _totals(cluster: LocalCluster) -> Totals:
 
 
 def _processes(spec: TopologySpec, args: argparse.Namespace, progress: Progress,
-               stop_requested: Callable[[], bool]) -> int:
+               stop_requested: StopSignals) -> int:
     sup = Supervisor(spec_path=args.topology, spec=spec, run_dir=Path(args.run_dir), insecure=args.insecure,
                      room=ROOM * max(spec.workers, spec.num_ackers),
                      pin=args.pin)
@@ -257,13 +267,18 @@ def _processes(spec: TopologySpec, args: argparse.Namespace, progress: Progress,
     sup.start()
     spec_file = SpecFile(args.topology)
     totals = Totals()
+    given_up: SquallError | None = None  # a process that keeps dying at start: the run stops
     try:
         while not stop_requested():
             time.sleep(1.0)  # the CLI's refresh period; the processes do the work
-            if stop_requested():  # not a restart of processes the signal stopped (a Ctrl-C reaches them too)
+            if stop_requested():
                 break
-            for event in sup.check():
-                progress.say(event)
+            try:
+                for event in sup.check():
+                    progress.say(event)
+            except SquallError as exc:
+                given_up = exc
+                break
             spec_file.follow(sup, progress)
             totals = sup.scrape()
             progress.first_errors(totals, sup.recent_errors, f"{sup.run_dir}/")
@@ -273,12 +288,14 @@ def _processes(spec: TopologySpec, args: argparse.Namespace, progress: Progress,
                 break
     finally:
         progress.stopped = time.monotonic()
-        print(("\n" if progress.tty else "") + "stopping: spouts deactivate, in-flight trees drain...",
-              file=sys.stderr)
-        codes = sup.stop()
+        print(("\n" if progress.tty else "") + "stopping: spouts deactivate, in-flight trees drain (at most "
+              f"{sup.spec.message_timeout_seconds} s; Ctrl-C again stops at once)...", file=sys.stderr)
+        codes = sup.stop(hurry=stop_requested.again)
         totals = sup.final_totals()
     bad = {name: code for name, code in codes.items() if code != 0}
     print(progress.summary(totals))
+    if given_up is not None:
+        raise given_up
     if bad:
         print(f"processes that did not exit cleanly: {bad}; see their logs in {sup.run_dir}/", file=sys.stderr)
         return 1

@@ -107,6 +107,7 @@ class ProcessConfig:
     tls: Credentials | None = None  # None: plaintext gRPC (squall run --insecure)
     namespace: str = "default"
     peers: tuple[tuple[str, str], ...] = ()  # (role, address template or list), for a switch to another spec
+    parent_pid: int | None = None  # squall run's: gone, this process stops (it would run on, unsupervised)
 
     @classmethod
     def from_env(cls, role: str, env: Mapping[str, str] | None = None) -> ProcessConfig:
@@ -122,7 +123,8 @@ class ProcessConfig:
                   metrics_port=_int(env, contract.METRICS_PORT_VAR) or contract.METRICS_PORT,
                   final_metrics_file=Path(final) if final else None,
                   tls=Credentials.load(tls) if tls else None, namespace=env.get(contract.NAMESPACE, "default"),
-                  peers=tuple((r, env.get(contract.peers_var(r)) or contract.peer_template(r)) for r in contract.ROLES))
+                  peers=tuple((r, env.get(contract.peers_var(r)) or contract.peer_template(r)) for r in contract.ROLES),
+                  parent_pid=_int(env, contract.PARENT_PID))
         running = cfg.running(cfg.spec)
         if running is None:
             raise ConfigError(f"{role} index {cfg.index} is out of range: the topology has "
@@ -383,6 +385,13 @@ class Process:
 
     # -- stopping ----------------------------------------------------------------------------
 
+    def _watch_parent(self) -> None:
+        """Every second, under ``squall run``: a run killed without its stop (SIGKILL, a crash) leaves its
+        processes to init; they drain and exit as on SIGTERM instead of running on unsupervised."""
+        if os.getppid() != self.cfg.parent_pid:
+            log.warning("%s: its squall run (pid %d) is gone: stopping", self.cfg.name, self.cfg.parent_pid)
+            self.terminate()
+
     def terminate(self) -> None:
         """SIGTERM (any thread): drain and exit, even if a rebalance is switching this process.
 
@@ -429,6 +438,8 @@ class Process:
         self.metrics.start()
         rt.every(0.05, self._check)
         rt.every(1.0, self._watch_spec)
+        if self.cfg.parent_pid is not None:
+            rt.every(1.0, self._watch_parent)
         log.info("%s of topology %r: grpc :%d, metrics :%d, plan %s, tasks %s", self.cfg.name, self.cfg.spec.name,
                  self.cfg.grpc_port, self.metrics.port, self.plan,
                  sorted(rt.stats) or sorted(a.task_ids[0] for a in rt.ackers))
@@ -477,7 +488,7 @@ def main(role: str) -> int:
 
     def on_signal(signum: int, _: object) -> None:
         if not current:
-            raise SystemExit(128 + signum)  # nothing started yet: nothing to drain
+            raise SystemExit(0)  # asked to stop before anything started: nothing to drain, a clean stop
         current[-1].terminate()
 
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
@@ -195,6 +196,7 @@ class Supervisor:
             "PYTHONPATH": pythonpath,
             contract.TOPOLOGY: str(self.spec_path),
             contract.BIND_HOST: "127.0.0.1",
+            contract.PARENT_PID: str(os.getpid()),
             **{contract.peers_var(role): ",".join(f"127.0.0.1:{c.grpc_port}" for c in self.slots if c.role == role)
                for role in contract.ROLES},
         }
@@ -218,8 +220,10 @@ class Supervisor:
                contract.GRPC_PORT_VAR: str(child.grpc_port), contract.METRICS_PORT_VAR: str(child.metrics_port)}
         with open(child.log_path, "ab") as out:
             child.started = time.monotonic()
+            # A process group of its own: a terminal's Ctrl-C (SIGINT to the foreground group) reaches this
+            # run alone, which stops its processes in order, not each of them at once mid-start.
             child.proc = subprocess.Popen([sys.executable, "-m", "squall", child.role], env=env, stdout=out,
-                                          stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+                                          stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, process_group=0)
         if self._cpus:
             # Popen returns once the child has exec'd Python, long before it starts a thread: every thread
             # it starts inherits the mask. Its threads hand the GIL to one another on one CPU then, not
@@ -366,21 +370,25 @@ class Supervisor:
                 return False
         return True
 
-    def stop(self, timeout: float | None = None) -> dict[str, int | None]:
-        """SIGTERM every process (they drain), wait, SIGKILL stragglers. Returns exit codes."""
+    def stop(self, timeout: float | None = None, hurry: Callable[[], bool] = lambda: False) -> dict[str, int | None]:
+        """SIGTERM every process (they drain), wait, SIGKILL those still running after ``timeout`` or once
+        ``hurry()`` (a second Ctrl-C). Returns exit codes."""
         self.stopping = True
         timeout = self.spec.message_timeout_seconds + 10 if timeout is None else timeout
-        for child in self._started():
+        started = self._started()
+        for child in started:
             if child.proc.poll() is None:
                 child.proc.send_signal(signal.SIGTERM)
         deadline = time.monotonic() + timeout
+        while any(c.proc.poll() is None for c in started) and time.monotonic() < deadline and not hurry():
+            time.sleep(0.1)  # children exit in their own time; no event to wait on for several
         codes: dict[str, int | None] = {}
-        for child in self._started():
-            try:
-                codes[child.name] = child.proc.wait(timeout=max(0.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
+        for child in started:
+            if child.proc.poll() is None:
                 child.proc.kill()
-                codes[child.name] = child.proc.wait()
+            code = child.proc.wait()
+            # Ended by the SIGTERM itself: it came before the process set its handler, so nothing had started.
+            codes[child.name] = 0 if code == -signal.SIGTERM else code
         for s in self._held:
             s.close()
         self._lock.close()
