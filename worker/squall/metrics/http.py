@@ -12,6 +12,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 
+IDLE_SECONDS = 10.0
+
+
 class MetricsServer:
     """Serves ``registry`` on ``/metrics``, ``healthy()`` on ``/healthz`` and ``ready()`` on ``/readyz``
     (200 or 503), ``errors()`` on ``/errors`` and ``latency()`` on ``/latency``."""
@@ -22,6 +25,10 @@ class MetricsServer:
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
+            # A connection that sends no request is let go: each holds a thread (and a scrape's connection
+            # a request that never ends) until then.
+            timeout = IDLE_SECONDS
+
             def do_GET(self) -> None:  # noqa: N802 - the http.server API
                 if self.path.split("?")[0] == "/metrics":
                     self._reply(200, generate_latest(outer.registry), CONTENT_TYPE_LATEST)
