@@ -17,6 +17,7 @@ from typing import Annotated, Any, ClassVar, Literal, Self
 import yaml
 from pydantic import (
     BaseModel,
+    AfterValidator,
     BeforeValidator,
     ConfigDict,
     Field,
@@ -97,12 +98,40 @@ class Input(_Model):
     grouping: Grouping = Field(default_factory=lambda: Grouping(type=GroupingType.SHUFFLE))
 
 
+# Storm's settings that the spec has a key of its own for: in ``config`` they would be ignored, silently.
+STORM_KEYS = {
+    "topology.workers": "workers",
+    "topology.acker.executors": "ackers",
+    "topology.message.timeout.secs": "messageTimeoutSeconds",
+    "topology.max.spout.pending": "maxSpoutPending",
+    "topology.tasks": "tasks (of the component)",
+    "topology.tick.tuple.freq.secs": "tickFrequencySeconds (of the bolt)",
+    "topology.executor.receive.buffer.size": "executorQueueSize",
+    "topology.transfer.batch.size": "transfer.batchSize",
+    "topology.max.error.report.per.interval": "errorReporting.maxPerInterval",
+    "topology.error.throttle.interval.secs": "errorReporting.intervalSeconds",
+    "topology.spout.wait.strategy": "spoutWait",
+}
+
+
+def _no_storm_keys(config: dict[str, Any]) -> dict[str, Any]:
+    for key in config:
+        if key in STORM_KEYS:
+            raise ValueError(f"{key!r} is Storm's setting for what Squall reads from {STORM_KEYS[key]}, a key of the "
+                             "spec: set it there (in config it would be ignored)")
+    return config
+
+
+# A topology's or a component's ``config``: any keys but those.
+Config = Annotated[dict[str, Any], AfterValidator(_no_storm_keys)]
+
+
 class ComponentSpec(_Model):
     name: str = Field(pattern=COMPONENT_PATTERN, max_length=63)
     class_name: str = Field(description="'module:Class' of the spout or bolt")
     parallelism: int = Field(default=1, ge=1, description="executors")
     tasks: int | None = Field(default=None, ge=1, description="tasks; default = parallelism")
-    config: dict[str, Any] = Field(default_factory=dict, description="merged over the topology config")
+    config: Config = Field(default_factory=dict, description="merged over the topology config")
 
     @property
     def num_tasks(self) -> int:
@@ -257,7 +286,7 @@ class TopologySpec(_Model):
     error_reporting: ErrorReporting = Field(default_factory=ErrorReporting)
     transfer: Transfer = Field(default_factory=Transfer)
     locality_aware: LocalityAware = Field(default_factory=LocalityAware)
-    config: dict[str, Any] = Field(default_factory=dict)
+    config: Config = Field(default_factory=dict)
     spouts: list[SpoutSpec] = Field(min_length=1)
     bolts: list[BoltSpec] = Field(default_factory=list)
     # Deployment fields: what a Topology resource adds. squall run ignores them but suspended, which its
