@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import os
+
+from squall.process.contract import role_env
 
 ENV_HELP = """configuration (environment; every topology setting comes from the spec file):
   SQUALL_TOPOLOGY        path to the topology YAML (required)
@@ -28,10 +31,6 @@ def _run(role: str) -> int:
     """A process started by hand gets what ``squall run`` and the operator give theirs (see
     ``contract.role_env``) where its environment does not say otherwise, before numpy is imported
     (gRPC's variable, before gRPC, is :func:`squall.cli.main`'s)."""
-    import os
-
-    from squall.process.contract import role_env
-
     for name, value in role_env(role).items():
         os.environ.setdefault(name, value)
     from squall.process.pod import main

@@ -14,8 +14,8 @@ import socket
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 

@@ -16,8 +16,8 @@ from typing import Annotated, Any, ClassVar, Literal, Self
 
 import yaml
 from pydantic import (
-    BaseModel,
     AfterValidator,
+    BaseModel,
     BeforeValidator,
     ConfigDict,
     Field,
