@@ -4,6 +4,7 @@ and says what to change."""
 from __future__ import annotations
 
 import copy
+import sys
 
 import pytest
 
@@ -336,3 +337,17 @@ def test_a_bad_value_is_refused_saying_what_it_must_be(doc, line):
     with pytest.raises(TopologyError) as refused:
         TopologySpec.from_dict(doc)
     assert f"  {line}" in str(refused.value).splitlines()
+
+
+@pytest.mark.parametrize(("body", "raised"), [
+    ("import sys\nsys.exit(3)\n", "SystemExit: 3"),  # a script's code at module level
+    ("raise RuntimeError('no config file')\n", "RuntimeError: no config file"),
+])
+def test_a_component_module_that_fails_while_imported_is_named_with_what_it_raised(tmp_path, monkeypatch, body,
+                                                                                  raised):
+    """A SystemExit from a module's top level ended `squall run` with its code and no message."""
+    (tmp_path / "exits_on_import.py").write_text(body)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "exits_on_import", raising=False)
+    message = error_of(lambda d: d["spouts"][0].update(className="exits_on_import:Spout"))
+    assert_mentions(message, "importing module 'exits_on_import' raised " + raised, "if __name__ == '__main__':")

@@ -37,9 +37,10 @@ def import_class(path: str, *, what: str) -> type:
     except ImportError as exc:
         raise TopologyError(f"{what}: cannot import module {module_name!r} ({exc}); "
                             "check the spelling and that it is on PYTHONPATH") from None
-    except Exception as exc:  # noqa: BLE001 - a user module may raise anything while it is imported
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - a user module may raise anything while it is imported
         raise TopologyError(f"{what}: importing module {module_name!r} raised {type(exc).__name__}: {exc}; "
-                            "fix the module (it runs when imported)") from None
+                            "fix the module (it runs when imported; a script's code belongs under "
+                            "`if __name__ == '__main__':`)") from None
     obj: Any = module
     for part in attr.split("."):
         obj = getattr(obj, part, None)
