@@ -219,33 +219,20 @@ def test_squall_run_rebalances_when_its_spec_file_changes_and_counts_on_across_t
     """An edit of the file that changes the plan (here workers 1 → 2) is applied as the operator applies a
     changed Topology: drained, switched in place, the new processes started; the counts go on."""
     import json
-    import subprocess
 
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(COMPONENTS), os.environ.get("PYTHONPATH", "")]))
-    path, _ = topology(tmp_path, count=10**9, workers=1, max_pending=100)
-    run_dir = tmp_path / "run"
-    run = subprocess.Popen([sys.executable, "-m", "squall", "run", str(path), "--run-dir", str(run_dir),
-                            "--insecure"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    run, path = _squall_run(tmp_path, monkeypatch, count=10**9, workers=1, max_pending=100)
     seen: list[str] = []
-
-    def until(pattern: str) -> str:
-        for line in iter(run.stderr.readline, ""):
-            seen.append(line)
-            if re.search(pattern, line):
-                return line
-        raise AssertionError(f"squall run ended before a line matching {pattern!r}:\n{''.join(seen)}")
-
     try:
-        until(r"^acked +[1-9]")
+        _line(run, r"^acked +[1-9]", seen)
         doc = yaml.safe_load(path.read_text())
         path.write_text(yaml.safe_dump({**doc, "workers": 2}))
-        until(r"changed: rebalancing to 2 worker\(s\) and 2 acker\(s\)")
-        until(r"^rebalanced in")
-        urls = json.loads((run_dir / "processes.json").read_text())
+        _line(run, r"changed: rebalancing to 2 worker\(s\) and 2 acker\(s\)", seen)
+        _line(run, r"^rebalanced in", seen)
+        urls = json.loads((tmp_path / "run" / "processes.json").read_text())
         assert sorted(urls) == ["acker-0", "acker-1", "worker-0", "worker-1"]
         executed = 0.0
         while not executed:  # the new worker's bolt tasks take tuples
-            until(r"^acked ")
+            _line(run, r"^acked ", seen)
             with contextlib.suppress(OSError):  # starting: not serving yet
                 executed = sum(s.value for s in samples(fetch(urls["worker-1"])).get("squall_executed_total", []))
         run.send_signal(signal.SIGINT)
@@ -263,28 +250,33 @@ def test_squall_run_rebalances_when_its_spec_file_changes_and_counts_on_across_t
 
 
 def _squall_run(tmp_path, monkeypatch, **kwargs):
-    """``squall run`` of the test topology in a session of its own, as a terminal's foreground job is."""
+    """``squall run`` of the test topology (``topology(**kwargs)``) in a session of its own, as a terminal's
+    foreground job is: (the process, the topology file)."""
     import subprocess
 
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(COMPONENTS), os.environ.get("PYTHONPATH", "")]))
     path, _ = topology(tmp_path, **kwargs)
-    return subprocess.Popen([sys.executable, "-m", "squall", "run", str(path), "--run-dir", str(tmp_path / "run"),
-                             "--insecure"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+    run = subprocess.Popen([sys.executable, "-m", "squall", "run", str(path), "--run-dir", str(tmp_path / "run"),
+                            "--insecure"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           start_new_session=True)
+    return run, path
 
 
-def _line(run, pattern: str) -> str:
+def _line(run, pattern: str, seen: list[str] | None = None) -> str:
+    """The next line of the run's stderr that matches ``pattern``; every line read is added to ``seen``."""
+    seen = [] if seen is None else seen
     for line in iter(run.stderr.readline, ""):
+        seen.append(line)
         if re.search(pattern, line):
             return line
-    raise AssertionError(f"squall run ended before a line matching {pattern!r}")
+    raise AssertionError(f"squall run ended before a line matching {pattern!r}:\n{''.join(seen)}")
 
 
 def test_a_ctrl_c_while_the_processes_start_stops_them_cleanly_without_restarting_them(tmp_path, monkeypatch):
     """The terminal's SIGINT goes to its foreground process group. The processes have a group of their
     own, so it reaches the run alone, which stops them in order: none is restarted, none is reported as
     not exiting cleanly (before, they got the SIGINT mid-start, the run restarted them, and exited 1)."""
-    run = _squall_run(tmp_path, monkeypatch, count=-1, workers=2)
+    run, _ = _squall_run(tmp_path, monkeypatch, count=-1, workers=2)
     try:
         _line(run, r"^running 'proc-test'")
         os.killpg(run.pid, signal.SIGINT)
@@ -298,7 +290,7 @@ def test_a_ctrl_c_while_the_processes_start_stops_them_cleanly_without_restartin
 
 
 def test_a_second_ctrl_c_stops_a_draining_run_at_once_and_the_summary_names_the_trees_left(tmp_path, monkeypatch):
-    run = _squall_run(tmp_path, monkeypatch, count=5, workers=1, sink="Holder", timeout=60)
+    run, _ = _squall_run(tmp_path, monkeypatch, count=5, workers=1, sink="Holder", timeout=60)
     try:
         _line(run, r"^acked +0 .* pending +5 ")  # every tree in flight, held by the bolt
         os.killpg(run.pid, signal.SIGINT)
@@ -316,7 +308,7 @@ def test_a_second_ctrl_c_stops_a_draining_run_at_once_and_the_summary_names_the_
 def test_processes_of_a_run_killed_without_its_stop_stop_by_themselves(tmp_path, monkeypatch):
     """A run killed with SIGKILL cannot stop its processes; they see their parent gone, drain and exit,
     instead of running on unsupervised (before, they ran until killed by hand)."""
-    run = _squall_run(tmp_path, monkeypatch, count=-1, workers=2, config={"test.rate": 500})
+    run, _ = _squall_run(tmp_path, monkeypatch, count=-1, workers=2, config={"test.rate": 500})
     children: list[psutil.Process] = []
     try:
         _line(run, r"^acked +[1-9]")

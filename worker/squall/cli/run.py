@@ -288,8 +288,8 @@ def _processes(spec: TopologySpec, args: argparse.Namespace, progress: Progress,
                 break
     finally:
         progress.stopped = time.monotonic()
-        print(("\n" if progress.tty else "") + "stopping: spouts deactivate, in-flight trees drain (at most "
-              f"{sup.spec.message_timeout_seconds} s; Ctrl-C again stops at once)...", file=sys.stderr)
+        progress.say(f"stopping: spouts deactivate, in-flight trees drain (at most {sup.spec.message_timeout_seconds} "
+                     "s; Ctrl-C again stops at once)...")
         codes = sup.stop(hurry=stop_requested.again)
         totals = sup.final_totals()
     bad = {name: code for name, code in codes.items() if code != 0}
