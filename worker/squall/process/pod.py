@@ -46,6 +46,9 @@ COMMAND_WAIT = 5.0  # seconds a rebalance's command waits for the scheduler loop
 # spouts, and the SIGTERMs of a topology's processes land one by one (what a peer's spouts emit until
 # theirs lands must find it up, or it is stranded in a link to a process that left).
 DRAIN_QUIET = 1.0
+# A drain that reaches the message timeout (its peers emit on: a lone worker restarted) stops taking
+# frames in, then has this long to finish what it took in before it exits anyway.
+LEAVE_SECONDS = 5.0
 
 
 def _int(env: Mapping[str, str], name: str) -> int | None:
@@ -189,6 +192,7 @@ class Process:
         self.terminated = False  # SIGTERM: drain and exit, whatever a rebalance says
         self._waiting_logged = float("-inf")
         self.draining_since: float | None = None
+        self.leaving_since: float | None = None  # the drain's time ran out: the door is shut
         self._spec_mtime = self._mtime()
 
     def latency(self) -> dict:
@@ -414,17 +418,23 @@ class Process:
                 return False
             self._drain()
         now = self.runtime.clock()
-        if now - self.draining_since >= self.cfg.spec.message_timeout_seconds:
-            return True
-        # Quiet: nothing of our own pending, nothing queued or held by a bolt (a batch, a Spark job), no
-        # input for a while, counted from the SIGTERM at the earliest (ticks don't count). An acker waits
-        # for the trees it can still decide: a message for a tree decided before (a FAIL a peer sent for a
-        # frame that was read after all, when the stream broke as the receiver exited) leaves an entry
-        # that never could be.
         rt, transport = self.runtime, self.transport
-        if not (rt.pending_trees() == 0 and rt.queued() == 0 and rt.held() == 0 and transport.unsent() == 0
-                and transport.undelivered() == 0 and not transport.lost  # FAILs of dropped frames still to send
-                and now - max(transport.last_input, self.draining_since) >= DRAIN_QUIET
+        if now - self.draining_since >= self.cfg.spec.message_timeout_seconds:
+            # Time is up (most often input never stopped: a lone worker restarted). Shut the door (frames
+            # sent from now on fail their trees at their senders) and finish what was taken in: exiting
+            # with it, its trees would wait out their timeout at their spouts.
+            if self.leaving_since is None:
+                log.info("%s: drained for the message timeout: taking no more in, finishing what it holds",
+                         self.cfg.name)
+                self.leaving_since = now
+                transport.stop_receiving()
+            return self._empty_handed() or now - self.leaving_since >= LEAVE_SECONDS
+        # Quiet: nothing of our own pending, nothing in hand, no input for a while, counted from the
+        # SIGTERM at the earliest (ticks don't count). An acker waits for the trees it can still decide:
+        # a message for a tree decided before (a FAIL a peer sent for a frame that was read after all,
+        # when the stream broke as the receiver exited) leaves an entry that never could be.
+        quiet = now - max(transport.last_input, self.draining_since) >= DRAIN_QUIET
+        if not (quiet and rt.pending_trees() == 0 and self._empty_handed()
                 and all(a.acker.trees.awaiting() == 0 for a in rt.ackers)):
             return False
         # Shut the door, then look again: a frame taken in after the check above would be counted as
@@ -432,6 +442,13 @@ class Process:
         # now on fail at their senders; any that came in meanwhile are delivered first.
         transport.stop_receiving()
         return transport.undelivered() == 0
+
+    def _empty_handed(self) -> bool:
+        """Nothing queued or held by a bolt (a batch, a Spark job), nothing received and not yet delivered,
+        nothing unsent, no FAILs of dropped frames still to send."""
+        rt, transport = self.runtime, self.transport
+        return (rt.queued() == 0 and rt.held() == 0 and transport.unsent() == 0
+                and transport.undelivered() == 0 and not transport.lost)
 
     def run(self) -> int:
         rt = self.runtime
