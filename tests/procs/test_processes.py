@@ -326,6 +326,29 @@ def test_a_second_ctrl_c_stops_a_draining_run_at_once_and_the_summary_names_the_
     assert "5 tree(s) were still in flight when the run stopped: their spouts saw neither ack nor fail" in out
 
 
+def test_a_ctrl_c_while_a_rebalance_drains_stops_the_run_without_switching(tmp_path, monkeypatch):
+    """The bolt holds its trees, so the rebalance's drain would wait out the 60 s message timeout, then
+    switch and start worker-1. A Ctrl-C meanwhile abandons it: the run stops with its plan, nothing is
+    started (before, the Ctrl-C waited for the drain and the switch)."""
+    run, path = _squall_run(tmp_path, monkeypatch, count=5, workers=1, sink="Holder", timeout=60)
+    seen: list[str] = []
+    try:
+        _line(run, r"^acked +0 .* pending +5 ", seen)
+        path.write_text(yaml.safe_dump({**yaml.safe_load(path.read_text()), "workers": 2}))
+        _line(run, r"changed: rebalancing to 2 worker", seen)
+        os.killpg(run.pid, signal.SIGINT)
+        _line(run, r"^rebalance abandoned after [\d.]+ s: the run stops", seen)
+        _line(run, r"^stopping: ", seen)
+        os.killpg(run.pid, signal.SIGINT)  # the stop's drain would wait for the held trees too
+        out, err = run.communicate(timeout=30)
+    finally:
+        if run.poll() is None:
+            run.kill()
+    assert "rebalanced in" not in "".join(seen) + err
+    assert not (tmp_path / "run" / "worker-1.log").exists()  # never started
+    assert "5 tree(s) were still in flight" in out
+
+
 def test_processes_of_a_run_killed_without_its_stop_stop_by_themselves(tmp_path, monkeypatch):
     """A run killed with SIGKILL cannot stop its processes; they see their parent gone, drain and exit,
     instead of running on unsupervised (before, they ran until killed by hand)."""

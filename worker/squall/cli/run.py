@@ -164,7 +164,7 @@ class SpecFile:
         except OSError:
             return None
 
-    def follow(self, sup: Supervisor, progress: Progress) -> None:
+    def follow(self, sup: Supervisor, progress: Progress, stopping: Callable[[], bool]) -> None:
         mtime = self._mtime()
         if mtime == self.mtime:
             return
@@ -181,9 +181,12 @@ class SpecFile:
                      f"acker(s); spouts deactivate while the trees in flight drain (at most "
                      f"{sup.spec.message_timeout_seconds} s)...")
         try:
-            done = sup.rebalance(spec)
+            done = sup.rebalance(spec, stopping=stopping)
         except SquallError as exc:
             progress.say(f"not rebalanced, the run goes on with its plan: {exc}")
+            return
+        if done.abandoned:
+            progress.say(f"rebalance abandoned after {done.seconds:.1f} s: the run stops")
             return
         progress.follow(spec)
         progress.say(f"rebalanced in {done.seconds:.1f} s" + ("" if done.drained else
@@ -279,7 +282,7 @@ def _processes(spec: TopologySpec, args: argparse.Namespace, progress: Progress,
             except SquallError as exc:
                 given_up = exc
                 break
-            spec_file.follow(sup, progress)
+            spec_file.follow(sup, progress, stop_requested)
             totals = sup.scrape()
             progress.first_errors(totals, sup.recent_errors, f"{sup.run_dir}/")
             progress.waiting_for_trees(totals, args)

@@ -133,6 +133,7 @@ class Rebalanced:
     seconds: float
     pending: int  # trees pending when the spouts were deactivated
     left: int  # trees still pending when it switched (0 when drained)
+    abandoned: bool = False  # stopped while draining: nothing switched, the spouts stay deactivated
 
 
 @dataclass
@@ -250,11 +251,15 @@ class Supervisor:
         """A client for ``child``'s rebalance commands (over its gRPC port, with this run's certificate)."""
         return ControlClient(f"127.0.0.1:{child.grpc_port}", tls=self.tls)
 
-    def rebalance(self, spec: TopologySpec, *, timeout: float | None = None) -> Rebalanced:
+    def rebalance(self, spec: TopologySpec, *, timeout: float | None = None,
+                  stopping: Callable[[], bool] = lambda: False) -> Rebalanced:
         """Move the running processes to ``spec`` as the operator moves pods (Storm's ``rebalance -w``):
         deactivate every spout, wait until no tree is in flight (at most ``timeout``, by default the
         message timeout), write ``spec`` to the spec file, start the processes it adds, stop those it
-        removes, and switch the others to it; they activate once connected under the new plan."""
+        removes, and switch the others to it; they activate once connected under the new plan.
+
+        Once ``stopping()`` (the run is told to stop while it drains) it returns at once, abandoned: the
+        run's stop drains the processes as they are."""
         timeout = self.spec.message_timeout_seconds if timeout is None else timeout
         members = self._members(spec)
         began = time.monotonic()
@@ -262,10 +267,12 @@ class Supervisor:
         try:
             pending = sum(client.deactivate().pending for client in clients.values())
             while not (done := drained(states := [c.status() for c in clients.values()])) and \
-                    time.monotonic() - began < timeout:
+                    time.monotonic() - began < timeout and not stopping():
                 time.sleep(0.05)  # polling other processes' state: there is no event to wait on
             left = sum(s.pending for s in states)
             drain_seconds = time.monotonic() - began
+            if not done and stopping():
+                return Rebalanced(drained=False, seconds=drain_seconds, pending=pending, left=left, abandoned=True)
             if _plan_in(self.spec_path) != spec.fingerprint():  # not the user's own edit, kept as written
                 self.spec_path.write_text(yaml.safe_dump(spec.to_dict(), sort_keys=False))
             self.spec = spec
