@@ -151,6 +151,32 @@ def test_an_exception_in_execute_fails_the_input_and_is_reported():
         assert [e.error for e in cluster.errors("broken")] == ["KeyError: 'missing'"]
 
 
+class AckThenRaise(Bolt):
+    """Emits an anchored child, acks its input, then raises (a bug in a line after the ack)."""
+
+    outputs = ["id"]
+
+    def execute(self, tup):
+        self.collector.emit(list(tup.values), anchors=tup)
+        self.collector.ack(tup)
+        raise RuntimeError("after the ack")
+
+
+def test_an_exception_after_the_bolt_acked_its_input_does_not_fail_the_tree():
+    """The engine fails an input for its exception only if the bolt had not decided it: the trees
+    complete once the sink acks the children (before, the FAIL after the ack failed them all)."""
+    builder = TopologyBuilder("ack-then-raise")
+    builder.set_spout("spout", RecordingSpout, config={"count": 5})
+    builder.set_bolt("bolt", AckThenRaise).shuffle_grouping("spout")
+    builder.set_bolt("sink", HoldBolt).shuffle_grouping("bolt")
+    with LocalCluster(builder.build()) as cluster:
+        spout = one(cluster, "spout")
+        run_until_quiet(cluster, spout.settled)
+        assert sorted(spout.acked) == [0, 1, 2, 3, 4] and spout.failed == []
+        assert cluster.counts("bolt").failed == 0
+        assert [e.error for e in cluster.errors("bolt")] == ["RuntimeError: after the ack"] * 5
+
+
 @pytest.mark.parametrize("keep", [1, 3])
 def test_error_log_keeps_the_last_n_per_component(keep):
     log = ErrorLog(keep=keep)

@@ -123,7 +123,9 @@ class BoltExecutor(Executor):
         except FailedException as exc:
             if isinstance(exc, ReportedFailedException):
                 self.report(exc, task.task_id)
-            task.collector.fail(tup)
+            if not tup.done:  # the bolt's own ack or fail stands: only an undecided input is failed for it
+                task.collector.fail(tup)
         except Exception as exc:  # noqa: BLE001 - a bolt's exception fails its input, the worker goes on
             self.report(exc, task.task_id)
-            task.collector.fail(tup)
+            if not tup.done:
+                task.collector.fail(tup)

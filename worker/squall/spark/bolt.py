@@ -222,7 +222,8 @@ class SparkBolt(Bolt):
                 collector.report_error(error)
         except Exception as exc:  # noqa: BLE001 - an emit was refused: the batch must still be decided
             for tup in batch.inputs:
-                collector.fail(tup)  # no-op for inputs already acked
+                if not tup.done:  # those acked before the emit that raised stay acked
+                    collector.fail(tup)
             collector.report_error(exc)
         finally:
             self._running = None
