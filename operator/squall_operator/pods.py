@@ -16,13 +16,14 @@ import logging
 from typing import Any
 
 from squall.errors import TopologyError
-from squall.process.contract import ACKER, SPEC_DIR, WORKER
+from squall.process.contract import ACKER, SPEC_DIR, TLS_MOUNT, WORKER
 from squall.topology.spec import PodTemplate, TopologySpec
 
 WORKERS, ACKERS, SPARK_EXECUTORS = "workers", "ackers", "sparkExecutors"
 # the main container of each role's pods, the one the template's same-named container merges into
 MAIN_CONTAINER = {WORKERS: WORKER, ACKERS: ACKER, SPARK_EXECUTORS: "spark-kubernetes-executor"}
-OWNED_VOLUMES = ("spec", "tmp")
+OWNED_VOLUMES = ("spec", "tmp", "tls")
+OWNED_MOUNTS = (SPEC_DIR, TLS_MOUNT, "/tmp")  # the main container's volumeMounts merge by mountPath
 ENV_PREFIX = "SQUALL_"
 # Kubernetes' patchMergeKey of the PodSpec lists that merge item by item (the others replace)
 MERGE_KEYS = {"containers": "name", "initContainers": "name", "ephemeralContainers": "name", "env": "name",
@@ -46,14 +47,14 @@ _SELECTOR_LABELS = ("app.kubernetes.io/name", "app.kubernetes.io/instance", "app
 _OWNED_POD_NULLS = {
     "containers": "would remove the main container; list only the containers you add or change "
                   "(they merge by name)",
-    "volumes": "would remove the operator's volumes (the spec, /tmp); list only yours (they merge by name)",
+    "volumes": "would remove the operator's volumes (the spec, TLS, /tmp); list only yours (they merge by name)",
     "securityContext": "would remove the pods' non-root security context; set only the keys you change",
 }
 _OWNED_CONTAINER_NULLS = {
     "image": "would remove the image; spec.image sets it",
     "env": "would remove the process contract's SQUALL_* variables; list only yours (they merge by name)",
-    "volumeMounts": "would remove the spec mount (/etc/squall) and /tmp; list only yours (they merge by "
-                    "mountPath)",
+    "volumeMounts": "would remove the spec mount (/etc/squall), the TLS mount and /tmp; list only yours "
+                    "(they merge by mountPath)",
     "securityContext": "would remove the non-root security context (runAsNonRoot, no privilege escalation, "
                        "every capability dropped); set only the keys you change, e.g. readOnlyRootFilesystem: false",
 }
@@ -148,10 +149,10 @@ def _owned(pod: dict[str, Any], role: str, path: str) -> list[str]:
             problems += _context_nulls(container.get("securityContext"), _OWNED_CONTAINER_CONTEXT,
                                        f"{where}.securityContext")
             for j, mount in enumerate(container.get("volumeMounts") or ()):
-                if isinstance(mount, dict) and (mount.get("mountPath") == SPEC_DIR
+                if isinstance(mount, dict) and (mount.get("mountPath") in OWNED_MOUNTS
                                                 or mount.get("name") in OWNED_VOLUMES):
-                    problems.append(f"{where}.volumeMounts[{j}]: the spec mount ({SPEC_DIR}) and /tmp are the "
-                                    "operator's; mount yours elsewhere")
+                    problems.append(f"{where}.volumeMounts[{j}]: the spec mount ({SPEC_DIR}), the TLS mount "
+                                    f"({TLS_MOUNT}) and /tmp are the operator's; mount yours elsewhere")
             for j, var in enumerate(container.get("env") or ()):
                 if isinstance(var, dict) and str(var.get("name", "")).startswith(ENV_PREFIX):
                     problems.append(f"{where}.env[{j}]: {var['name']} is the process contract's (the mounted "
