@@ -279,6 +279,11 @@ class Operator:
                 self.known.discard((namespace, name))
                 self.metrics.forget(namespace, name)
                 return  # deleted meanwhile
+            if topology["metadata"].get("deletionTimestamp"):
+                # Being deleted (foreground, or held by a finalizer): the garbage collector removes its
+                # children, and a reconcile must not make them again under it.
+                logger.info("being deleted: nothing applied")
+                return
             self.known.add((namespace, name))
             previous = topology.get("status") or {}
             generation = topology["metadata"].get("generation")

@@ -77,6 +77,23 @@ async def test_deleted_and_edited_children_come_back(api, start_operator):
                      ["publishNotReadyAddresses"] is True)
 
 
+async def test_the_children_of_a_topology_being_deleted_are_not_made_again(api, start_operator, caplog):
+    """``kubectl delete --cascade=foreground`` (Argo CD's default): the Topology stays, with a
+    deletionTimestamp, while the garbage collector deletes its children. The operator leaves them gone
+    (before, it made each again, and the collector deleted it again, a new CA every time)."""
+    caplog.set_level(logging.INFO, logger="kopf.objects")
+    await start_operator()
+    await create_topology(api, "wc", SPEC)
+    await eventually("the children made", lambda: logged(caplog.records, "reconciled: created"))
+    await patch(api, TOPOLOGIES, "wc", {"metadata": {"deletionTimestamp": "2030-01-01T00:00:00Z",
+                                                      "finalizers": ["foregroundDeletion"]}})
+    logs = len(caplog.records)
+    await delete(api, STATEFULSETS, "wc-worker")  # the garbage collector's work
+    await eventually("the reconcile it sets off", lambda: logged(caplog.records, "being deleted: nothing applied", logs)
+                     or obj(api, STATEFULSETS, "wc-worker"))
+    assert obj(api, STATEFULSETS, "wc-worker") is None
+
+
 async def test_the_resync_repairs_unwatched_drift_and_reads_component_errors(api, start_operator, caplog):
     reported = [{"component": "split", "task": 2, "time": time.time(), "error": "ValueError: bad line\n  at x"}]
 

@@ -173,7 +173,8 @@ def test_what_the_operator_owns_and_unknown_fields_are_refused(template, message
     ({"spec": {"containers": [{"name": "worker", "securityContext": {"allowPrivilegeEscalation": None}}]}},
      "containers[0].securityContext.allowPrivilegeEscalation: null would remove the operator's"),
     ({"spec": {"volumes": None}},
-     "podTemplate.workers.spec.volumes: null would remove the operator's volumes (the spec, TLS, /tmp); list only yours"),
+     "podTemplate.workers.spec.volumes: null would remove the operator's volumes (the spec, TLS, /tmp); list only "
+     "yours"),
     ({"spec": {"containers": None}},
      "podTemplate.workers.spec.containers: null would remove the main container"),
     ({"spec": {"containers": [{"name": "worker", "volumeMounts": None}]}},
