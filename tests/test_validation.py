@@ -321,7 +321,11 @@ SPOUT = {"name": "s", "className": "m:S"}
 
 @pytest.mark.parametrize("doc,line", [
     ({"name": "Word_Count", "spouts": [SPOUT]},
-     "name: must be lowercase letters, digits and '-', beginning and ending with a letter or digit (got 'Word_Count')"),
+     "name: must be lowercase letters, digits and '-', beginning with a letter and ending with a letter or digit "
+     "(a DNS-1035 label: the Services are named after it) (got 'Word_Count')"),
+    ({"name": "1wc", "spouts": [SPOUT]},
+     "name: must be lowercase letters, digits and '-', beginning with a letter and ending with a letter or digit "
+     "(a DNS-1035 label: the Services are named after it) (got '1wc')"),
     ({"name": "wc", "workers": 0, "spouts": [SPOUT]}, "workers: must be at least 1 (got 0)"),
     ({"name": "wc", "messageTimeoutSeconds": "x", "spouts": [SPOUT]},
      "messageTimeoutSeconds: must be a whole number (got 'x')"),

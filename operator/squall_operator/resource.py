@@ -6,11 +6,12 @@ A Topology's ``spec`` is a topology YAML document; its name is the resource's ``
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from squall.errors import TopologyError
 from squall.topology.plan import validate
-from squall.topology.spec import TopologySpec
+from squall.topology.spec import NAME_MAX, NAME_PATTERN, NAME_RULE, TopologySpec
 from squall_operator import pods
 
 GROUP = "squall.dev"
@@ -27,6 +28,9 @@ def parse_spec(name: str, spec: Any, *, namespace: str | None = None) -> Topolog
     where = f"Topology {namespace}/{name}" if namespace else f"Topology {name}"
     if not isinstance(spec, dict):
         raise TopologyError(f"{where}: spec must be a mapping with spouts and bolts, got {type(spec).__name__}")
+    if len(name) > NAME_MAX or not re.fullmatch(NAME_PATTERN, name):
+        raise TopologyError(f"{where}: metadata.name {NAME_RULE}, at most {NAME_MAX} characters (got {name!r}); "
+                            "create the Topology under such a name")
     given = spec.get("name")
     if given is not None and given != name:
         raise TopologyError(f"{where}: spec.name {given!r} differs from metadata.name {name!r}; "

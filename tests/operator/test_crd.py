@@ -241,6 +241,7 @@ BAD = {
     "a typo in a pod template": with_(FULL, "podTemplate", {"workers": {"spc": {}}}),
     "an unknown role": with_(FULL, "podTemplate", {"drivers": {}}),
     "bad topology name": with_(FULL, "name", "Word_Count"),
+    "a topology name beginning with a digit (its Services' would be refused)": with_(FULL, "name", "1wc"),
 }
 
 
@@ -254,6 +255,15 @@ def test_both_accept(name):
 def test_both_reject(name):
     assert not crd_accepts(BAD[name])
     assert not model_accepts(BAD[name])
+
+
+@pytest.mark.parametrize("name", ["1wc", "word_count", "w" * 41])
+def test_a_topology_whose_own_name_is_refused_is_told_of_its_metadata_name(name):
+    with pytest.raises(TopologyError) as info:
+        check_spec(name, {"spouts": [{"name": "s", "className": "m:S"}]}, namespace="prod")
+    assert str(info.value).startswith(f"Topology prod/{name}: metadata.name must be lowercase letters, digits and "
+                                      "'-', beginning with a letter")
+    assert f"at most 40 characters (got {name!r}); create the Topology under such a name" in str(info.value)
 
 
 # Where they differ, on purpose: the API server checks types strictly, where the model converts a

@@ -31,7 +31,11 @@ from pydantic.alias_generators import to_camel
 from squall.errors import TopologyError
 from squall.system import DEFAULT_STREAM
 
-NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+# a DNS-1035 label (Services are named after it), within 40 characters (the names derived from it fit 63)
+NAME_PATTERN = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
+NAME_RULE = ("must be lowercase letters, digits and '-', beginning with a letter and ending with a letter or digit "
+             "(a DNS-1035 label: the Services are named after it)")
+NAME_MAX = 40
 COMPONENT_PATTERN = r"^[A-Za-z][A-Za-z0-9_.-]*$"
 # Kubernetes' resource.Quantity, as its OpenAPI schema spells it (an integer, or a string such as 500m)
 QUANTITY_PATTERN = (r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|"
@@ -276,7 +280,7 @@ class PodTemplates(_Model):
 class TopologySpec(_Model):
     """A whole topology: its components, their wiring and the knobs of guaranteed processing."""
 
-    name: str = Field(pattern=NAME_PATTERN, max_length=40)
+    name: str = Field(pattern=NAME_PATTERN, max_length=NAME_MAX)
     workers: int = Field(default=1, ge=1)
     ackers: int | None = Field(default=None, ge=0, description="acker tasks; null = one per worker")
     message_timeout_seconds: int = Field(default=30, ge=1)
@@ -448,7 +452,7 @@ _SHAPES = {
 _BOUNDS = {"greater_than_equal": ("at least", "ge"), "greater_than": ("above", "gt"),
            "less_than_equal": ("at most", "le"), "less_than": ("below", "lt")}
 _PATTERNS = {
-    NAME_PATTERN: "must be lowercase letters, digits and '-', beginning and ending with a letter or digit",
+    NAME_PATTERN: NAME_RULE,
     COMPONENT_PATTERN: "must begin with a letter, then letters, digits, '_', '.' or '-'",
 }
 
