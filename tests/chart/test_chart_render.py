@@ -336,3 +336,14 @@ def test_name_overrides_name_every_object(values, fullname, name):
     assert deployment_env(chart)["SQUALL_OPERATOR_WEBHOOK_HOST"] == f"{fullname}-webhook.{NAMESPACE}.svc"
     binding = chart.one("ClusterRoleBinding", fullname)
     assert binding["subjects"][0]["name"] == fullname and binding["roleRef"]["name"] == fullname
+
+
+def test_a_long_full_name_is_cut_where_a_name_or_label_must_fit_63_characters():
+    """A Service's name is a DNS-1035 label, as is every label value; other names may be longer (253)."""
+    chart = render({"fullnameOverride": "squall-operator-for-the-streaming-platform-team-prod-eu1"})
+    short = [obj["metadata"]["name"] for obj in chart.of_kind("Service")]
+    short += [value for _, obj in chart.objects for value in (obj["metadata"].get("labels") or {}).values()]
+    assert short and all(len(name) <= 63 for name in short), [n for n in short if len(n) > 63]
+    service = "squall-operator-for-the-streaming-platform-team-prod-eu-webhook"  # 63
+    assert chart.one("Service", service)
+    assert deployment_env(chart)["SQUALL_OPERATOR_WEBHOOK_HOST"] == f"{service}.{NAMESPACE}.svc"

@@ -200,9 +200,14 @@ handlers.kopf_settings turns kopf's scanning off, and kopf reads nothing cluster
 {{- if and .Values.webhook.enabled (not .Values.watchNamespaces) -}}true{{- end -}}
 {{- end -}}
 
+{{/* The webhook Service's name: the full name cut so that the name with its suffix fits 63 characters. */}}
+{{- define "squall.webhookService" -}}
+{{- printf "%s-webhook" (include "squall.fullname" . | trunc 55 | trimSuffix "-") -}}
+{{- end -}}
+
 {{/* The webhook Service's DNS name: the operator names this Service in the webhook configuration. */}}
 {{- define "squall.webhookHost" -}}
-{{- printf "%s-webhook.%s.svc" (include "squall.fullname" .) .Release.Namespace -}}
+{{- printf "%s.%s.svc" (include "squall.webhookService" .) .Release.Namespace -}}
 {{- end -}}
 
 {{/* Labels of the chart's monitors and PrometheusRule: `release` (what kube-prometheus-stack's default
