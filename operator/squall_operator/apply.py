@@ -195,23 +195,26 @@ class Applied:
 
 
 class ApplyError(Exception):
-    """The API server refused to read or write one object; the message names it and says why."""
+    """One object could not be written: the API server refused to read or write it, or it is someone
+    else's. The message names it and says why."""
 
-    def __init__(self, doing: str, ref: Ref, exc: ApiException) -> None:
+    @classmethod
+    def refused(cls, doing: str, ref: Ref, exc: ApiException) -> ApplyError:
         try:
             reason = json.loads(exc.body or "{}").get("message") or exc.reason
         except (ValueError, AttributeError):
             reason = exc.reason
-        super().__init__(f"{doing} {ref} failed: {exc.status} {reason}")
-        self.status = exc.status
+        return cls(f"{doing} {ref} failed: {exc.status} {reason}")
 
 
-def apply(kube: Kube, desired: list[Manifest], *, prune: Iterable[Ref] = (),
-          owned: Callable[[Manifest], bool] = lambda _: False) -> Applied:
+def apply(kube: Kube, desired: list[Manifest], *, owned: Callable[[Manifest], bool],
+          prune: Iterable[Ref] = ()) -> Applied:
     """Make the cluster hold ``desired``, then delete the objects of ``prune`` that are not desired,
-    exist and are ``owned`` (never someone else's object of the same name). Writes only what differs.
+    exist and are ``owned``. Writes only what differs, and never someone else's object of the same
+    name: a live object that is not ``owned`` is neither patched nor adopted (deleted with its new owner).
 
-    Raises :class:`ApplyError` at the first object the API server refuses (the earlier ones stay done).
+    Raises :class:`ApplyError` at the first object the API server refuses, or that is someone else's
+    (the earlier ones stay done).
     """
     done = Applied()
     wanted = set()
@@ -225,12 +228,15 @@ def apply(kube: Kube, desired: list[Manifest], *, prune: Iterable[Ref] = (),
                 doing = "creating"
                 live = kube.server_side_apply(manifest) if kube.strict_apply else kube.create(manifest)
                 done.created.append(str(ref))
+            elif not owned(live):
+                raise ApplyError(f"{ref} exists and is not this Topology's (no owner reference to it): the "
+                                 "operator leaves it alone; delete or rename it, or give the Topology another name")
             elif not covers(live, manifest):
                 doing = "patching"
                 live = kube.server_side_apply(manifest) if kube.strict_apply else kube.patch(ref, manifest)
                 done.patched.append(str(ref))
         except ApiException as exc:
-            raise ApplyError(doing, ref, exc) from exc
+            raise ApplyError.refused(doing, ref, exc) from exc
         done.live[(ref.kind, ref.name)] = live
     for ref in prune:
         if ref in wanted:
@@ -240,5 +246,5 @@ def apply(kube: Kube, desired: list[Manifest], *, prune: Iterable[Ref] = (),
             if live is not None and owned(live) and kube.delete(ref):
                 done.deleted.append(str(ref))
         except ApiException as exc:
-            raise ApplyError("deleting", ref, exc) from exc
+            raise ApplyError.refused("deleting", ref, exc) from exc
     return done

@@ -319,10 +319,9 @@ class Operator:
                 try:
                     prune = [Ref(v, k, namespace, n) for v, k, n in child_refs(name, pdb_api=self.features.pdb_api)]
                     applied = apply(self.kube, manifests, prune=prune, owned=lambda live: _owned(live, topology))
-                except ApplyError as exc:
-                    self._write(topology, previous, {**previous, "errors": status.with_error(
-                        previous.get("errors") or [], str(exc), at=status.now())})
-                    self._event(topology, "Warning", "ApplyFailed", str(exc))
+                except ApplyError as exc:  # the Warning Event ApplyFailed comes with the Degraded condition
+                    self._write(topology, previous, status.apply_failed(previous, str(exc), generation=generation,
+                                                                        at=status.now()))
                     raise kopf.TemporaryError(str(exc), delay=RETRY_DELAY) from exc
                 self.metrics.applied(applied)
                 logger.info("reconciled: %s", applied.summary())

@@ -162,6 +162,22 @@ def failed(previous: dict[str, Any], message: str, *, generation: int | None, at
     return out
 
 
+def apply_failed(previous: dict[str, Any], message: str, *, generation: int | None, at: str) -> dict[str, Any]:
+    """The status of a Topology whose children could not all be written (the API server refused one, or
+    one is someone else's): its pods run on as they were, ``Ready`` says how they are, and the write is
+    retried."""
+    conditions = previous.get("conditions") or []
+    kept = [c for c in conditions if c.get("type") not in ("Progressing", "Degraded")]
+    return {**previous, "conditions": [
+        *kept,
+        _condition("Progressing", status=False, reason="ApplyFailed",
+                   message="the spec could not be applied; retried until it can", generation=generation,
+                   previous=conditions, at=at),
+        _condition("Degraded", status=True, reason="ApplyFailed", message=message, generation=generation,
+                   previous=conditions, at=at),
+    ], "errors": with_error(previous.get("errors") or [], message, at=at)}
+
+
 def compute(spec: TopologySpec, *, workers: dict[str, Any] | None, ackers: dict[str, Any] | None,
             previous: dict[str, Any], generation: int | None, at: str, problems: Sequence[PodProblem] = (),
             reported: list[dict[str, Any]] | None = None, rebalance: dict[str, Any] | None = KEEP) -> dict[str, Any]:

@@ -6,8 +6,10 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+import pytest
+
 from squall.topology.spec import TopologySpec
-from squall_operator.apply import Ref, apply, covers
+from squall_operator.apply import ApplyError, Ref, apply, covers
 from squall_operator.render import child_refs, render
 
 SPEC = {"name": "wc", "workers": 2, "spouts": [{"name": "s", "className": "m:S"}]}
@@ -51,6 +53,11 @@ def prune() -> list[Ref]:
     return [Ref(v, k, "ns", n) for v, k, n in child_refs("wc")]
 
 
+def ours(live: dict[str, Any]) -> bool:
+    """Every object is the Topology's."""
+    return True
+
+
 def test_covers_ignores_what_the_server_adds_but_not_what_differs():
     desired = {"spec": {"replicas": 2, "ports": [{"name": "grpc", "port": 7070}]}}
     assert covers({"spec": {"replicas": 2, "ports": [{"name": "grpc", "port": 7070, "protocol": "TCP"}],
@@ -70,26 +77,26 @@ def test_covers_compares_quantities_by_value():
 
 def test_apply_creates_then_writes_nothing_then_patches_only_what_changed():
     kube = MemoryKube()
-    first = apply(kube, manifests(), prune=prune())
+    first = apply(kube, manifests(), prune=prune(), owned=ours)
     assert first.created == ["ConfigMap wc-spec", "ServiceAccount wc", "Service wc-worker", "StatefulSet wc-worker",
                              "Service wc-acker", "StatefulSet wc-acker", "PodDisruptionBudget wc-worker",
                              "PodDisruptionBudget wc-acker"]
     assert first.live[("StatefulSet", "wc-worker")]["status"] == {}
 
     kube.writes.clear()
-    again = apply(kube, manifests(), prune=prune())
+    again = apply(kube, manifests(), prune=prune(), owned=ours)
     assert kube.writes == [] and not again.changed and again.summary() == "nothing to change"
 
-    suspended = apply(kube, manifests(suspended=True), prune=prune())
+    suspended = apply(kube, manifests(suspended=True), prune=prune(), owned=ours)
     assert kube.writes == ["patch ConfigMap wc-spec"] and suspended.patched == ["ConfigMap wc-spec"]
 
 
 def test_apply_deletes_only_its_own_children_that_are_no_longer_rendered():
     kube = MemoryKube()
-    apply(kube, manifests(), prune=prune())
+    apply(kube, manifests(), prune=prune(), owned=ours)
     foreign = Ref("v1", "Service", "ns", "wc-acker")
 
-    done = apply(kube, manifests(ackers=0), prune=prune(), owned=lambda live: live["kind"] != "Service")
+    done = apply(kube, manifests(ackers=0), prune=prune(), owned=lambda live: Ref.of(live) != foreign)
     assert done.deleted == ["StatefulSet wc-acker", "PodDisruptionBudget wc-acker"]
     assert foreign in kube.objects  # not ours: left alone
     # ackers: 0 in the spec; the worker pods' template stays as it was (a rebalance switches them in place)
@@ -97,3 +104,20 @@ def test_apply_deletes_only_its_own_children_that_are_no_longer_rendered():
     kube.writes.clear()
     done = apply(kube, manifests(ackers=0), prune=prune(), owned=lambda live: True)
     assert done.deleted == ["Service wc-acker"] and kube.writes == ["delete Service wc-acker"]
+
+
+def test_apply_neither_patches_nor_adopts_an_object_of_the_same_name_that_is_someone_elses():
+    """A ServiceAccount ``wc`` of another app (annotated for a cloud role, owned by its Deployment)
+    before Topology ``wc`` is made: taken over, it would lose its owner and go with the Topology."""
+    kube = MemoryKube()
+    theirs = Ref("v1", "ServiceAccount", "ns", "wc")
+    kube.objects[theirs] = {"apiVersion": "v1", "kind": "ServiceAccount",
+                            "metadata": {"name": "wc", "namespace": "ns",
+                                         "annotations": {"eks.amazonaws.com/role-arn": "arn:billing"}}}
+    before = copy.deepcopy(kube.objects[theirs])
+    with pytest.raises(ApplyError) as info:
+        apply(kube, manifests(), prune=prune(), owned=lambda live: Ref.of(live) != theirs)
+    assert str(info.value) == ("ServiceAccount wc exists and is not this Topology's (no owner reference to it): the "
+                               "operator leaves it alone; delete or rename it, or give the Topology another name")
+    assert kube.objects[theirs] == before
+    assert kube.writes == ["create ConfigMap wc-spec"]  # the objects before it in order were made

@@ -366,6 +366,30 @@ async def test_a_refused_write_is_reported(api, start_operator):
                                      "User cannot create resource")
     warning = await eventually("the Warning event", lambda: events(api, "ApplyFailed"))
     assert warning[0]["type"] == "Warning" and warning[0]["message"] == errors[-1]["message"]
+    # the conditions say so too (kubectl wait, the REASON column), not only the errors
+    degraded, progressing = condition(api, "wc", "Degraded"), condition(api, "wc", "Progressing")
+    assert (degraded["status"], degraded["reason"], degraded["message"]) == ("True", "ApplyFailed",
+                                                                             errors[-1]["message"])
+    assert (progressing["status"], progressing["reason"]) == ("False", "ApplyFailed")
+
+
+async def test_an_object_of_a_childs_name_that_is_someone_elses_is_left_alone_and_reported(api, start_operator):
+    """Another app's ServiceAccount ``wc``: not patched, not adopted (it would go with the Topology)."""
+    theirs = {"apiVersion": "v1", "kind": "ServiceAccount",
+              "metadata": {"name": "wc", "namespace": NAMESPACE, "annotations": {"example.com/role": "billing"}}}
+    response = await api.post(f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts", json=theirs)
+    assert response.status == 200, await response.text()
+    await start_operator()
+    await create_topology(api, "wc", SPEC)
+
+    degraded = await eventually("Degraded", lambda: condition(api, "wc", "Degraded").get("reason") == "ApplyFailed"
+                                and condition(api, "wc", "Degraded"))
+    assert degraded["message"] == ("ServiceAccount wc exists and is not this Topology's (no owner reference to it): "
+                                   "the operator leaves it alone; delete or rename it, or give the Topology another "
+                                   "name")
+    account = obj(api, "v1/serviceaccounts", "wc")
+    assert "ownerReferences" not in account["metadata"]
+    assert account["metadata"]["annotations"] == {"example.com/role": "billing"}
 
 
 async def test_python_m_squall_operator_runs_with_a_kubeconfig(api, tmp_path):
