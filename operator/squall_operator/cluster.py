@@ -22,6 +22,8 @@ from squall_operator.apply import Kube, covers
 
 STRICT_APPLY_SINCE = (1, 25)
 CEL_SINCE = (1, 25)
+# PodDisruptionBudget's unhealthyPodEvictionPolicy: beta, and on by default, since 1.27 (older servers drop it)
+UNHEALTHY_EVICTION_SINCE = (1, 27)
 CRD_NAME = f"{resource.PLURAL}.{resource.GROUP}"
 
 
@@ -39,6 +41,10 @@ class Features:
     @property
     def cel(self) -> bool:
         return self.version >= CEL_SINCE
+
+    @property
+    def unhealthy_eviction(self) -> bool:
+        return self.version >= UNHEALTHY_EVICTION_SINCE
 
     @classmethod
     def discover(cls, kube: Kube) -> Features:

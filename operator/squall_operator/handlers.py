@@ -300,7 +300,7 @@ class Operator:
             manifests = render(spec, namespace=namespace, image=image, podmonitor=self._podmonitor(),
                                monitor_labels=dict(self.settings.podmonitor_labels), pdb_api=self.features.pdb_api,
                                tls=tls, metrics_from=self.settings.metrics_from, control_from=own,
-                               generation=generation or 0)
+                               generation=generation or 0, evict_unhealthy=self.features.unhealthy_eviction)
             kopf.adopt(manifests, owner=topology)
             names = Names(name)
             live = {role: self.kube.get(Ref("apps/v1", "StatefulSet", namespace, getattr(names, role)))

@@ -109,13 +109,15 @@ def resolve_image(spec: TopologySpec, default: str | None) -> str:
 def render(spec: TopologySpec, *, namespace: str, image: str, podmonitor: bool = False,
            monitor_labels: Mapping[str, str] | None = None, pdb_api: str | None = PDB_API,
            tls: Credentials | None = None, metrics_from: Collection[str] | None = None,
-           control_from: Collection[str] = (), generation: int = 0) -> list[Manifest]:
+           control_from: Collection[str] = (), generation: int = 0,
+           evict_unhealthy: bool = False) -> list[Manifest]:
     """Every object of the topology, in the order they are applied.
 
     ``spec`` must be valid (:func:`squall_operator.resource.check_spec`); ``image`` comes from
     :func:`resolve_image`; ``podmonitor`` adds a prometheus-operator PodMonitor, with ``monitor_labels``
     besides its own (``release: ...`` for kube-prometheus-stack's selector); ``pdb_api`` is the
-    PodDisruptionBudget apiVersion the cluster serves (None: no budgets). ``tls``: the topology's
+    PodDisruptionBudget apiVersion the cluster serves (None: no budgets), ``evict_unhealthy`` whether its
+    budgets may say ``unhealthyPodEvictionPolicy`` (Kubernetes 1.27+). ``tls``: the topology's
     credentials, in a Secret its pods mount for mutual TLS (None: plaintext gRPC). ``metrics_from``:
     a NetworkPolicy lets in only the topology's own pods, and these namespaces on the metrics port
     (None: no NetworkPolicy), and ``control_from`` (the operator's) on the gRPC port, for a rebalance's
@@ -134,7 +136,8 @@ def render(spec: TopologySpec, *, namespace: str, image: str, podmonitor: bool =
         out += [service(spec, ACKER, namespace=namespace),
                 stateful_set(spec, ACKER, namespace=namespace, image=image, tls=tls)]
     if spec.disruption_budget is not None and pdb_api is not None:
-        out += [disruption_budget(spec, role, namespace=namespace, api_version=pdb_api)
+        out += [disruption_budget(spec, role, namespace=namespace, api_version=pdb_api,
+                                  evict_unhealthy=evict_unhealthy)
                 for role in (WORKER, ACKER) if role == WORKER or spec.num_ackers]
     if podmonitor:
         out.append(pod_monitor(spec, namespace=namespace, labels=monitor_labels))
@@ -422,14 +425,22 @@ def _digest(value: Any) -> str:
     return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def disruption_budget(spec: TopologySpec, role: str, *, namespace: str, api_version: str) -> Manifest:
-    """How many of a role's pods a voluntary disruption (a node drain) may take at once."""
+def disruption_budget(spec: TopologySpec, role: str, *, namespace: str, api_version: str,
+                      evict_unhealthy: bool = False) -> Manifest:
+    """How many of a role's pods a voluntary disruption (a node drain) may take at once.
+
+    With ``evict_unhealthy`` a pod that is not ready may always be evicted: a pod is ready only once
+    every peer is up, so one pod that cannot start makes all of its role unready, and under the
+    default policy such a budget would allow no eviction at all and block the node's drain."""
     assert spec.disruption_budget is not None
+    budget: dict[str, Any] = {"maxUnavailable": spec.disruption_budget.max_unavailable,
+                              "selector": {"matchLabels": selector(spec.name, component=role)}}
+    if evict_unhealthy:
+        budget["unhealthyPodEvictionPolicy"] = "AlwaysAllow"
     return {"apiVersion": api_version, "kind": "PodDisruptionBudget",
             "metadata": _meta(getattr(Names(spec.name), role), namespace=namespace, topology=spec.name,
                               component=role),
-            "spec": {"maxUnavailable": spec.disruption_budget.max_unavailable,
-                     "selector": {"matchLabels": selector(spec.name, component=role)}}}
+            "spec": budget}
 
 
 def spreading(topology: str, *, role: str) -> dict[str, Any]:

@@ -128,13 +128,17 @@ async def test_the_resync_repairs_unwatched_drift_and_reads_component_errors(api
         await runner.cleanup()
 
 
-@pytest.mark.parametrize("served, expected", [(("v1", "v1beta1"), "policy/v1"), (("v1beta1",), "policy/v1beta1"),
-                                              ((), None)])
+@pytest.mark.parametrize("served, expected, version", [
+    (("v1", "v1beta1"), "policy/v1", (1, 20)), (("v1", "v1beta1"), "policy/v1", (1, 27)),
+    (("v1beta1",), "policy/v1beta1", (1, 20)), ((), None, (1, 20))])
 async def test_disruption_budgets_use_the_policy_version_the_cluster_serves(api, start_operator, caplog, served,
-                                                                            expected):
+                                                                            expected, version):
+    """From 1.27 on, a budget lets a pod that is not ready be evicted: one pod that cannot start makes its
+    whole role unready (readiness waits for every peer), and would block a node's drain for good."""
     caplog.set_level(logging.INFO)
-    for version in served:
-        api.resources[f"policy/{version}/poddisruptionbudgets"] = kmock.ResourceInfo(
+    api.server_version = version
+    for served_version in served:
+        api.resources[f"policy/{served_version}/poddisruptionbudgets"] = kmock.ResourceInfo(
             kind="PodDisruptionBudget", singular="poddisruptionbudget", namespaced=True,
             verbs={"get", "list", "watch", "create", "patch", "delete"})
     await start_operator()
@@ -145,12 +149,13 @@ async def test_disruption_budgets_use_the_policy_version_the_cluster_serves(api,
         budget = await eventually("the ackers' budget", lambda: obj(api, f"{expected}/poddisruptionbudgets",
                                                                     "wc-acker"))
         assert budget["spec"]["maxUnavailable"] == 1
+        assert budget["spec"].get("unhealthyPodEvictionPolicy") == ("AlwaysAllow" if version >= (1, 27) else None)
         assert obj(api, f"{expected}/poddisruptionbudgets", "wc-worker") is not None
     else:
         await eventually("the status", lambda: status(api, "wc").get("phase") == "Pending")
-    for version in ("v1", "v1beta1"):
-        if f"policy/{version}" != expected:
-            assert obj(api, f"policy/{version}/poddisruptionbudgets", "wc-worker") is None
+    for other in ("v1", "v1beta1"):
+        if f"policy/{other}" != expected:
+            assert obj(api, f"policy/{other}/poddisruptionbudgets", "wc-worker") is None
 
 
 @pytest.mark.parametrize("gone", ["wc-worker", "wc-acker"])
