@@ -61,6 +61,9 @@ ANSWER_TIMEOUT = 2.0  # seconds to wait for a process's answer to a rebalance's 
 ASKING = 8  # pods asked at once
 RECHECK = 0.5  # seconds before a rebalance under way is looked at again
 COMPONENT = "app.kubernetes.io/component"
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+# the (group or core version, plural) of the children the operator watches, all labelled as managed by it
+CHILD_WATCHES = (("apps", "statefulsets"), ("v1", "configmaps"), ("v1", "secrets"), ("v1", "services"), ("v1", "pods"))
 
 
 def kopf_settings(operator: Settings) -> kopf.OperatorSettings:
@@ -76,6 +79,10 @@ def kopf_settings(operator: Settings) -> kopf.OperatorSettings:
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=resource.GROUP)
     # kopf's own "handler succeeded" messages stay in the log; Squall posts its own Events
     settings.posting.level = logging.WARNING
+    # The API server filters the children's watches: without it, every Secret, ConfigMap and Pod of the
+    # cluster streamed to the operator only to be dropped by the handlers' own label filters.
+    for children in CHILD_WATCHES:
+        settings.watching.label_selectors[children] = f"{MANAGED_BY_LABEL}={MANAGED_BY}"
     admission.configure(settings, operator)
     return settings
 
@@ -400,7 +407,7 @@ def _owned(live: Manifest, topology: Mapping[str, Any]) -> bool:
     if any(ref.get("uid") == uid for ref in meta.get("ownerReferences") or ()):
         return True
     labels = meta.get("labels") or {}
-    return (labels.get("app.kubernetes.io/managed-by") == MANAGED_BY
+    return (labels.get(MANAGED_BY_LABEL) == MANAGED_BY
             and labels.get("app.kubernetes.io/instance") == topology["metadata"]["name"])
 
 
@@ -453,7 +460,7 @@ def register(registry: kopf.OperatorRegistry, *, settings: Settings, api: client
     def reconcile(namespace: str, name: str, logger: logging.Logger, **_: Any) -> None:
         operator.reconcile(namespace, name, logger)
 
-    managed = {"app.kubernetes.io/managed-by": MANAGED_BY}
+    managed = {MANAGED_BY_LABEL: MANAGED_BY}  # as the API server filters their watches (CHILD_WATCHES)
 
     @kopf.on.event("apps", "v1", "statefulsets", labels=managed, registry=registry, id="status")
     @counted("status")

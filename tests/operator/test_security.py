@@ -89,3 +89,17 @@ async def test_tls_and_the_network_policy_can_be_turned_off(api, start_operator)
     assert ca_annotation(sts) is None
     assert TLS_DIR not in {e["name"] for e in sts["spec"]["template"]["spec"]["containers"][0]["env"]}
     assert obj(api, SECRETS, "wc-tls") is None and obj(api, NETWORK_POLICIES, "wc") is None
+
+
+async def test_the_operator_watches_only_its_own_children_of_each_kind(api, start_operator):
+    """The API server filters the watches of Secrets, ConfigMaps, Services, Pods and StatefulSets by the
+    managed-by label: the cluster's other Secrets never reach the operator."""
+    await start_operator()
+    await create_topology(api, "wc", SPEC)
+    await eventually("the worker StatefulSet", lambda: obj(api, STATEFULSETS, "wc-worker"))
+    plurals = {"secrets", "configmaps", "services", "pods", "statefulsets"}
+    watches = await eventually("a watch of each child kind", lambda: (found := {
+        r.url.path.rsplit("/", 1)[-1]: r.url.query.get("labelSelector") for r in list(api)
+        if r.url.query.get("watch") == "true" and r.url.path.rsplit("/", 1)[-1] in plurals}) and set(found) == plurals
+        and found)
+    assert watches == dict.fromkeys(plurals, "app.kubernetes.io/managed-by=squall-operator")
