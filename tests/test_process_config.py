@@ -147,6 +147,48 @@ def test_tls_files_come_from_squall_tls_dir(spec_file, tmp_path):
         ProcessConfig.from_env(WORKER, {**env, "SQUALL_TLS_DIR": str(tmp_path / "nowhere")})
 
 
+def _worker_0(spec_file: str):
+    """Worker 0's process of the spec: its runtime and transport (gRPC on loopback), built, not run."""
+    from squall.process.pod import Process
+    from squall.process.supervisor import free_ports
+
+    grpc_port, metrics_port = free_ports(2)
+    env = {"SQUALL_TOPOLOGY": spec_file, "SQUALL_WORKER_INDEX": "0", "SQUALL_BIND_HOST": "127.0.0.1",
+           "SQUALL_GRPC_PORT": str(grpc_port), "SQUALL_METRICS_PORT": str(metrics_port),
+           "SQUALL_WORKER_PEERS": "127.0.0.1:1,127.0.0.1:2", "SQUALL_ACKER_PEERS": "127.0.0.1:3,127.0.0.1:4"}
+    return Process(ProcessConfig.from_env(WORKER, env))
+
+
+def test_spouts_held_by_a_rebalance_that_never_comes_back_activate_again(spec_file):
+    """An operator that deactivated the spouts for a rebalance and then died (or stays down) never
+    switches nor activates them: past twice the message timeout and a margin, they go again by
+    themselves (before, they stayed off until the operator came back). The clock is the test's."""
+    from squall.process.pod import HOLD_MARGIN
+    from squall.proto.squall_pb2 import ControlRequest
+
+    process = _worker_0(spec_file)
+    now = [1000.0]
+    process.runtime.clock = lambda: now[0]
+    try:
+        process.activated = True
+        process._set_spouts()
+        assert process.runtime.spouts and all(s.active for s in process.runtime.spouts)
+        process._command(ControlRequest(command=ControlRequest.DEACTIVATE), None)
+        assert process.held and not any(s.active for s in process.runtime.spouts)
+        limit = 2 * 30 + HOLD_MARGIN  # the spec's message timeout is the default, 30 s
+        now[0] += limit - 1
+        process._release_hold()
+        assert process.held and not any(s.active for s in process.runtime.spouts)  # a long drain is no reason
+        now[0] += 1
+        process._release_hold()
+        assert not process.held and all(s.active for s in process.runtime.spouts)
+        process._command(ControlRequest(command=ControlRequest.DEACTIVATE), None)  # the rebalancer is back
+        assert process.held and not any(s.active for s in process.runtime.spouts)
+    finally:
+        process.runtime.close()
+        process.transport.close()
+
+
 def test_sigterm_takes_no_lock_of_the_scheduler_it_interrupts(spec_file):
     """The SIGTERM handler runs on the scheduler's own thread, between any two of its bytecodes, maybe
     while it holds the lock of the work posted to it. It must not take that lock again: posting the
@@ -155,14 +197,7 @@ def test_sigterm_takes_no_lock_of_the_scheduler_it_interrupts(spec_file):
     process's runtime and transport (gRPC on loopback), not run."""
     import threading
 
-    from squall.process.pod import Process
-    from squall.process.supervisor import free_ports
-
-    grpc_port, metrics_port = free_ports(2)
-    env = {"SQUALL_TOPOLOGY": spec_file, "SQUALL_WORKER_INDEX": "0", "SQUALL_BIND_HOST": "127.0.0.1",
-           "SQUALL_GRPC_PORT": str(grpc_port), "SQUALL_METRICS_PORT": str(metrics_port),
-           "SQUALL_WORKER_PEERS": "127.0.0.1:1,127.0.0.1:2", "SQUALL_ACKER_PEERS": "127.0.0.1:3,127.0.0.1:4"}
-    process = Process(ProcessConfig.from_env(WORKER, env))
+    process = _worker_0(spec_file)
     held, returned, waited_out = threading.Event(), threading.Event(), []
 
     def hold() -> None:

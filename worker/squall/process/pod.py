@@ -49,6 +49,10 @@ DRAIN_QUIET = 1.0
 # A drain that reaches the message timeout (its peers emit on: a lone worker restarted) stops taking
 # frames in, then has this long to finish what it took in before it exits anyway.
 LEAVE_SECONDS = 5.0
+# A rebalance drains for at most the message timeout, then switches or activates the spouts again. Held
+# this much longer than twice that, its rebalancer is gone (an operator down mid-drain, for as long as it
+# stays down): the spouts go again, and a rebalancer that comes back deactivates them anew.
+HOLD_MARGIN = 60.0
 
 
 def _int(env: Mapping[str, str], name: str) -> int | None:
@@ -187,6 +191,7 @@ class Process:
         self.suspended = cfg.spec.suspended
         self.generation = self._generation()  # of what ``suspended`` was last taken from (see _suspend)
         self.held = False  # spouts deactivated by a rebalance, until it activates or switches us
+        self.held_since = 0.0  # when a rebalance's DEACTIVATE held them
         self.member = True  # False: a rebalance's new spec has no place for this process
         self.switch_to: ProcessConfig | None = None  # set by a rebalance: run this next
         self.terminated = False  # SIGTERM: drain and exit, whatever a rebalance says
@@ -251,6 +256,16 @@ class Process:
             if self.suspended:
                 log.info("%s: the topology is suspended; spouts stay inactive", self.cfg.name)
             self.runtime.set_active(self._spouts_on())
+
+    def _release_hold(self) -> None:
+        """Every second: spouts held by a rebalance that never came back activate again (see HOLD_MARGIN)."""
+        held_for = self.runtime.clock() - self.held_since
+        if self.held and self.member and held_for >= 2 * self.cfg.spec.message_timeout_seconds + HOLD_MARGIN:
+            log.warning("%s: spouts held by a rebalance for %.0f s, and neither switched nor activated since: "
+                        "activating them again (was its operator or squall run stopped mid-drain?)",
+                        self.cfg.name, held_for)
+            self.held = False
+            self._set_spouts()
 
     def _set_spouts(self) -> None:
         if self.activated and self.draining_since is None:
@@ -339,7 +354,7 @@ class Process:
         if command == ControlRequest.DEACTIVATE and not self.held:
             log.info("%s: rebalance: deactivating spouts (%d tree(s) pending here)", self.cfg.name,
                      self.runtime.pending_trees())
-            self.held = True
+            self.held, self.held_since = True, self.runtime.clock()
             self.runtime.set_active(False)
         elif command == ControlRequest.ACTIVATE and self.held and self.member:
             log.info("%s: rebalance: activating spouts again", self.cfg.name)
@@ -368,7 +383,7 @@ class Process:
                 Plan(cfg.spec)  # imports its classes: refuse a spec that cannot run before leaving this one
         except SquallError as exc:
             raise CommandError(f"{self.cfg.name} cannot run the spec to switch to: {exc}") from None
-        self.held = True
+        self.held, self.held_since = True, self.runtime.clock()
         self.runtime.set_active(False)
         if cfg is None:
             log.info("%s: %s: the new spec has no %s %d; spouts stay inactive until this process is removed",
@@ -455,6 +470,7 @@ class Process:
         self.metrics.start()
         rt.every(0.05, self._check)
         rt.every(1.0, self._watch_spec)
+        rt.every(1.0, self._release_hold)
         if self.cfg.parent_pid is not None:
             rt.every(1.0, self._watch_parent)
         log.info("%s of topology %r: grpc :%d, metrics :%d, plan %s, tasks %s", self.cfg.name, self.cfg.spec.name,
