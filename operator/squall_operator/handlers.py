@@ -111,19 +111,24 @@ class Operator:
 
     async def resync(self) -> None:
         """Reconcile every known Topology each ``settings.resync_seconds``, for ever: drift repair whatever
-        happened meanwhile, and the components' own errors for the status; and each Topology that asked
-        for it with :meth:`later` when its time comes.
+        happened meanwhile, and the components' own errors for the status; and, beside that pass, each
+        Topology that asked for it with :meth:`later` when its time comes (a pass held up by one slow
+        Topology does not hold up the steps of another's rebalance).
 
         Not a kopf timer: kopf puts a finalizer on every resource with a timer, and a Topology must
         go at once when deleted, even while the operator is down."""
-        every = time.monotonic() + self.settings.resync_seconds
+        await asyncio.gather(self._resync_every(), self._resync_due())
+
+    async def _resync_every(self) -> None:
         while True:
-            await asyncio.sleep(min(RECHECK, max(0.0, every - time.monotonic())))
+            await asyncio.sleep(self.settings.resync_seconds)
+            if await self._reconcile_all(sorted(self.known), read_errors=True):
+                self.metrics.resynced()
+
+    async def _resync_due(self) -> None:
+        while True:
+            await asyncio.sleep(RECHECK)
             now = time.monotonic()
-            if now >= every:
-                every = now + self.settings.resync_seconds
-                if await self._reconcile_all(sorted(self.known), read_errors=True):
-                    self.metrics.resynced()
             with self._due_lock:
                 due = sorted(key for key, at in self._due.items() if at <= now)
                 for key in due:
@@ -248,20 +253,24 @@ class Operator:
                                "suspend" if spec.suspended else "resume", pod.name, exc)
 
     def _reported(self, pods: list[Manifest]) -> list[dict[str, Any]]:
-        """The components' recent errors, from ``GET /errors`` on the metrics port of each running pod."""
-        reported: dict[str, list[dict[str, Any]]] = {}
-        for pod in pods:
+        """The components' recent errors, from ``GET /errors`` on the metrics port of each running pod,
+        :data:`ASKING` pods at a time (one pod that does not answer costs its timeout once, not per pod)."""
+
+        def read(pod: Manifest) -> list[dict[str, Any]] | None:
             address = self._address(pod, "metrics")
             if address is None:
-                continue
+                return None
             try:
                 with urllib.request.urlopen(f"http://{address}/errors", timeout=ERRORS_TIMEOUT) as response:
                     errors = json.loads(response.read())
             except (OSError, ValueError):
-                continue  # a pod that does not answer: its readiness and container state tell why
-            if isinstance(errors, list):
-                reported[pod["metadata"]["name"]] = [e for e in errors if isinstance(e, dict)]
-        return status.component_errors(reported)
+                return None  # a pod that does not answer: its readiness and container state tell why
+            return [e for e in errors if isinstance(e, dict)] if isinstance(errors, list) else None
+
+        with ThreadPoolExecutor(max_workers=ASKING) as pool:
+            found = list(pool.map(read, pods))
+        return status.component_errors({pod["metadata"]["name"]: errors for pod, errors in zip(pods, found, strict=True)
+                                        if errors is not None})
 
     def _status(self, spec: TopologySpec, namespace: str, *, workers: Manifest | None, ackers: Manifest | None,
                 previous: dict[str, Any], generation: int | None, read_errors: bool,

@@ -32,6 +32,7 @@ from operator_kit import (
     status,
 )
 
+from squall_operator import handlers
 from squall_operator.apply import Kube
 from squall_operator.handlers import Operator
 from squall_operator.settings import Settings
@@ -125,6 +126,41 @@ async def test_the_resync_repairs_unwatched_drift_and_reads_component_errors(api
         # no finalizer: a deleted Topology goes at once, even while the operator is down
         assert "finalizers" not in obj(api, TOPOLOGIES, "wc")["metadata"]
     finally:
+        await runner.cleanup()
+
+
+async def test_the_resync_asks_a_topologys_pods_for_their_errors_at_once(api, start_operator, monkeypatch):
+    """Two pods whose ``/errors`` does not answer (a wedged process) are asked side by side: a pass
+    waits one timeout for them, not one per pod (before: 12 such pods held every resync 24 s)."""
+    monkeypatch.setattr(handlers, "ERRORS_TIMEOUT", 30.0)  # the pods answer only once released
+    waiting: list[object] = []
+    most, release = [0], asyncio.Event()
+
+    async def errors(_: aiohttp.web.Request) -> aiohttp.web.Response:
+        waiting.append(object())
+        most[0] = max(most[0], len(waiting))
+        try:
+            await release.wait()
+        finally:
+            waiting.pop()
+        return aiohttp.web.json_response([])
+
+    app = aiohttp.web.Application()
+    app.router.add_get("/errors", errors)
+    runner = aiohttp.web.AppRunner(app)
+    await runner.setup()
+    site = aiohttp.web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]
+    try:
+        await start_operator(resync_seconds=0.3)
+        await create_topology(api, "wc", SPEC)
+        await eventually("the worker StatefulSet", lambda: obj(api, STATEFULSETS, "wc-worker"))
+        for pod in ("wc-worker-0", "wc-worker-1"):
+            await put_pod(api, pod, "wc", {"phase": "Running", "podIP": "127.0.0.1"}, metrics_port=port)
+        await eventually("both pods asked at once", lambda: most[0] >= 2)
+    finally:
+        release.set()
         await runner.cleanup()
 
 
