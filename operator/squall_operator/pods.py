@@ -17,7 +17,7 @@ from typing import Any
 
 from squall.errors import TopologyError
 from squall.process.contract import ACKER, SPEC_DIR, TLS_MOUNT, WORKER
-from squall.topology.spec import PodTemplate, TopologySpec
+from squall.topology.spec import PodTemplate, Resources, TopologySpec
 
 WORKERS, ACKERS, SPARK_EXECUTORS = "workers", "ackers", "sparkExecutors"
 # the main container of each role's pods, the one the template's same-named container merges into
@@ -73,12 +73,13 @@ def templates(spec: TopologySpec) -> dict[str, PodTemplate]:
 
 def check(spec: TopologySpec) -> None:
     """Raise :class:`TopologyError` naming every unknown or operator-owned field of the pod templates."""
-    problems: list[str] = []
+    problems = _over_limits(spec.resources, "resources")
     if spec.pod_template is not None and spec.pod_template.spark_executors is not None and spec.spark is None:
         problems.append("podTemplate.sparkExecutors: there are no Spark executors without spec.spark; "
                         "remove it or add spark")
     for role, template in templates(spec).items():
         where = f"podTemplate.{role}"
+        problems += _over_limits(template.resources, f"{where}.resources")
         labels = template.metadata.labels if template.metadata else {}
         problems += [f"{where}.metadata.labels.{key}: the selector labels are the operator's; remove it"
                      for key in _SELECTOR_LABELS if key in labels]
@@ -88,6 +89,18 @@ def check(spec: TopologySpec) -> None:
     if problems:
         raise TopologyError(f"topology {spec.name!r} pod templates are invalid:\n" +
                             "\n".join(f"  {p}" for p in problems))
+
+
+def _over_limits(resources: Resources | None, path: str) -> list[str]:
+    """A request above its limit, which Kubernetes refuses in a pod (the StatefulSet's write would fail)."""
+    if resources is None or not resources.requests or not resources.limits:
+        return []
+    from kubernetes.utils import parse_quantity
+
+    return [f"{path}.requests.{name}: {request} is above its limit ({resources.limits[name]}), which Kubernetes "
+            "refuses; lower the request or raise the limit"
+            for name, request in resources.requests.items()
+            if name in resources.limits and parse_quantity(request) > parse_quantity(resources.limits[name])]
 
 
 def _models() -> Any:

@@ -251,3 +251,22 @@ async def test_the_operator_renders_the_template_and_reports_a_refused_one(api, 
         condition(api, "wc", "Ready")["message"]
     assert obj(api, STATEFULSETS, "wc-worker")["spec"]["template"]["spec"]["containers"][0]["command"] == \
         ["squall", "worker"]  # the running pods are left as they were
+
+
+@pytest.mark.parametrize("doc, message", [
+    ({"resources": {"requests": {"cpu": "2", "memory": "1Gi"}, "limits": {"cpu": "1500m", "memory": "1024Mi"}}},
+     "resources.requests.cpu: 2 is above its limit (1500m), which Kubernetes refuses; lower the request or raise "
+     "the limit"),
+    ({"podTemplate": {"ackers": {"resources": {"requests": {"memory": "2Gi"}, "limits": {"memory": "1Gi"}}}}},
+     "podTemplate.ackers.resources.requests.memory: 2Gi is above its limit (1Gi)"),
+])
+def test_a_request_above_its_limit_is_refused(doc, message):
+    with pytest.raises(TopologyError) as info:
+        check_spec("wc", {**BASE, **doc})
+    assert message in str(info.value)
+    assert str(info.value).count("is above its limit") == 1  # quantities compare by value: 1Gi is 1024Mi
+
+
+def test_requests_within_their_limits_pass():
+    check_spec("wc", {**BASE, "resources": {"requests": {"cpu": "500m", "memory": "1Gi"},
+                                            "limits": {"cpu": 1, "memory": "1024Mi", "nvidia.com/gpu": 1}}})
