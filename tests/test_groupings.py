@@ -333,7 +333,7 @@ def test_a_custom_grouping_that_chooses_a_task_it_was_not_given_is_refused_at_th
 class DirectSpout(Spout):
     """Emits ``[n, target]`` on the direct stream "to", to each task of "target" in turn."""
 
-    outputs = {"default": ["n", "target"], "to": direct("n", "target")}
+    outputs = {"default": ["n", "target"], "to": direct("n", "target"), "lonely": direct("n")}
 
     def open(self, conf, context, collector):
         super().open(conf, context, collector)
@@ -349,6 +349,7 @@ class DirectSpout(Spout):
                 lambda: self.collector.emit_direct(own, [0, own], stream="to"),  # not a consumer of "to"
                 lambda: self.collector.emit_direct(self.targets[0], [0, 0]),  # "default" is not direct
                 lambda: self.collector.emit([0, 0], stream="to"),  # a direct stream needs emit_direct
+                lambda: self.collector.emit_direct(self.targets[0], [0], stream="lonely"),  # no subscriber
             ):
                 try:
                     attempt()
@@ -389,10 +390,13 @@ def test_direct_grouping_delivers_emit_direct_to_exactly_the_named_task():
         assert len({task for _, task in got}) == 3
         assert received(cluster, "bystander") == []  # subscribed to "default" only
 
-        own, not_direct, plain = spout.refused
+        own, not_direct, plain, lonely = spout.refused
         assert "'spout'" in own and "task" in own and "'to'" in own
-        assert "'default'" in not_direct and "direct" in not_direct
+        assert not_direct == ("component 'spout': emit_direct on stream 'default', which is not direct; use emit on "
+                              "it, or declare it with squall.direct(...) and subscribe with grouping type 'direct'")
         assert "'to'" in plain and "emit_direct" in plain
+        assert lonely == ("component 'spout': emit_direct on direct stream 'lonely', which no bolt subscribes to; "
+                          "subscribe one with grouping type 'direct'")
 
 
 def test_a_bolt_can_emit_direct_anchored_and_the_tree_completes():

@@ -107,10 +107,13 @@ class Router:
     def direct_target(self, stream: str, task: int) -> list[int]:
         allowed = self.direct[stream]
         if task not in allowed:
+            if not any(type(g) is DirectOnly for g in self.groupers[stream]):
+                raise EmitError(f"component {self.component!r}: emit_direct on stream {stream!r}, which is not "
+                                "direct; use emit on it, or declare it with squall.direct(...) and subscribe "
+                                "with grouping type 'direct'")
             if not allowed:
-                raise EmitError(f"component {self.component!r}: emit_direct on stream {stream!r}, which no bolt "
-                                "consumes with a direct grouping; declare it with squall.direct(...) and "
-                                "subscribe with grouping type 'direct'")
+                raise EmitError(f"component {self.component!r}: emit_direct on direct stream {stream!r}, which no "
+                                "bolt subscribes to; subscribe one with grouping type 'direct'")
             raise EmitError(f"component {self.component!r}: emit_direct to task {task}, which does not consume "
                             f"stream {stream!r} with a direct grouping (tasks that do: {sorted(allowed)})")
         return [task]
