@@ -42,6 +42,7 @@ from squall_operator.cluster import Features, install_cel
 from squall_operator.metrics import OperatorMetrics
 from squall_operator.render import (
     MANAGED_BY,
+    MANAGED_BY_LABEL,
     ROLES,
     TEMPLATE_HASH,
     Names,
@@ -61,7 +62,6 @@ ANSWER_TIMEOUT = 2.0  # seconds to wait for a process's answer to a rebalance's 
 ASKING = 8  # pods asked at once
 RECHECK = 0.5  # seconds before a rebalance under way is looked at again
 COMPONENT = "app.kubernetes.io/component"
-MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 # the (group or core version, plural) of the children the operator watches, all labelled as managed by it
 CHILD_WATCHES = (("apps", "statefulsets"), ("v1", "configmaps"), ("v1", "secrets"), ("v1", "services"), ("v1", "pods"))
 

@@ -37,6 +37,7 @@ DEFAULT_RESOURCES = {"requests": {"cpu": "100m", "memory": "256Mi"}}
 # Kubernetes' own client and service address, as seen from any pod
 K8S_MASTER = "k8s://https://kubernetes.default.svc:443"
 MANAGED_BY = "squall-operator"
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 PDB_API = "policy/v1"  # Kubernetes 1.21+; the operator uses policy/v1beta1 where that is all it finds
 NODE = "kubernetes.io/hostname"
 ROLES = {WORKER: pods.WORKERS, ACKER: pods.ACKERS}  # a StatefulSet's role -> its spec.podTemplate key
@@ -84,7 +85,7 @@ class Names:
 def labels(topology: str, *, component: str) -> dict[str, str]:
     """The standard ``app.kubernetes.io/*`` labels of every object of a topology."""
     return {**selector(topology, component=component), "app.kubernetes.io/part-of": "squall",
-            "app.kubernetes.io/managed-by": MANAGED_BY}
+            MANAGED_BY_LABEL: MANAGED_BY}
 
 
 def selector(topology: str, *, component: str) -> dict[str, str]:
