@@ -35,7 +35,7 @@ def parse_spec(name: str, spec: Any, *, namespace: str | None = None) -> Topolog
     if given is not None and given != name:
         raise TopologyError(f"{where}: spec.name {given!r} differs from metadata.name {name!r}; "
                             "remove spec.name (the resource's name is the topology's name)")
-    return TopologySpec.from_dict({**spec, "name": name}, source=f"{where} spec")
+    return TopologySpec.from_dict({**spec, "name": name}, source=f"{where} spec", camel_case_only=True)
 
 
 def check_spec(name: str, spec: Any, *, namespace: str | None = None) -> TopologySpec:

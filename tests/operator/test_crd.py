@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from squall.errors import TopologyError
-from squall.topology.spec import load_spec
+from squall.topology.spec import TopologySpec, load_spec
 from squall_operator import crd
 from squall_operator.resource import check_spec, parse_spec, to_resource
 
@@ -255,6 +255,16 @@ def test_both_accept(name):
 def test_both_reject(name):
     assert not crd_accepts(BAD[name])
     assert not model_accepts(BAD[name])
+
+
+def test_a_topology_resource_takes_camel_case_keys_only():
+    """A topology file may spell keys either way; a resource's schema has camelCase keys only, and the API
+    server would drop (or, strict, refuse) a snake_case one: validation says so instead of passing it."""
+    doc = {"message_timeout_seconds": 10, "spouts": [{"name": "s", "className": "m:S"}]}
+    assert TopologySpec.from_dict({"name": "wc", **doc}).message_timeout_seconds == 10
+    with pytest.raises(TopologyError) as info:
+        check_spec("wc", doc)
+    assert "message_timeout_seconds: unknown key; did you mean 'messageTimeoutSeconds'?" in str(info.value)
 
 
 @pytest.mark.parametrize("name", ["1wc", "word_count", "w" * 41])

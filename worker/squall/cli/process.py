@@ -15,6 +15,9 @@ ENV_HELP = """configuration (environment; every topology setting comes from the 
   SQUALL_ACKER_PEERS     the same for ackers
   SQUALL_GRPC_PORT       gRPC port (default 7070); SQUALL_METRICS_PORT (default 9090)
   SQUALL_BIND_HOST       listen address (default 0.0.0.0)
+  SQUALL_TLS_DIR         directory of ca.crt, tls.crt, tls.key: mutual TLS (default: plaintext gRPC)
+  SQUALL_NAMESPACE       the {namespace} of the peer templates
+every variable, and what squall run and the operator set: docs/processes.md
 """
 
 

@@ -361,12 +361,13 @@ class TopologySpec(_Model):
         return self
 
     @classmethod
-    def from_dict(cls, data: Any, *, source: str = "topology") -> TopologySpec:
-        """Parse a document; raise :class:`TopologyError` naming every bad field."""
+    def from_dict(cls, data: Any, *, source: str = "topology", camel_case_only: bool = False) -> TopologySpec:
+        """Parse a document; raise :class:`TopologyError` naming every bad field. ``camel_case_only``: a
+        Topology resource's spec, whose schema has no snake_case keys (the API server would drop them)."""
         if not isinstance(data, dict):
             raise TopologyError(f"{source}: expected a mapping with name, spouts and bolts, got {type(data).__name__}")
         try:
-            return cls.model_validate(data)
+            return cls.model_validate(data, by_alias=True, by_name=not camel_case_only)
         except ValidationError as exc:
             problems = "\n".join(_describe(e, data) for e in exc.errors())
             raise TopologyError(f"{source} is invalid:\n{problems}") from None
