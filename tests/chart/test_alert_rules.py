@@ -95,6 +95,15 @@ TESTS = [
                    'role="worker"}', "values": "1x5 _x35"},
         {"series": 'squall_expected_processes{namespace="prod", pod="views-worker-0", topology="views", '
                    'role="acker"}', "values": "0x5 _x35"},
+        # gone: deleted at 5m (the operator forgets it too), so its processes are not down
+        {"series": 'squall_process_info{namespace="prod", pod="gone-worker-0", topology="gone", role="worker", '
+                   'index="0"}', "values": "1x5 _x35"},
+        {"series": 'squall_expected_processes{namespace="prod", pod="gone-worker-0", topology="gone", '
+                   'role="worker"}', "values": "1x5 _x35"},
+        # what the operator says of the Topologies that exist (scraped in its own namespace)
+        *({"series": f'squall_operator_topology_degraded{{namespace="squall-system", pod="squall-0", '
+                     f'topology_namespace="prod", topology="{name}", reason=""}}', "values": values}
+          for name, values in (("clicks", "0x40"), ("views", "0x40"), ("gone", "0x5 _x35"))),
     ], "alert_rule_test": [
         {"eval_time": "12m", "alertname": "SquallProcessesDown", "exp_alerts": []},
         {"eval_time": "17m", "alertname": "SquallProcessesDown", "exp_alerts": [{
@@ -137,6 +146,21 @@ TESTS = [
                                "the operator applies. kubectl logs -n squall-system squall-0; the Topologies' "
                                "ApplyFailed Events say why."}}]},
     ]},
+    {"name": "the operator down", "interval": "1m", "input_series": [
+        # ready, then not ready from 5m (kopf lost its watches), then not scraped at all from 20m
+        {"series": 'squall_operator_ready{namespace="squall-system", pod="squall-0"}', "values": "1x5 0x15 _x20"},
+    ], "alert_rule_test": [
+        {"eval_time": "12m", "alertname": "SquallOperatorDown", "exp_alerts": []},
+        *({"eval_time": at, "alertname": "SquallOperatorDown", "exp_alerts": [{
+            "exp_labels": {"severity": "critical", "namespace": "squall-system"},
+            "exp_annotations": {
+                "summary": "The Squall operator in squall-system is down or not ready",
+                "description": "For 10 minutes the operator has not been scraped, or kopf has not been ready "
+                               "(logged in, watching): Topology changes are not applied, statuses are stale, and "
+                               "drifted or deleted objects are not put back (the topologies themselves run on). "
+                               "kubectl get pods -n squall-system; kubectl logs -n squall-system deploy/squall"}}]}
+          for at in ("16m", "40m")),
+    ]},
     {"name": "the operator's resync", "interval": "1m", "input_series": [
         # promtool's clock starts at 0: a healthy operator's last resync follows it, this one stops at 5m
         {"series": 'squall_operator_last_resync_timestamp_seconds{namespace="squall-system", pod="squall-0"}',
@@ -165,7 +189,8 @@ def promtool() -> str:
 
 
 def rules(values: dict | None = None) -> dict:
-    rendered = render({"monitoring": {"alerts": {"enabled": True, **(values or {})}}})
+    rendered = render({"monitoring": {"alerts": {"enabled": True, **(values or {})},
+                                      "operatorPodMonitor": {"enabled": True}}})
     return {"groups": rendered.one("PrometheusRule")["spec"]["groups"]}
 
 
@@ -178,7 +203,7 @@ def test_the_rule_is_off_by_default_and_labelled_for_kube_prometheus_stack():
 def test_the_issue_s_alerts_are_all_there_and_tested():
     names = [r["alert"] for group in rules()["groups"] for r in group["rules"]]
     assert names == ["SquallSpoutLagGrowing", "SquallFailureRatioHigh", "SquallTreesTimingOut",
-                     "SquallBoltOverCapacity", "SquallProcessesDown", "SquallTopologyDegraded",
+                     "SquallBoltOverCapacity", "SquallProcessesDown", "SquallOperatorDown", "SquallTopologyDegraded",
                      "SquallOperatorReconcileErrors", "SquallOperatorResyncStalled"]
     tested = {t["alertname"] for case in TESTS for t in case["alert_rule_test"] if t["exp_alerts"]}
     assert tested == set(names), f"alerts never seen firing in TESTS: {set(names) - tested}"
