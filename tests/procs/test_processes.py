@@ -641,6 +641,9 @@ def test_reported_errors_are_queryable_on_each_process(cluster):
     wait_for(lambda t: t.acked["a-numbers"] >= 100, timeout=60, sup=sup, what="every tree acked")
     errors = json.loads(fetch(sup.child("worker-0").url("/errors")))
     assert [(e["component"], e["error"]) for e in errors] == [("c-sink", "ValueError: five is not allowed here")]
+    # the metric names its type only: a message in a label would make a series of every distinct message
+    last = samples(fetch(sup.child("worker-0").url("/metrics")))["squall_last_error_timestamp_seconds"]
+    assert [(s.labels["component"], s.labels["error"]) for s in last] == [("c-sink", "ValueError")]
     assert json.loads(fetch(sup.child("acker-0").url("/errors"))) == []
 
 

@@ -55,6 +55,12 @@ class Snapshot:
     lag: float | None = None
     last_error: dict[str, tuple[float, str]] = field(default_factory=dict)
 
+    def add_errors(self, errors: list[dict]) -> None:
+        """A process's ``GET /errors``: the newest error of each component, with its message."""
+        for e in errors:
+            if e["time"] > self.last_error.get(e["component"], (0.0, ""))[0]:
+                self.last_error[e["component"]] = (e["time"], e["error"])
+
     def add(self, url: str, text: str) -> None:
         self.up += 1
         spouts: set[str] = set()
@@ -72,8 +78,6 @@ class Snapshot:
                     spouts.add(comp)
                 elif s.name == "squall_spout_lag_records":
                     self.lag = (self.lag or 0.0) + s.value
-                elif s.name == "squall_last_error_timestamp_seconds" and s.value > self.last_error.get(comp, (0,))[0]:
-                    self.last_error[comp] = (s.value, s.labels.get("error", ""))
         for comp in spouts:
             self.counters[comp]["is_spout"] = 1.0
 
@@ -83,7 +87,8 @@ def scrape(urls: list[str]) -> Snapshot:
     for url in urls:
         try:
             snap.add(url, fetch(url))
-        except OSError:
+            snap.add_errors(json.loads(fetch(url.rsplit("/", 1)[0] + "/errors")))
+        except (OSError, ValueError):
             pass  # a process restarting: the header counts it as down
     return snap
 

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from squall.transport import Transport
 
 TASK = ["topology", "component", "task", "stream"]
-ERROR_LABEL_CHARS = 200  # an error's text in a label, cut: a label is no place for a traceback
+ERROR_TYPE_CHARS = 100  # an error's type in a label, cut (a qualified name can be long)
 EXECUTED = ["topology", "component", "task", "stream", "source_component"]
 
 
@@ -133,14 +133,17 @@ class RuntimeCollector:
                     pending, max_pending, expired)
 
     def _last_errors(self) -> Iterator[Metric]:
+        # The label holds the error's type, never its message: free text would make a new series for every
+        # distinct message (ids, values in it), and put user data in the metrics store. /errors has it.
         last = GaugeMetricFamily("squall_last_error_timestamp_seconds", "When a component last reported an "
-                                 "error in this process (Unix time), the error in the label (Storm UI's last "
-                                 "error)", labels=["topology", "component", "task", "error"])
+                                 "error in this process (Unix time), its type in the label (Storm UI's last "
+                                 "error; the message: GET /errors)", labels=["topology", "component", "task", "error"])
         newest: dict[str, ReportedError] = {}
         for error in self.runtime.errors.recent():  # oldest first
             newest[error.component] = error
         for comp, error in newest.items():
-            last.add_metric([self.topology, comp, str(error.task), error.error[:ERROR_LABEL_CHARS]], error.time)
+            last.add_metric([self.topology, comp, str(error.task), error.error.split(":", 1)[0][:ERROR_TYPE_CHARS]],
+                            error.time)
         yield last
 
     def _offsets(self) -> Iterator[Metric]:
