@@ -1,7 +1,7 @@
 # C types for stats.py where Squall is compiled with Cython (squall/_pure.py).
 cimport cython
 
-cdef double _BOUNDS[16]
+cdef double _BOUNDS[21]  # len(LATENCY_BUCKETS)
 cdef Py_ssize_t _N_BOUNDS
 
 

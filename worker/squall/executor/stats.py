@@ -15,9 +15,10 @@ from squall.executor.hdr import HdrHistogram
 # the sample accordingly: the clock reads and histogram updates cost more than most executes.
 SAMPLE_EVERY = 20
 
-# Latency bucket upper bounds in seconds (Prometheus ``le`` values).
-LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
-                   30.0, 60.0)
+# Latency bucket upper bounds in seconds (Prometheus ``le`` values): from 10 µs, since a bolt's execute
+# takes microseconds and a tree in one worker completes in well under a millisecond.
+LATENCY_BUCKETS = (0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+                   0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 # The same bounds for observe's scan: a C array where compiled (bisect was a Python call per sample).
 _BOUNDS = list(LATENCY_BUCKETS)
 _N_BOUNDS = len(LATENCY_BUCKETS)
