@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
-from prometheus_client import Counter, Gauge, Histogram
+from prometheus_client import Counter, Gauge, Histogram, disable_created_metrics
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 from squall.metrics.registry import process_registry
@@ -32,6 +32,7 @@ class OperatorMetrics:
     """The operator's metrics registry and the hooks the handlers call."""
 
     def __init__(self) -> None:
+        disable_created_metrics()  # no *_created series beside each counter, as the processes' metrics have none
         self.registry = process_registry()
         r = self.registry
         self.reconciles = Counter("squall_operator_reconciles", "Reconciles of a Topology (create, update, "

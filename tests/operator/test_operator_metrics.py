@@ -143,3 +143,16 @@ async def test_the_last_resync_moves_with_passes_that_reconcile_every_topology(a
     await eventually("two more failed passes", lambda: value(scrape(port), "squall_operator_reconcile_errors_total")
                      >= errors + 2)
     assert value(scrape(port), "squall_operator_last_resync_timestamp_seconds") == last
+
+
+async def test_the_operator_exports_no_created_series():
+    """prometheus-client adds a ``*_created`` gauge beside each counter and histogram unless told not to:
+    undocumented series, which the processes' metrics do not have either."""
+    from prometheus_client import generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from squall_operator.metrics import OperatorMetrics
+
+    text = generate_latest(OperatorMetrics().registry).decode()
+    names = {s.name for family in text_string_to_metric_families(text) for s in family.samples}
+    assert names and not [n for n in names if n.endswith("_created")]
