@@ -189,6 +189,29 @@ def test_spouts_held_by_a_rebalance_that_never_comes_back_activate_again(spec_fi
         process.transport.close()
 
 
+def test_an_edit_of_the_spec_file_read_half_written_is_still_followed(spec_file):
+    """A file rewritten in place is empty between its truncation and its write, within one tick of the
+    file system's clock (a loaded machine can preempt the writer there for long). A process that read
+    it then, and went by the time alone, never saw the edit: the whole file had the same time (a flaky
+    squall run rebalance test, under make test's load)."""
+    import os
+
+    process = _worker_0(spec_file)
+    try:
+        stamp = os.stat(spec_file).st_mtime_ns + 10**9
+        Path(spec_file).write_text("")  # truncated, not yet written
+        os.utime(spec_file, ns=(stamp, stamp))
+        process._watch_spec()  # "ignoring an unreadable spec update"
+        assert not process.suspended
+        Path(spec_file).write_text(yaml.safe_dump({**SPEC, "suspended": True}))  # the write, same tick
+        os.utime(spec_file, ns=(stamp, stamp))
+        process._watch_spec()
+        assert process.suspended
+    finally:
+        process.runtime.close()
+        process.transport.close()
+
+
 def test_sigterm_takes_no_lock_of_the_scheduler_it_interrupts(spec_file):
     """The SIGTERM handler runs on the scheduler's own thread, between any two of its bytecodes, maybe
     while it holds the lock of the work posted to it. It must not take that lock again: posting the

@@ -18,7 +18,7 @@ from squall.metrics.scrape import Totals
 from squall.process.supervisor import Supervisor
 from squall.testing import LocalCluster
 from squall.topology import load_spec, validate
-from squall.topology.spec import TopologySpec
+from squall.topology.spec import TopologySpec, file_stamp
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -156,19 +156,13 @@ class SpecFile:
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
-        self.mtime = self._mtime()
-
-    def _mtime(self) -> float | None:
-        try:
-            return self.path.stat().st_mtime
-        except OSError:
-            return None
+        self.stamp = file_stamp(self.path)
 
     def follow(self, sup: Supervisor, progress: Progress, stopping: Callable[[], bool]) -> None:
-        mtime = self._mtime()
-        if mtime == self.mtime:
+        stamp = file_stamp(self.path)
+        if stamp == self.stamp:
             return
-        self.mtime = mtime
+        self.stamp = stamp
         try:
             spec = load_spec(self.path)
             validate(spec)

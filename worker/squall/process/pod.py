@@ -32,7 +32,7 @@ from squall.process.thread_names import name_native_threads
 from squall.proto.squall_pb2 import ControlRequest, ProcessState
 from squall.topology.assignment import assign
 from squall.topology.plan import Plan
-from squall.topology.spec import TopologySpec, load_spec
+from squall.topology.spec import TopologySpec, file_stamp, load_spec
 from squall.transport import Transport
 from squall.transport.codec import Decoder
 from squall.transport.tls import Credentials
@@ -198,7 +198,7 @@ class Process:
         self._waiting_logged = float("-inf")
         self.draining_since: float | None = None
         self.leaving_since: float | None = None  # the drain's time ran out: the door is shut
-        self._spec_mtime = self._mtime()
+        self._spec_stamp = file_stamp(self.cfg.spec_path)
 
     def latency(self) -> dict:
         """Every complete latency this process's spouts recorded (``GET /latency``)."""
@@ -231,12 +231,6 @@ class Process:
             return int(self.cfg.spec_path.with_name(contract.GENERATION_FILE).read_text())
         except (OSError, ValueError):
             return 0
-
-    def _mtime(self) -> float:
-        try:
-            return self.cfg.spec_path.stat().st_mtime
-        except OSError:
-            return 0.0
 
     def _spouts_on(self) -> bool:
         return not (self.suspended or self.held)
@@ -298,19 +292,19 @@ class Process:
         its mount caught up with it, joins the others as soon as it has. Only a change counts: right
         after a rebalance switched this process, the file may still hold the plan it left.
         """
-        mtime = self._mtime()
-        if mtime == self._spec_mtime:
+        stamp = file_stamp(self.cfg.spec_path)
+        if stamp == self._spec_stamp:
             return
         generation = self._generation()
         try:
             spec = load_spec(self.cfg.spec_path)
         except SquallError as exc:
-            self._spec_mtime = mtime
+            self._spec_stamp = stamp
             log.warning("%s: ignoring an unreadable spec update: %s", self.cfg.name, exc)
             return
         if self._generation() != generation:  # read across the kubelet's swap of the files: next second
             return
-        self._spec_mtime = mtime
+        self._spec_stamp = stamp
         self._suspend(spec.suspended, generation, why="the spec file")
         stuck = self.started and not self.transport.all_connected() and self.draining_since is None
         if stuck and spec.fingerprint() != self.plan and self.member:

@@ -373,6 +373,18 @@ class TopologySpec(_Model):
             raise TopologyError(f"{source} is invalid:\n{problems}") from None
 
 
+def file_stamp(path: str | Path) -> tuple[int, int, int] | None:
+    """What tells a spec file's versions apart, for those that follow its edits: its inode, size and
+    modification time (None: no such file). The time alone is not enough: a file rewritten in place
+    is empty between its truncation and its write, both within one tick of the file system's clock,
+    and a reader in between would take the empty file for the edit, and miss the edit itself."""
+    try:
+        st = Path(path).stat()
+    except OSError:
+        return None
+    return st.st_ino, st.st_size, st.st_mtime_ns
+
+
 def load_spec(path: str | Path) -> TopologySpec:
     """Load and parse a topology YAML file (structure only; see :func:`squall.topology.validate`)."""
     path = Path(path)
