@@ -5,8 +5,10 @@ status. kopf runs Squall's handlers against kmock (no garbage collector or kubel
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import aiohttp.web
 import kmock
@@ -95,20 +97,29 @@ async def test_the_children_of_a_topology_being_deleted_are_not_made_again(api, 
     assert obj(api, STATEFULSETS, "wc-worker") is None
 
 
-async def test_the_resync_repairs_unwatched_drift_and_reads_component_errors(api, start_operator, caplog):
-    reported = [{"component": "split", "task": 2, "time": time.time(), "error": "ValueError: bad line\n  at x"}]
-
-    async def errors(_: aiohttp.web.Request) -> aiohttp.web.Response:
-        return aiohttp.web.json_response(reported)
-
+@contextlib.asynccontextmanager
+async def errors_served(errors: Callable[[aiohttp.web.Request], Awaitable[aiohttp.web.Response]]
+                        ) -> AsyncIterator[int]:
+    """A server of ``GET /errors`` on loopback, as a pod's metrics port serves it: its port."""
     app = aiohttp.web.Application()
     app.router.add_get("/errors", errors)
     runner = aiohttp.web.AppRunner(app)
     await runner.setup()
     site = aiohttp.web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
-    port = site._server.sockets[0].getsockname()[1]
     try:
+        yield site._server.sockets[0].getsockname()[1]
+    finally:
+        await runner.cleanup()
+
+
+async def test_the_resync_repairs_unwatched_drift_and_reads_component_errors(api, start_operator, caplog):
+    reported = [{"component": "split", "task": 2, "time": time.time(), "error": "ValueError: bad line\n  at x"}]
+
+    async def errors(_: aiohttp.web.Request) -> aiohttp.web.Response:
+        return aiohttp.web.json_response(reported)
+
+    async with errors_served(errors) as port:
         await start_operator(resync_seconds=0.3)
         await create_topology(api, "wc", SPEC)
         await eventually("the ServiceAccount", lambda: obj(api, "v1/serviceaccounts", "wc"))
@@ -125,8 +136,6 @@ async def test_the_resync_repairs_unwatched_drift_and_reads_component_errors(api
         await eventually("the ServiceAccount back", lambda: obj(api, "v1/serviceaccounts", "wc"))
         # no finalizer: a deleted Topology goes at once, even while the operator is down
         assert "finalizers" not in obj(api, TOPOLOGIES, "wc")["metadata"]
-    finally:
-        await runner.cleanup()
 
 
 async def test_the_resync_asks_a_topologys_pods_for_their_errors_at_once(api, start_operator, monkeypatch):
@@ -145,23 +154,16 @@ async def test_the_resync_asks_a_topologys_pods_for_their_errors_at_once(api, st
             waiting.pop()
         return aiohttp.web.json_response([])
 
-    app = aiohttp.web.Application()
-    app.router.add_get("/errors", errors)
-    runner = aiohttp.web.AppRunner(app)
-    await runner.setup()
-    site = aiohttp.web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]
-    try:
-        await start_operator(resync_seconds=0.3)
-        await create_topology(api, "wc", SPEC)
-        await eventually("the worker StatefulSet", lambda: obj(api, STATEFULSETS, "wc-worker"))
-        for pod in ("wc-worker-0", "wc-worker-1"):
-            await put_pod(api, pod, "wc", {"phase": "Running", "podIP": "127.0.0.1"}, metrics_port=port)
-        await eventually("both pods asked at once", lambda: most[0] >= 2)
-    finally:
-        release.set()
-        await runner.cleanup()
+    async with errors_served(errors) as port:
+        try:
+            await start_operator(resync_seconds=0.3)
+            await create_topology(api, "wc", SPEC)
+            await eventually("the worker StatefulSet", lambda: obj(api, STATEFULSETS, "wc-worker"))
+            for pod in ("wc-worker-0", "wc-worker-1"):
+                await put_pod(api, pod, "wc", {"phase": "Running", "podIP": "127.0.0.1"}, metrics_port=port)
+            await eventually("both pods asked at once", lambda: most[0] >= 2)
+        finally:
+            release.set()
 
 
 @pytest.mark.parametrize("served, expected, version", [
