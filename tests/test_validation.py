@@ -327,6 +327,8 @@ SPOUT = {"name": "s", "className": "m:S"}
      "name: must be lowercase letters, digits and '-', beginning with a letter and ending with a letter or digit "
      "(a DNS-1035 label: the Services are named after it) (got '1wc')"),
     ({"name": "wc", "workers": 0, "spouts": [SPOUT]}, "workers: must be at least 1 (got 0)"),
+    ({"name": "wc", "spouts": [{"name": "s", "className": "m.S"}]},
+     "spouts[0].className (spout 's'): must be 'module:Class' (e.g. 'examples.wordcount:SplitSentence') (got 'm.S')"),
     ({"name": "wc", "messageTimeoutSeconds": "x", "spouts": [SPOUT]},
      "messageTimeoutSeconds: must be a whole number (got 'x')"),
     ({"name": "wc", "spouts": "s"}, "spouts: must be a list (in YAML, a '- ' line per item) (got 's')"),

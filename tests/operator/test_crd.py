@@ -242,6 +242,7 @@ BAD = {
     "an unknown role": with_(FULL, "podTemplate", {"drivers": {}}),
     "bad topology name": with_(FULL, "name", "Word_Count"),
     "a topology name beginning with a digit (its Services' would be refused)": with_(FULL, "name", "1wc"),
+    "a className without its colon": with_(FULL, "spouts.0.className", "examples.wordcount.SentenceSpout"),
 }
 
 

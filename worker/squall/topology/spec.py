@@ -37,6 +37,7 @@ NAME_RULE = ("must be lowercase letters, digits and '-', beginning with a letter
              "(a DNS-1035 label: the Services are named after it)")
 NAME_MAX = 40
 COMPONENT_PATTERN = r"^[A-Za-z][A-Za-z0-9_.-]*$"
+CLASS_PATTERN = r"^[^:\s]+:[^:\s]+$"  # module:Class (squall.topology.plan.import_class)
 # Kubernetes' resource.Quantity, as its OpenAPI schema spells it (an integer, or a string such as 500m)
 QUANTITY_PATTERN = (r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|"
                     r"([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$")
@@ -79,7 +80,7 @@ class Grouping(_Model):
 
     type: GroupingType
     fields: list[str] | None = Field(default=None, description="fields grouping: the key fields")
-    custom_class: str | None = Field(default=None, description="custom grouping: 'module:Class'")
+    custom_class: str | None = Field(default=None, pattern=CLASS_PATTERN, description="custom grouping: 'module:Class'")
 
     @model_validator(mode="after")
     def _type_specific_keys(self) -> Self:
@@ -132,7 +133,7 @@ Config = Annotated[dict[str, Any], AfterValidator(_no_storm_keys)]
 
 class ComponentSpec(_Model):
     name: str = Field(pattern=COMPONENT_PATTERN, max_length=63)
-    class_name: str = Field(description="'module:Class' of the spout or bolt")
+    class_name: str = Field(pattern=CLASS_PATTERN, description="'module:Class' of the spout or bolt")
     parallelism: int = Field(default=1, ge=1, description="executors")
     tasks: int | None = Field(default=None, ge=1, description="tasks; default = parallelism")
     config: Config = Field(default_factory=dict, description="merged over the topology config")
@@ -467,6 +468,7 @@ _BOUNDS = {"greater_than_equal": ("at least", "ge"), "greater_than": ("above", "
 _PATTERNS = {
     NAME_PATTERN: NAME_RULE,
     COMPONENT_PATTERN: "must begin with a letter, then letters, digits, '_', '.' or '-'",
+    CLASS_PATTERN: "must be 'module:Class' (e.g. 'examples.wordcount:SplitSentence')",
 }
 
 
