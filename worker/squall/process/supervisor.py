@@ -395,7 +395,10 @@ class Supervisor:
                 child.proc.kill()
             code = child.proc.wait()
             # Ended by the SIGTERM itself: it came before the process set its handler, so nothing had started.
-            codes[child.name] = 0 if code == -signal.SIGTERM else code
+            # Or by the Ctrl-C that stops the run: sent to the terminal's process group while the child was
+            # being spawned, before it moved to a group of its own, it stayed pending, blocked, until the
+            # child had reset its handlers to the default, which ends it.
+            codes[child.name] = 0 if code in (-signal.SIGTERM, -signal.SIGINT) else code
         for s in self._held:
             s.close()
         self._lock.close()
