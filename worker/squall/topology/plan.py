@@ -27,11 +27,9 @@ class Subscriber:
 
 
 def import_class(path: str, *, what: str) -> type:
-    """Import ``'module:Class'``; raise :class:`TopologyError` that says how to fix it."""
-    module_name, sep, attr = path.partition(":")
-    if not sep or not module_name or not attr:
-        raise TopologyError(f"{what}: {path!r} is not of the form 'module:Class' "
-                            "(e.g. 'examples.wordcount:SplitSentence')")
+    """Import ``'module:Class'`` (a parsed spec's: its form is CLASS_PATTERN's, checked with the spec);
+    raise :class:`TopologyError` that says how to fix it."""
+    module_name, _, attr = path.partition(":")
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
