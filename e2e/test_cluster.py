@@ -188,6 +188,40 @@ def test_deleting_topologies_removes_their_pods(kubectl: Kubectl):
                    timeout=300, what=f"the topologies' {kind} to go")
 
 
+def test_server_side_apply_keeps_another_managers_list_items_and_writes_nothing_again(kubectl: Kubectl):
+    """The operator's apply as it writes on Kubernetes 1.25+: server-side applies (1.20 serves them
+    too, and ignores ``fieldValidation``). An env var ``kubectl set env`` adds to a StatefulSet stays,
+    and applying the same render again writes nothing (before, every resync applied it again, forever:
+    the live list never matched the rendered one); a render without one of its own items is applied,
+    and the API server removes that item and keeps the other manager's."""
+    from kubernetes import config
+
+    from squall_operator.apply import Kube, apply
+
+    kube = Kube(config.new_client_from_config(str(kubectl.kubeconfig)), strict_apply=True)
+
+    def stateful_set(*env: str) -> dict[str, Any]:
+        meta = {"name": "ssa", "namespace": kubectl.namespace}
+        return {"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": meta,
+                "spec": {"replicas": 0, "serviceName": "ssa", "selector": {"matchLabels": {"app": "ssa"}},
+                         "template": {"metadata": {"labels": {"app": "ssa"}}, "spec": {"containers": [
+                             {"name": "c", "image": "squall:e2e", "env": [{"name": n, "value": "1"} for n in env]},
+                         ]}}}}
+
+    def live_env() -> list[str]:
+        return [e["name"] for e in kubectl.field("statefulset/ssa", "spec", "template", "spec")["containers"][0]["env"]]
+
+    try:
+        assert apply(kube, [stateful_set("A", "C")], owned=lambda live: True).created == ["StatefulSet ssa"]
+        kubectl("set", "env", "statefulset/ssa", "B=2")
+        assert not apply(kube, [stateful_set("A", "C")], owned=lambda live: True).changed
+        assert sorted(live_env()) == ["A", "B", "C"]
+        assert apply(kube, [stateful_set("A")], owned=lambda live: True).patched == ["StatefulSet ssa"]
+        assert sorted(live_env()) == ["A", "B"]
+    finally:
+        kubectl("delete", "statefulset", "ssa", "--ignore-not-found")
+
+
 def test_a_spark_bolt_runs_its_jobs_on_executor_pods(kubectl: Kubectl, figures: Figures):
     start = time.monotonic()
     kubectl("apply", "--filename", str(MANIFESTS / "clickstream.yaml"))

@@ -1,8 +1,10 @@
 """Applying rendered manifests idempotently with the ``kubernetes`` client: create what is missing,
 patch what differs, delete what is no longer rendered, and write nothing when nothing changed.
 
-"Differs" means: some field the operator renders has another value in the live object. Fields the
-API server or other controllers add (defaults, status) are not the operator's and are ignored.
+"Differs" means: what the operator renders changed since it last wrote the object (each write carries
+a digest of it, ``squall.dev/applied-hash``), or some field it renders has another value in the live
+object. Fields the API server or other controllers add (defaults, status) are not the operator's and
+are ignored; so are list items they add where writes are server-side applies, which keep them.
 
 Writes are server-side applies of the whole rendered object with ``fieldValidation=Strict`` (field
 manager ``squall-operator``) where the API server supports them (:mod:`squall_operator.cluster`): an
@@ -13,6 +15,7 @@ no longer rendered disappears.
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -25,10 +28,12 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.utils import parse_quantity
 
 from squall_operator import resource
+from squall_operator.render import digest
 
 MERGE_PATCH = "application/merge-patch+json"
 APPLY_PATCH = "application/apply-patch+yaml"
 FIELD_MANAGER = "squall-operator"
+APPLIED_HASH = "squall.dev/applied-hash"  # the digest of the rendered object the operator last wrote
 EVENT_MESSAGE_CHARS = 1024  # the API server refuses longer Event messages
 Manifest = dict[str, Any]
 
@@ -152,20 +157,38 @@ class Kube:
         return any(r.get("name") == plural for r in json.loads(response.data or b"{}").get("resources", ()))
 
 
-def covers(live: Any, desired: Any, *, key: str = "") -> bool:
+def covers(live: Any, desired: Any, *, key: str = "", extra_items: bool = False) -> bool:
     """Whether ``live`` has every field of ``desired`` with the same value (extra live fields are fine).
 
-    Lists must match item by item; resource quantities compare by value (``1000m`` is ``1``), as the
-    API server rewrites them.
+    Lists match item by item; with ``extra_items``, a list of objects is covered when each desired item
+    is covered by some live item, whatever else the live list holds (a server-side apply keeps the
+    items another field manager added: the operator's writes cannot remove them, so they must not
+    count as a difference). Resource quantities compare by value (``1000m`` is ``1``), as the API
+    server rewrites them.
     """
     if isinstance(desired, dict):
-        return isinstance(live, dict) and all(k in live and covers(live[k], v, key=k) for k, v in desired.items())
+        return isinstance(live, dict) and all(
+            k in live and covers(live[k], v, key=k, extra_items=extra_items) for k, v in desired.items())
     if isinstance(desired, list):
-        return isinstance(live, list) and len(live) == len(desired) and all(
-            covers(a, b, key=key) for a, b in zip(live, desired, strict=True))
+        if not isinstance(live, list):
+            return False
+        if extra_items and all(isinstance(item, dict) for item in desired):
+            return all(any(covers(have, want, key=key, extra_items=True) for have in live) for want in desired)
+        return len(live) == len(desired) and all(
+            covers(a, b, key=key, extra_items=extra_items) for a, b in zip(live, desired, strict=True))
     if live == desired:
         return True
     return key in _QUANTITY_KEYS and _quantity(live) is not None and _quantity(live) == _quantity(desired)
+
+
+def stamped(manifest: Manifest) -> Manifest:
+    """``manifest`` annotated with its own digest: once the rendered object changes, the live one (which
+    carries the digest of the last write) no longer covers it, even where only list items were dropped,
+    which a comparison that allows extra items cannot see."""
+    out = copy.copy(manifest)
+    out["metadata"] = {**manifest["metadata"],
+                       "annotations": {**manifest["metadata"].get("annotations", {}), APPLIED_HASH: digest(manifest)}}
+    return out
 
 
 def _quantity(value: Any) -> Decimal | None:
@@ -218,7 +241,7 @@ def apply(kube: Kube, desired: list[Manifest], *, owned: Callable[[Manifest], bo
     """
     done = Applied()
     wanted = set()
-    for manifest in desired:
+    for manifest in map(stamped, desired):
         ref = Ref.of(manifest)
         wanted.add(ref)
         doing = "reading"
@@ -231,7 +254,7 @@ def apply(kube: Kube, desired: list[Manifest], *, owned: Callable[[Manifest], bo
             elif not owned(live):
                 raise ApplyError(f"{ref} exists and is not this Topology's (no owner reference to it): the "
                                  "operator leaves it alone; delete or rename it, or give the Topology another name")
-            elif not covers(live, manifest):
+            elif not covers(live, manifest, extra_items=kube.strict_apply):
                 doing = "patching"
                 live = kube.server_side_apply(manifest) if kube.strict_apply else kube.patch(ref, manifest)
                 done.patched.append(str(ref))

@@ -399,7 +399,7 @@ def stateful_set(spec: TopologySpec, role: str, *, namespace: str, image: str,
             "volumes": volumes,
         },
     }, pods.templates(spec).get(ROLES[role]))
-    template["metadata"].setdefault("annotations", {})[TEMPLATE_HASH] = _digest(template)
+    template["metadata"].setdefault("annotations", {})[TEMPLATE_HASH] = digest(template)
     return {
         "apiVersion": "apps/v1", "kind": "StatefulSet",
         "metadata": _meta(name, namespace=namespace, topology=spec.name, component=role),
@@ -422,7 +422,8 @@ def template_hash(stateful_set: Manifest) -> str | None:
     return stateful_set["spec"]["template"]["metadata"].get("annotations", {}).get(TEMPLATE_HASH)
 
 
-def _digest(value: Any) -> str:
+def digest(value: Any) -> str:
+    """A short, stable hash of a JSON value."""
     return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()[:16]
 
 

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from squall.topology.spec import TopologySpec
-from squall_operator.apply import ApplyError, Ref, apply, covers
+from squall_operator.apply import APPLIED_HASH, ApplyError, Ref, apply, covers
 from squall_operator.render import child_refs, render
 
 SPEC = {"name": "wc", "workers": 2, "spouts": [{"name": "s", "className": "m:S"}]}
@@ -19,9 +19,10 @@ class MemoryKube:
     """Stands in for :class:`squall_operator.apply.Kube`: objects in a dict, with the API server's habit
     of adding fields (here: a status and a default) to what it stores."""
 
-    strict_apply = False  # create and merge-patch (server-side apply: tests/operator/test_admission.py)
-
-    def __init__(self) -> None:
+    def __init__(self, *, strict_apply: bool = False) -> None:
+        # strict_apply: server-side applies, each stored as the whole object here, as a create or merge
+        # patch is (the API server's merging of list items: e2e/test_cluster.py)
+        self.strict_apply = strict_apply
         self.objects: dict[Ref, dict[str, Any]] = {}
         self.writes: list[str] = []
 
@@ -39,6 +40,10 @@ class MemoryKube:
         self.writes.append(f"patch {ref}")
         self.objects[ref] = {**self.objects[ref], **copy.deepcopy(body)}
         return copy.deepcopy(self.objects[ref])
+
+    def server_side_apply(self, manifest: dict[str, Any]) -> dict[str, Any]:
+        ref = Ref.of(manifest)
+        return self.patch(ref, manifest) if ref in self.objects else self.create(manifest)
 
     def delete(self, ref: Ref) -> bool:
         self.writes.append(f"delete {ref}")
@@ -68,6 +73,20 @@ def test_covers_ignores_what_the_server_adds_but_not_what_differs():
     assert not covers({"spec": {"replicas": 2, "ports": [{"name": "grpc", "port": 7070}, {"name": "x"}]}}, desired)
 
 
+def test_covers_with_extra_items_allows_list_items_someone_else_added_and_nothing_else():
+    """Server-side apply keeps the items of another field manager (``kubectl set env``, a mutating
+    webhook): they must not count as a difference, or every resync would apply again, forever."""
+    desired = {"env": [{"name": "A", "value": "1"}, {"name": "C", "value": "3"}], "args": ["run", "-v"]}
+    theirs = {"env": [{"name": "B", "value": "2"}, {"name": "A", "value": "1"}, {"name": "C", "value": "3"}],
+              "args": ["run", "-v"]}
+    assert covers(theirs, desired, extra_items=True)
+    assert not covers(theirs, desired)
+    assert not covers({**theirs, "env": [{"name": "A", "value": "1"}]}, desired, extra_items=True)  # C removed
+    assert not covers({**theirs, "env": [{"name": "A", "value": "9"}, {"name": "C", "value": "3"}]}, desired,
+                      extra_items=True)
+    assert not covers({**theirs, "args": ["run", "-v", "-x"]}, desired, extra_items=True)  # scalars: exact
+
+
 def test_covers_compares_quantities_by_value():
     desired = {"resources": {"requests": {"cpu": "1000m", "memory": "1024Mi"}}}
     assert covers({"resources": {"requests": {"cpu": "1", "memory": "1Gi"}}}, desired)
@@ -89,6 +108,28 @@ def test_apply_creates_then_writes_nothing_then_patches_only_what_changed():
 
     suspended = apply(kube, manifests(suspended=True), prune=prune(), owned=ours)
     assert kube.writes == ["patch ConfigMap wc-spec"] and suspended.patched == ["ConfigMap wc-spec"]
+
+
+def test_server_side_apply_leaves_another_managers_list_items_and_applies_again_when_the_render_changes():
+    """Before, an env var ``kubectl set env`` added to the worker StatefulSet (kept by every server-side
+    apply) made each resync apply it again, forever. A render that drops an item must still be applied
+    (the server then removes it), though the live list would still cover the smaller one."""
+    kube = MemoryKube(strict_apply=True)
+    apply(kube, manifests(), prune=prune(), owned=ours)
+    ref = Ref("apps/v1", "StatefulSet", "ns", "wc-worker")
+    worker = kube.objects[ref]["spec"]["template"]["spec"]["containers"][0]
+    worker["env"].append({"name": "HTTP_PROXY", "value": "http://proxy:3128"})  # kubectl set env
+    kube.writes.clear()
+    assert not apply(kube, manifests(), prune=prune(), owned=ours).changed and kube.writes == []
+
+    fewer = manifests()
+    rendered = next(m for m in fewer if Ref.of(m) == ref)
+    dropped = rendered["spec"]["template"]["spec"]["containers"][0]["env"].pop()
+    assert any(e == dropped for e in worker["env"])  # the live list still covers the render without it
+    before = kube.objects[ref]["metadata"]["annotations"][APPLIED_HASH]
+    assert apply(kube, fewer, prune=prune(), owned=ours).patched == ["StatefulSet wc-worker"]
+    assert kube.writes == ["patch StatefulSet wc-worker"]
+    assert kube.objects[ref]["metadata"]["annotations"][APPLIED_HASH] != before
 
 
 def test_apply_deletes_only_its_own_children_that_are_no_longer_rendered():
