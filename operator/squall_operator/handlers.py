@@ -66,6 +66,12 @@ COMPONENT = "app.kubernetes.io/component"
 CHILD_WATCHES = (("apps", "statefulsets"), ("v1", "configmaps"), ("v1", "secrets"), ("v1", "services"), ("v1", "pods"))
 
 
+def _each_pod(ask: Callable[[Manifest], _T], pods: list[Manifest]) -> list[_T]:
+    """``ask`` of every pod, ASKING pods at a time (a pod that does not answer costs its timeout)."""
+    with ThreadPoolExecutor(max_workers=ASKING) as pool:
+        return list(pool.map(ask, pods))
+
+
 def kopf_settings(operator: Settings) -> kopf.OperatorSettings:
     """kopf's settings for this operator: one replica without peering, state kept in annotations."""
     settings = kopf.OperatorSettings()
@@ -213,8 +219,7 @@ class Operator:
             except CommandError:
                 return None  # starting, stopping or unreachable: its readiness tells the rest
 
-        with ThreadPoolExecutor(max_workers=ASKING) as pool:
-            states = list(pool.map(ask, [pod for _, _, pod in pods]))
+        states = _each_pod(ask, [pod for _, _, pod in pods])
         return [rebalance.Pod(name=pod["metadata"]["name"], role=role, ordinal=i, state=state,
                               template=(pod["metadata"].get("annotations") or {}).get(TEMPLATE_HASH))
                 for (role, i, pod), state in zip(pods, states, strict=True)]
@@ -267,8 +272,7 @@ class Operator:
                 return None  # a pod that does not answer: its readiness and container state tell why
             return [e for e in errors if isinstance(e, dict)] if isinstance(errors, list) else None
 
-        with ThreadPoolExecutor(max_workers=ASKING) as pool:
-            found = list(pool.map(read, pods))
+        found = _each_pod(read, pods)
         return status.component_errors({pod["metadata"]["name"]: errors for pod, errors in zip(pods, found, strict=True)
                                         if errors is not None})
 
