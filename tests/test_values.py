@@ -15,6 +15,14 @@ class Opaque:
     pass
 
 
+def nested(depth: int) -> list:
+    """A list ``depth`` lists deep."""
+    value: list = []
+    for _ in range(depth - 1):
+        value = [value]
+    return value
+
+
 BAD = [
     ({1, 2}, "set is not supported"),
     (Opaque(), "Opaque is not supported"),
@@ -25,10 +33,12 @@ BAD = [
     ({"k": object()}, "object is not supported"),
     ({(1, 2): "v"}, "tuple is not supported"),
     (1j, "complex is not supported"),
+    (b"caf\xe9".decode("utf-8", "surrogateescape"), "a str with a lone surrogate does not encode as UTF-8"),
+    (["x", {"k": nested(100)}], "nested more than 100 deep"),
 ]
 
 GOOD = ["s", b"b", True, False, None, 0.5, float("inf"), 0, 2**64 - 1, -(2**63), [], {},
-        [1, "a", None, [2.5, {"k": [b"x"]}]], {"a": 1, 2: [True], "n": {"m": None}}]
+        [1, "a", None, [2.5, {"k": [b"x"]}]], {"a": 1, 2: [True], "n": {"m": None}}, "café ☕ 東京", nested(100)]
 
 
 @pytest.mark.parametrize(("value", "reason"), BAD, ids=[repr(v)[:20] for v, _ in BAD])
@@ -137,7 +147,8 @@ def test_an_oversized_value_is_refused_at_emit_naming_the_field_and_the_limit(va
 
 
 class BigSpout(Spout):
-    """Emits one value over the limit (recording the refusal), then a small one."""
+    """Emits values over the limit, in characters or only in UTF-8 bytes, and a str that has no UTF-8
+    (recording the refusals), then one at the limit."""
 
     outputs = ["blob"]
 
@@ -151,25 +162,32 @@ class BigSpout(Spout):
         if self.sent:
             return
         self.sent = True
-        try:
-            self.collector.emit(["x" * 2000], msg_id="big")
-        except EmitError as exc:
-            self.refused.append(str(exc))
-        self.collector.emit(["x" * 1000], msg_id="small")
+        for value in ("x" * 2000, "é" * 600, b"caf\xe9".decode("utf-8", "surrogateescape")):
+            try:
+                self.collector.emit([value], msg_id="big")
+            except EmitError as exc:
+                self.refused.append(str(exc))
+        self.collector.emit(["é" * 500], msg_id="small")
 
     def ack(self, msg_id):
         self.acked.append(msg_id)
 
 
-def test_the_limit_is_the_topologys_transfer_max_value_bytes():
+def test_the_limit_is_the_topologys_transfer_max_value_bytes_in_utf_8_and_a_str_must_have_utf_8():
+    """msgpack sends a str in UTF-8: "é" * 600 is 1,200 bytes on the wire. A str with a lone surrogate
+    has no UTF-8 at all: before, the emit passed, and the batch it went into raised when it was sent,
+    which ended the worker process (in one process the topology ran)."""
     builder = TopologyBuilder("big")
     builder.set_spout("spout", BigSpout)
     builder.set_bolt("sink", HoldBolt).shuffle_grouping("spout")
     with LocalCluster(builder.build(transfer={"maxValueBytes": 1000})) as cluster:
         spout = one(cluster, "spout")
         run_until_quiet(cluster, lambda: spout.acked == ["small"])
-        assert len(spout.refused) == 1 and "transfer.maxValueBytes (1,000)" in spout.refused[0]
-        assert one(cluster, "sink").received == [["x" * 1000]]
+        assert len(spout.refused) == 3
+        assert "about 2,000 bytes, over transfer.maxValueBytes (1,000)" in spout.refused[0]
+        assert "about 1,200 bytes, over transfer.maxValueBytes (1,000)" in spout.refused[1]
+        assert "a str with a lone surrogate does not encode as UTF-8" in spout.refused[2]
+        assert one(cluster, "sink").received == [["é" * 500]]
 
 
 def test_a_value_limit_must_leave_room_in_a_frame():

@@ -11,7 +11,7 @@ from squall.grouping import Grouper, Locality, make_grouper
 from squall.topology.context import TaskContext
 from squall.topology.plan import Plan
 from squall.tuples import NO_FIELDS, Fields
-from squall.values import INT_MAX, INT_MIN, SCALAR_TYPES, check_values
+from squall.values import INT_MAX, INT_MIN, SCALAR_TYPES, check_values, utf8_size
 
 
 class DirectOnly(Grouper):
@@ -76,7 +76,10 @@ class Router:
             check_values(values, fields=fields.names, component=self.component, stream=stream, max_bytes=limit)
         for value in values:
             kind = type(value)
-            if kind is str or kind is bytes:
+            if kind is str:  # its UTF-8 bytes count (the wire's), and a lone surrogate is refused
+                if len(value) <= limit and value.isascii() or 0 <= utf8_size(value) <= limit:
+                    continue
+            elif kind is bytes:
                 if len(value) <= limit:
                     continue
             elif kind is float or kind is int and INT_MIN <= value <= INT_MAX or kind in SCALAR_TYPES:

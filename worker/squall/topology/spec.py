@@ -183,7 +183,7 @@ class Transfer(_Model):
     gil_switch_interval_ms: float = Field(default=2.0, gt=0, le=100.0,
                                           description="a worker's or acker's transport threads wait at most "
                                                       "this for the GIL its busy scheduler holds")
-    max_value_bytes: int = Field(default=1024 * 1024, ge=1, description="a tuple value (a str's characters, "
+    max_value_bytes: int = Field(default=1024 * 1024, ge=1, description="a tuple value (a str's UTF-8 bytes, "
                                  "a bytes' length, a list's or dict's contents) larger than this is refused "
                                  "at emit")
 
