@@ -1336,3 +1336,52 @@ def test_a_command_the_process_refuses_says_so_and_one_it_never_answered_does_no
         with pytest.raises(CommandError) as unanswered:
             nobody.status()
     assert unanswered.value.refused is False
+
+
+def test_a_senders_old_stream_that_ends_after_its_new_one_opened_leaves_the_new_one_counted(plan):
+    """A sender reconnects while its old stream is still being served (half-open, say), on real loopback
+    gRPC. The receiver kept the (sender, lane) of its streams in a set, so the old stream's end removed
+    the key the new one shares: the process stayed not ready (``all_connected`` False, ``/readyz``
+    failing) until that new stream happened to break. Found by the transport audit."""
+    import queue
+    import time
+
+    import grpc
+
+    from squall.proto.squall_pb2 import TransferSummary
+    from squall.transport.links import PLAN_KEY
+
+    receiver = Transport(name="worker-1", plan="p1", owner={}, addresses={}, senders=frozenset({"worker-0"}),
+                         decoder=decoder(plan), ackers=frozenset(), bind="127.0.0.1:0", batch_size=1,
+                         flush_interval=0.001, max_frame=1 << 20)
+    receiver.attach(transfer=Taking(), wake=lambda: None, frames=8)
+    metadata = (("squall-lane", "data"), ("squall-sender", "worker-0"), (PLAN_KEY, receiver.plan))
+    channels = []
+
+    def open_stream() -> tuple[queue.Queue, grpc.Future]:
+        channel = grpc.insecure_channel(f"127.0.0.1:{receiver.receiver.port}")
+        channels.append(channel)
+        frames: queue.Queue = queue.Queue()
+        call = channel.stream_unary("/squall.v1.Squall/Transfer", request_serializer=None,
+                                    response_deserializer=TransferSummary.FromString)
+        return frames, call.future(iter(frames.get, None), metadata=metadata)
+
+    try:
+        streams = [open_stream(), open_stream()]
+        deadline = time.monotonic() + 10
+        for n, (frames, _) in enumerate(streams, 1):
+            frames.put(Batch().SerializeToString())  # read by the stream's own reader: it is counted by then
+            while receiver.receiver.stats.batches.get(("worker-0", "data"), 0) < n and time.monotonic() < deadline:
+                time.sleep(0.001)
+        (old_frames, old_call), (new_frames, new_call) = streams
+        old_frames.put(None)
+        old_call.result(timeout=10)  # answered after the receiver let the old stream go
+        assert not new_call.done()
+        assert ("worker-0", "data") in receiver.receiver.open_streams
+        new_frames.put(None)
+        new_call.result(timeout=10)
+        assert ("worker-0", "data") not in receiver.receiver.open_streams
+    finally:
+        receiver.close()
+        for channel in channels:
+            channel.close()

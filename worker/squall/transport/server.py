@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from concurrent import futures
 
@@ -52,7 +53,8 @@ class Receiver:
         self.plan = plan
         self.ingress = ingress
         self.stats = ReceiveStats()
-        self.open_streams: set[tuple[str, str]] = set()  # (sender, lane) of the streams being served
+        # (sender, lane) → streams of it being served: a sender's new stream can open before its old one ends
+        self._open: Counter[tuple[str, str]] = Counter()
         self._served: set[_Stream] = set()
         self._closed = threading.Event()
         self._lock = threading.Lock()
@@ -105,12 +107,20 @@ class Receiver:
         context.send_initial_metadata(((PLAN_KEY, self.plan),))
         key = (sender, lane)
         with self._lock:
-            self.open_streams.add(key)
+            self._open[key] += 1
         try:
             return self._serve(frames, context, key)
         finally:
             with self._lock:
-                self.open_streams.discard(key)
+                self._open[key] -= 1
+                if not self._open[key]:
+                    del self._open[key]
+
+    @property
+    def open_streams(self) -> set[tuple[str, str]]:
+        """(sender, lane) of the streams being served, from any thread."""
+        with self._lock:
+            return set(self._open)
 
     def _command(self, request: ControlRequest, context: grpc.ServicerContext) -> ProcessState:
         try:

@@ -132,7 +132,7 @@ class Transport(Remote):
         if not all(link.connected.is_set() for link in self.links.values()):
             return False
         # a copy: the metrics thread asks too (readiness) while server threads open and close streams
-        return self.receiver is not None and self._inbound <= set(self.receiver.open_streams)
+        return self.receiver is not None and self._inbound <= self.receiver.open_streams
 
     def missing(self) -> list[str]:
         """Peers not connected yet, either way (for the log)."""
