@@ -135,7 +135,7 @@ def test_a_data_frame_carries_tuples_and_the_acker_messages_its_worker_forwards(
 
     spout_task, bolt_task = plan.component_tasks["words"][0], plan.component_tasks["upper"][0]
     acker = plan.acker_tasks[0]
-    box = DataOutbox(link=None, capacity=8)
+    box = DataOutbox(link=None, capacity=8, max_frame=1 << 20)
     tup = Tuple(["w", None], Fields(["word", "meta"]), "words", "default", spout_task, {40: 3}, bolt_task)
     for item in [(INIT, 41, 0b11, spout_task), tup, (ACK, 40, 0b01, -1), (ACK, 41, 0b01, -1)]:
         box.add(item)
@@ -1385,3 +1385,68 @@ def test_a_senders_old_stream_that_ends_after_its_new_one_opened_leaves_the_new_
         receiver.close()
         for channel in channels:
             channel.close()
+
+
+def test_a_batch_too_large_for_one_frame_goes_out_in_frames_that_fit_and_a_tuple_too_large_alone_fails(plan):
+    """Real loopback gRPC with frames of 64 KiB at most. Before, a batch was cut by its count of items
+    only: tuples of 20 KB each made a frame gRPC refused (``Sent message larger than max``), and the
+    stream broke, failing the trees of every frame in flight; a tuple whose values alone passed
+    ``maxValueBytes`` but together passed a frame did the same at every replay. Found by the transport
+    audit."""
+    import threading
+    import time
+
+    from squall.transport.outbox import DataOutbox
+
+    fields = Fields(["word", "meta"])
+    spout_task, bolt_task = plan.component_tasks["words"][0], plan.component_tasks["upper"][0]
+    big = [Tuple([f"{i}" + "x" * 20_000, None], fields, "words", "default", spout_task, {100 + i: 7}, bolt_task)
+           for i in range(10)]
+
+    # the outbox: the forwarded acker messages alone first, then the tuples in frames that each fit
+    box = DataOutbox(link=None, capacity=16, max_frame=65_536)
+    box.message(ACK, 99, 1, -1)
+    for tup in big:
+        box.add(tup)
+    frames = []
+    while box.size:
+        frames.append(box.frame())
+    assert all(len(f) <= 65_536 for f in frames) and len(frames) >= 5  # the acker messages, then 200 KB
+    home = Decoder(plan, bolt_tasks=frozenset(plan.component_tasks["upper"]), spout_tasks=frozenset(),
+                   acker_tasks=frozenset(), forwards=frozenset(plan.acker_tasks))
+    items = [item for f in frames for item in home.decode(f)]
+    assert items[0] == (plan.acker_tasks[0], (ACK, 99, 1, -1))
+    assert [t.values for t in items[1:]] == [t.values for t in big]
+
+    # two processes: every tuple arrives; one over a frame alone is not sent, and its tree fails at once
+    got: list[Any] = []
+    woke = threading.Event()
+    common = {"ackers": frozenset(), "batch_size": 16, "flush_interval": 0.001, "max_frame": 65_536}
+    receiver = Transport(name="worker-1", plan="p", owner={}, addresses={}, senders=frozenset({"worker-0"}),
+                         bind="127.0.0.1:0", decoder=decoder(plan), **common)
+    receiver.attach(transfer=Taking(lambda task, item: got.append(item) or True), wake=woke.set, frames=8)
+    sender = Transport(name="worker-0", plan="p", owner={bolt_task: "worker-1"}, senders=frozenset(),
+                       addresses={"worker-1": f"127.0.0.1:{receiver.receiver.port}"}, bind="127.0.0.1:0",
+                       decoder=decoder(plan), **common)
+    sender.attach(transfer=Taking(), wake=lambda: None, frames=8)
+    try:
+        deadline = time.monotonic() + 30
+        while not sender.all_connected() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        huge = Tuple(["y" * 40_000, "z" * 40_000], fields, "words", "default", spout_task, {555: 9}, bolt_task)
+        for tup in [*big, huge]:
+            while not sender.try_send(bolt_task, tup):
+                sender.flush()
+        while not sender.flush():
+            time.sleep(0.001)
+        while len(got) < len(big) and time.monotonic() < deadline:
+            woke.wait(0.5)
+            woke.clear()
+            receiver.deliver()
+        assert [t.values for t in got] == [t.values for t in big]
+        assert list(sender.lost) == [(-1, 555)]  # the acker fails the huge tuple's tree
+        link = sender.links[("worker-1", "data")]
+        assert link.stats.dropped == 0 and link.stats.batches >= 4  # 200 KB in frames of 64 KiB
+    finally:
+        sender.close()
+        receiver.close()

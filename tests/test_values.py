@@ -196,3 +196,14 @@ def test_a_value_limit_must_leave_room_in_a_frame():
     with pytest.raises(TopologyError, match="maxValueBytes .* must be below maxFrameBytes"):
         TopologySpec.from_dict({"name": "t", "spouts": [{"name": "s", "className": "m:S"}],
                                 "transfer": {"maxValueBytes": 70000, "maxFrameBytes": 65536}})
+
+
+def test_a_full_batch_of_acker_messages_must_fit_in_a_frame():
+    """21 bytes a message: 4,096 of them are 86,016 bytes, and gRPC refused such frames, breaking the
+    stream (found by the transport audit)."""
+    from squall import TopologyError, TopologySpec
+
+    doc = {"name": "t", "spouts": [{"name": "s", "className": "m:S"}]}
+    with pytest.raises(TopologyError, match=r"batchSize \(4096\) must be at most 3117 with maxFrameBytes \(65536\)"):
+        TopologySpec.from_dict({**doc, "transfer": {"batchSize": 4096, "maxFrameBytes": 65536, "maxValueBytes": 100}})
+    TopologySpec.from_dict({**doc, "transfer": {"batchSize": 3117, "maxFrameBytes": 65536, "maxValueBytes": 100}})

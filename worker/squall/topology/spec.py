@@ -172,6 +172,10 @@ class ErrorReporting(_Model):
     keep_last: int = Field(default=10, ge=1, description="recent errors kept per component")
 
 
+ACKER_MESSAGE_BYTES = 21  # on the wire: kind 1, root 8, value 8, spout task 4 (squall.transport.codec)
+FRAME_OVERHEAD = 64  # a frame's protobuf tags and lengths, with room to spare
+
+
 class Transfer(_Model):
     """Batching of tuples and acker messages between processes."""
 
@@ -192,6 +196,11 @@ class Transfer(_Model):
         if self.max_value_bytes >= self.max_frame_bytes:
             raise ValueError(f"maxValueBytes ({self.max_value_bytes}) must be below maxFrameBytes "
                              f"({self.max_frame_bytes}): a tuple must fit in a frame")
+        if self.batch_size * ACKER_MESSAGE_BYTES + FRAME_OVERHEAD > self.max_frame_bytes:
+            most = (self.max_frame_bytes - FRAME_OVERHEAD) // ACKER_MESSAGE_BYTES
+            raise ValueError(f"batchSize ({self.batch_size}) must be at most {most} with maxFrameBytes "
+                             f"({self.max_frame_bytes}): a full batch of acker messages ({ACKER_MESSAGE_BYTES} bytes "
+                             "each) must fit in a frame; lower batchSize or raise maxFrameBytes")
         return self
 
 

@@ -208,7 +208,15 @@ class AckerOutbox(Outbox):
 class DataOutbox(AckerOutbox):
     """Tuples for one worker, and the acker messages it forwards to their acker: those of the ackers
     whose home it is (:attr:`squall.topology.assignment.Assignment.acker_homes`), folded as they come
-    (no young trees: it is not their spouts' worker)."""
+    (no young trees: it is not their spouts' worker).
+
+    A batch whose tuples together encode to more than ``max_frame`` bytes goes out in parts, a frame at a
+    time (gRPC refuses a larger one, and the stream breaks, failing every frame in flight): its acker
+    messages alone, then its tuples in halves. A single tuple over it is the transport's to drop."""
+
+    def __init__(self, link: Any, capacity: int, max_frame: int) -> None:
+        super().__init__(link, capacity)
+        self.max_frame = max_frame
 
     def add(self, item: Any) -> None:
         if type(item) is Tuple:
@@ -223,9 +231,21 @@ class DataOutbox(AckerOutbox):
 
     def frame(self) -> bytes:
         acker = acker_columns(*self._columns()) if self._n else None
-        tuples = None
-        if self._items:
-            tuples = tuple_columns(self._items)
-            self._items = []
+        items = self._items
+        self._items = []
         self.size = 0
-        return Batch(tuples=tuples, acker=acker).SerializeToString()
+        if not items:
+            return Batch(acker=acker).SerializeToString()
+        frame = Batch(tuples=tuple_columns(items), acker=acker).SerializeToString()
+        if len(frame) <= self.max_frame or len(items) == 1 and acker is None:
+            return frame
+        if acker is not None:  # the acker messages now, the tuples as the batch's next frames
+            self._items, self.size = items, len(items)
+            return Batch(acker=acker).SerializeToString()
+        n = len(items)
+        while n > 1 and len(frame) > self.max_frame:
+            n = (n + 1) // 2
+            frame = Batch(tuples=tuple_columns(items[:n])).SerializeToString()
+        self._items = items[n:]
+        self.size = len(self._items)
+        return frame

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+import msgpack
+
 from squall.executor.base import Remote, Transfer
-from squall.proto.squall_pb2 import ControlRequest, ProcessState
+from squall.proto.squall_pb2 import Batch, ControlRequest, ProcessState
 from squall.transport.codec import Decoder, encode_verdicts, lost_trees
 from squall.transport.ingress import Ingress
 from squall.transport.links import CONTROL, DATA, PeerLink
@@ -22,6 +25,7 @@ from squall.tuples import Tuple
 # refuse each other's streams (their trees fail and replay once both sides run one version) instead
 # of reading frames they cannot understand.
 WIRE_FORMAT = 2
+log = logging.getLogger("squall.transport")
 
 
 def wire_plan(fingerprint: str) -> str:
@@ -81,7 +85,7 @@ class Transport(Remote):
         # An acker whose home this worker is gets every message of its trees from here: its young trees
         # can wait here long (see AckerOutbox), the others' only for a round.
         homes = {owner[task] for task in forwards}
-        self._outboxes = {key: DataOutbox(link, batch_size) if key[1] == DATA else
+        self._outboxes = {key: DataOutbox(link, batch_size, max_frame) if key[1] == DATA else
                           AckerOutbox(link, batch_size, YOUNG_SECONDS if key[0] in homes else 0.0)
                           if key[0] in ackers else Outbox(link, encode_verdicts)
                           for key, link in self.links.items()}
@@ -219,22 +223,36 @@ class Transport(Remote):
                 self._flush(box)
 
     def _flush(self, box: Outbox) -> bool:
-        """Hand the batch to its link if the link has room.
+        """Hand the batch to its link if the link has room (False if it has none for all of it).
 
         While the link is busy the batch keeps growing (up to ``batch_size``), so a saturated link
         sends fewer, larger frames: a gRPC stream's per-frame cost, not bytes, is its limit.
         """
         link = box.link
-        if not link.has_room():
-            # The flag, then a second look: room the link made before the flag was up is seen here,
-            # room it makes after comes with a wake (see _room).
-            self.waiting_room = True
+        while True:
             if not link.has_room():
-                return False
-        frame = box.frame()
-        if frame:  # empty: every tree in it completed here
-            link.offer(frame)
-        return True
+                # The flag, then a second look: room the link made before the flag was up is seen here,
+                # room it makes after comes with a wake (see _room).
+                self.waiting_room = True
+                if not link.has_room():
+                    return False
+            frame = box.frame()
+            if len(frame) > self._max_frame:
+                self._too_large(frame)
+            elif frame:  # empty: every tree in it completed here
+                link.offer(frame)
+            if not box.size:  # else the rest of a batch too large for one frame (DataOutbox), next
+                return True
+
+    def _too_large(self, frame: bytes) -> None:
+        """A tuple whose values together encode to more than a frame holds: never sent, its tree failed now
+        (sent, gRPC would refuse it and break the stream, failing every frame in flight)."""
+        (task, source, stream), = msgpack.unpackb(Batch.FromString(frame).tuples.routes)
+        log.error("a tuple from task %d on stream %r to task %d encodes to %s bytes, over transfer.maxFrameBytes "
+                  "(%s): it is not sent, and its tree fails. Emit smaller values (maxValueBytes bounds each value, "
+                  "not their sum), or raise maxFrameBytes", source, stream, task, f"{len(frame):,}",
+                  f"{self._max_frame:,}")
+        self._dropped(frame)
 
     def _park(self, box: AckerOutbox) -> None:
         """Deliver the verdicts ``box`` could not, as those of a frame from their acker."""
