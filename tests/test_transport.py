@@ -211,6 +211,14 @@ MALFORMED = {
     "init for a bolt task": (lambda b, s: encode_acker([AckerMessage(INIT, 5, 1, b)]), "not a spout task"),
     "ack with a task": (lambda b, s: encode_acker([AckerMessage(ACK, 5, 1, s)]), "only an acker INIT"),
     "reserved root": (lambda b, s: encode_acker([AckerMessage(ACK, 1, 1, -1)]), "reserved"),
+    # a tuple of tree 0 or 1: its bolt's ack went into the worker's acker frame, which the acker then refused
+    # whole, so the trees of every other ack in it timed out (found by the transport audit)
+    "tuple of a reserved root": (lambda b, s: _tuples([b, s, "default", ["w", None], [1, 7]]), "reserved"),
+    "tuple of trees with a reserved root": (lambda b, s: _tuples([b, s, "default", ["w", None], [5, 7, 0, 3]]),
+                                            "reserved"),
+    # msgpack decodes its timestamp type itself, never calling ext_hook (found by the transport audit)
+    "msgpack timestamp": (lambda b, s: _one(b, s, values=msgpack.packb([["w", {"at": msgpack.Timestamp(1)}]])),
+                          "values holds a msgpack timestamp"),
     "verdict for a bolt": (lambda b, s: encode_verdicts([Notification(ACK, 5, b)]), "not a spout task of this worker"),
     "unknown verdict": (lambda b, s: encode_verdicts([Notification(7, 5, s)]), "unknown verdict kind"),
 }

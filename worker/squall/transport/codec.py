@@ -150,7 +150,23 @@ def _unpack(data: bytes, name: str) -> list:
         raise FrameError(f"{name} is not valid msgpack: {exc}") from None
     if type(items) is not list:
         raise FrameError(f"{name} must be a msgpack array")
+    # msgpack decodes its timestamp type itself, never asking ext_hook: look for one only where its
+    # header's bytes occur (a scan at memchr's speed; str and bin payloads can hold them too)
+    if any(header in data for header in _TIMESTAMPS) and _timestamped(items):
+        raise FrameError(f"{name} holds a msgpack timestamp (extension type -1), which no tuple value is")
     return items
+
+
+_TIMESTAMPS = (b"\xd6\xff", b"\xd7\xff", b"\xc7\x0c\xff")  # fixext 4, fixext 8, ext 8 of 12 bytes: type -1
+
+
+def _timestamped(value: Any) -> bool:
+    kind = type(value)
+    if kind is list:
+        return any(map(_timestamped, value))
+    if kind is dict:
+        return any(_timestamped(k) or _timestamped(v) for k, v in value.items())
+    return kind is msgpack.Timestamp
 
 
 class Decoder:
@@ -250,14 +266,18 @@ class Decoder:
             if c == 1:  # the common case, one tree
                 r = roots[k]
                 if root is None or r != last:
+                    if r < 2:
+                        raise FrameError("root ids 0 and 1 are reserved")
                     root = last = r
                 out.append(Tuple.make(vals, fields, component, stream, source_task, root, edges[k], None, task))
                 k += 1
             elif c == 0:
                 out.append(Tuple.make(vals, fields, component, stream, source_task, None, 0, None, task))
             else:
-                out.append(Tuple.anchored(vals, fields, component, stream, source_task,
-                                          {roots[j]: edges[j] for j in range(k, k + c)}, task))
+                trees = {roots[j]: edges[j] for j in range(k, k + c)}
+                if min(trees) < 2:
+                    raise FrameError("root ids 0 and 1 are reserved")
+                out.append(Tuple.anchored(vals, fields, component, stream, source_task, trees, task))
                 k += c
         if k != pairs:
             raise FrameError("the frame's root and edge columns hold pairs no tuple is anchored by")
