@@ -184,6 +184,9 @@ def test_assigning_a_missing_topic_is_a_config_error(cluster):
             "kafka.config": {"bootstrap.servers": cluster.bootstrap, "group.id": "g"}}
     with pytest.raises(ConfigError, match="kafka.topics: topic 'never-produced' does not exist"):
         open_spout(conf)
+    with pytest.raises(ConfigError, match="kafka.topics: '.never.*' is a pattern, which only kafka.subscription: "
+                                          "subscribe reads"):
+        open_spout({**conf, "kafka.topics": "^never.*"})
 
 
 def test_max_uncommitted_offsets_pauses_kafka_partitions_and_resumes_where_they_stopped(cluster):
@@ -276,3 +279,55 @@ def test_subscribe_rebalance_replays_from_the_committed_offsets_and_ignores_late
     assert {p: offset for p, (offset, _) in committed.items()} == dict.fromkeys(range(4), 4)
     for spout in (a, b):
         spout.close()
+
+
+def test_a_log_recreated_behind_the_committed_offset_is_read_again_not_dropped(cluster, caplog):
+    """The group committed offset 100 (this topology's), then the topic was recreated with 2 records a
+    partition: librdkafka finds 100 out of range and, by ``auto.offset.reset=earliest``, reads from 0.
+    Before, every record below the committed offset was taken for a re-read and dropped, silently, and
+    the commit later went past them. Found by the offset spouts audit."""
+    topic, group = "recreated", "recreated-group"
+    cluster.produce(topic, 2)
+    committer = ck.Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group, "logger": quiet})
+    committer.commit(offsets=[ck.TopicPartition(topic, p, 100, metadata='{"topology":"topo","task":0}')
+                              for p in range(MOCK_PARTITIONS)], asynchronous=False)
+    committer.close()
+    conf = {"kafka.topics": topic, "kafka.subscription": "assign", "offset.commit.period.ms": 3_600_000,
+            "kafka.config": {"bootstrap.servers": cluster.bootstrap, "group.id": group}}
+    spout, out = open_spout(conf)
+    with caplog.at_level(logging.WARNING, logger="squall.spouts"):
+        drive([spout], lambda: len(out.emitted) == 2 * MOCK_PARTITIONS)
+    assert sorted((m.partition, m.offset) for m in ids(out)) == [(p, o) for p in range(MOCK_PARTITIONS) for o in (0, 1)]
+    assert "went back to offset 0, below the committed offset 100" in caplog.text
+    for m in ids(out):
+        spout.ack(m)
+    spout.close()
+    assert {p: offset for p, (offset, _) in cluster.committed(group, topic).items()} == \
+        dict.fromkeys(range(MOCK_PARTITIONS), 2)
+
+
+def test_a_start_lookup_that_fails_at_assignment_is_asked_again_and_loses_nothing(cluster, monkeypatch):
+    """The committed offsets cannot be read when partitions are assigned (a broker timeout). Raised into
+    confluent-kafka's assignment callback, the error made the client assign the partitions itself: it
+    read them, and the core, which never tracked them, dropped every record until some later rebalance.
+    Now the core asks again at the next poll. Found by the offset spouts audit."""
+    topic, group = "lookup", "lookup-group"
+    cluster.produce(topic, 2)
+    real = kafka.KafkaSource.committed
+    calls = []
+
+    def flaky(self, partitions):
+        calls.append(sorted(partitions))
+        if len(calls) == 1:
+            raise ck.KafkaException(ck.KafkaError(ck.KafkaError._TIMED_OUT))
+        return real(self, partitions)
+
+    monkeypatch.setattr(kafka.KafkaSource, "committed", flaky)
+    conf = {"kafka.topics": [topic], "offset.commit.period.ms": 3_600_000,
+            "kafka.config": {"bootstrap.servers": cluster.bootstrap, "group.id": group,
+                             "session.timeout.ms": 6000, "heartbeat.interval.ms": 300}}
+    spout, out = open_spout(conf)
+    drive([spout], lambda: len(out.emitted) == 2 * MOCK_PARTITIONS)
+    assert len(calls) >= 2 and len(spout.core.assigned) == MOCK_PARTITIONS
+    assert sorted((m.partition, m.offset) for m in ids(out)) == [(p, o) for p in range(MOCK_PARTITIONS) for o in (0, 1)]
+    spout.close()

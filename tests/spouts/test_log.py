@@ -192,7 +192,10 @@ def test_a_subclass_chooses_the_tuple(log_path):
     ({"max.uncommitted.offsets": 0}, "max.uncommitted.offsets must be a whole number >= 1"),
     ({"poll.max.records": True}, "poll.max.records must be a whole number"),
     ({"retry.max.retries": -1}, "retry.max.retries must be a whole number >= 0, .*unset for no limit"),
-    ({"offset.commit.period.ms": "5s"}, "offset.commit.period.ms must be a number of milliseconds"),
+    ({"offset.commit.period.ms": "5s"}, "offset.commit.period.ms must be a finite number of milliseconds"),
+    # infinite: never committed on its timer, so at max.uncommitted.offsets a partition paused for good
+    ({"offset.commit.period.ms": float("inf")}, "offset.commit.period.ms must be a finite number"),
+    ({"retry.max.delay.ms": float("inf")}, "retry.max.delay.ms must be a finite number"),
 ])
 def test_config_errors_name_the_key_and_the_fix(log_path, tmp_path, conf, message):
     make_log(log_path).close()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import logging
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -78,10 +79,10 @@ def get_int(conf: Mapping[str, Any], key: str, default: int | None, *, minimum: 
 
 
 def get_ms(conf: Mapping[str, Any], key: str, default_ms: float) -> float:
-    """A duration given in milliseconds (>= 0), returned in seconds."""
+    """A duration given in milliseconds (finite, >= 0), returned in seconds."""
     value = conf.get(key, default_ms)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
-        raise ConfigError(f"{key} must be a number of milliseconds >= 0, got {value!r} "
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
+        raise ConfigError(f"{key} must be a finite number of milliseconds >= 0, got {value!r} "
                           f"(default {default_ms})")
     return value / 1000.0
 

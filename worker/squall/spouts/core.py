@@ -76,6 +76,7 @@ class OffsetCore:
         self._metadata = json.dumps({"topology": topology, "task": task}, separators=(",", ":"))
         self._retry = RetryService(config.retry, now=now)
         self._assigned: set[TopicPartition] = set()
+        self._unresolved: set[TopicPartition] = set()  # assigned, where to start not known yet (on_assigned)
         self._offsets: dict[TopicPartition, OffsetManager] = {}
         self._in_flight: set[MessageId] = set()
         self._waiting: dict[TopicPartition, deque[Record]] = {}
@@ -137,6 +138,8 @@ class OffsetCore:
                 self._commit_acked(self._assigned)
             else:
                 self._commit_positions(self._assigned, sync=False)
+        if self._unresolved:
+            self.on_assigned(set(self._unresolved))
         if now >= self._next_end_offsets:
             self._next_end_offsets = now + END_OFFSETS_PERIOD
             self._end_offsets = self.source.end_offsets(self._assigned)
@@ -173,11 +176,22 @@ class OffsetCore:
         if not new:
             return
         strategy = self.config.first_poll
-        committed = self.source.committed(new)
-        resume = {tp: c.offset for tp, c in committed.items()
-                  if strategy.resumes_any_commit or self._committed_by_this_topology(c)}
-        fresh = [tp for tp in new if tp not in resume]
-        marks = self.source.watermarks(fresh) if fresh else {}
+        try:
+            committed = self.source.committed(new)
+            resume = {tp: c.offset for tp, c in committed.items()
+                      if strategy.resumes_any_commit or self._committed_by_this_topology(c)}
+            fresh = [tp for tp in new if tp not in resume]
+            marks = self.source.watermarks(fresh) if fresh else {}
+        except Exception as exc:  # noqa: BLE001 - a client's lookup can fail in many ways (a broker timeout)
+            # Raised into the client's assignment callback, it would assign them without this core: read
+            # and never emitted. Where to start stays unknown until a later next_tuple asks again; what the
+            # client reads of them meanwhile is dropped, and the seek to the start goes back for it.
+            self._unresolved.update(new)
+            log.warning("cannot tell where to start reading %s: %s; asking again at the next poll",
+                        ", ".join(map(str, new)), exc)
+            self._report(exc)
+            return
+        self._unresolved.difference_update(new)
         for tp in new:
             if tp in resume:
                 start = resume[tp]
@@ -193,6 +207,7 @@ class OffsetCore:
 
     def on_revoked(self, partitions: Collection[TopicPartition], *, lost: bool = False) -> None:
         """Stop tracking partitions taken away; commit their acked offsets first unless they were lost."""
+        self._unresolved.difference_update(partitions)
         gone = {tp for tp in partitions if tp in self._assigned}
         if not gone:
             return
@@ -221,7 +236,7 @@ class OffsetCore:
                 self.source.seek(tp, offset)
         self._set_paused(self._assigned - pollable)
         at_most_once = self.config.guarantee is ProcessingGuarantee.AT_MOST_ONCE
-        before = {tp: self.source.position(tp) for tp in pollable} if at_most_once else {}
+        before = {tp: self.source.position(tp) for tp in pollable}
         # Polled even when every partition is paused: a Kafka consumer that stops polling leaves its group.
         records = self.source.poll(self.config.max_poll_records)
         waiting: dict[TopicPartition, deque[Record]] = {}
@@ -232,6 +247,9 @@ class OffsetCore:
         if not waiting:
             return
         if self._at_least_once:
+            for tp, got in waiting.items():
+                if got[0].offset < min(before.get(tp, 0), self._offsets[tp].committed):
+                    self._log_reset(tp, got[0].offset)
             self._ack_compacted_away(retriable, waiting)
         if at_most_once and not self._commit_positions(waiting, sync=True):
             # Nothing may be emitted that is not committed yet: read these records again later.
@@ -240,6 +258,18 @@ class OffsetCore:
                     self.source.seek(tp, before[tp])
             return
         self._waiting = waiting
+
+    def _log_reset(self, tp: TopicPartition, offset: int) -> None:
+        """The source went back below the committed offset by itself: the partition's log was truncated or
+        recreated, and the client's offset reset (``auto.offset.reset``) read it from ``offset``. Those are
+        records never processed: they are emitted and committed afresh, and acks still to come for what
+        the old log's offsets held are ignored (they would mark the new records at those offsets)."""
+        log.warning("%s: the client went back to offset %d, below the committed offset %d: the partition's log "
+                    "was truncated or recreated (auto.offset.reset); reading it again from %d", tp, offset,
+                    self._offsets[tp].committed, offset)
+        self._offsets[tp] = OffsetManager(offset)
+        self._in_flight = {m for m in self._in_flight if m.tp != tp}
+        self._retry.retain(self._assigned - {tp})
 
     def _pollable(self, retriable: Mapping[TopicPartition, int]) -> set[TopicPartition]:
         """The partitions to read from: at least once, those under ``max.uncommitted.offsets``, or

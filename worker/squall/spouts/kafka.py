@@ -162,6 +162,10 @@ class KafkaSource:
         metadata = self.consumer.list_topics(timeout=REQUEST_TIMEOUT)
         for topic in self.topics:
             found = metadata.topics.get(topic)
+            if topic.startswith("^"):
+                raise ConfigError(f"kafka.topics: {topic!r} is a pattern, which only kafka.subscription: subscribe "
+                                  "reads (assign mode assigns the partitions of named topics); subscribe, or name "
+                                  "the topics")
             if found is None or found.error is not None:
                 why = found.error.str() if found else "not in the metadata"
                 raise ConfigError(f"kafka.topics: topic {topic!r} does not exist on "
