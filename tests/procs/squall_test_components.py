@@ -9,6 +9,7 @@ import itertools
 import json
 import os
 import sys
+import threading
 import time
 
 from squall import BasicBolt, Bolt
@@ -119,3 +120,13 @@ class Holder(Bolt):
 
     def execute(self, tup):
         pass
+
+
+class Stuck(Bolt):
+    """Says so on stderr, then never returns from its first execute (a call that hangs)."""
+
+    outputs = []
+
+    def execute(self, tup):
+        print("stuck in execute", file=sys.stderr, flush=True)
+        threading.Event().wait()

@@ -189,15 +189,20 @@ class SpecFile:
 
 class StopSignals:
     """Ctrl-C, SIGTERM or SIGHUP (the terminal closed): the first stops the run gracefully, another one
-    while it drains stops its processes at once."""
+    while it drains stops its processes at once. With ``interrupt`` (a run in this process, whose user
+    code may be stuck in a call that never returns to the loop that reads the count), another one raises
+    :class:`KeyboardInterrupt` wherever this process is."""
 
     def __init__(self) -> None:
         self.count = 0
+        self.interrupt = False
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             signal.signal(sig, self._handler)
 
     def _handler(self, *_: object) -> None:
         self.count += 1
+        if self.count > 1 and self.interrupt:
+            raise KeyboardInterrupt
 
     def __call__(self) -> bool:
         return self.count > 0
@@ -217,8 +222,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _in_process(spec: TopologySpec, args: argparse.Namespace, progress: Progress,
-                stop_requested: Callable[[], bool]) -> int:
-    print(f"running {spec.name!r} in this process; Ctrl-C to stop", file=sys.stderr)
+                stop_requested: StopSignals) -> int:
+    print(f"running {spec.name!r} in this process; Ctrl-C to stop, twice to stop at once", file=sys.stderr)
+    stop_requested.interrupt = True
     with LocalCluster(spec) as cluster:
         def totals() -> Totals:
             return _totals(cluster)
@@ -234,7 +240,12 @@ def _in_process(spec: TopologySpec, args: argparse.Namespace, progress: Progress
                 return True
             return stop_requested() or progress.should_stop(Totals(), args)
 
-        cluster.run(until=until)
+        try:
+            cluster.run(until=until)
+        except KeyboardInterrupt:
+            print(progress.summary(totals()))
+            print("stopped at once (Ctrl-C again): trees in flight were neither acked nor failed", file=sys.stderr)
+            return 130
         print(progress.summary(totals()))
     return 0
 
@@ -293,6 +304,10 @@ def _processes(spec: TopologySpec, args: argparse.Namespace, progress: Progress,
     print(progress.summary(totals))
     if given_up is not None:
         raise given_up
+    if stop_requested.again():
+        print(f"stopped at once (Ctrl-C again): {', '.join(sorted(bad)) or 'no process'} killed before "
+              "draining; their trees in flight were neither acked nor failed", file=sys.stderr)
+        return 130
     if bad:
         print(f"processes that did not exit cleanly: {bad}; see their logs in {sup.run_dir}/", file=sys.stderr)
         return 1
