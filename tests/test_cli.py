@@ -131,6 +131,15 @@ def test_bad_options_are_refused_before_anything_starts_naming_the_option(capsys
     assert message in capsys.readouterr().err
 
 
+def test_the_log_level_comes_from_squall_log_level_without_the_option(capsys, monkeypatch):
+    monkeypatch.setenv("SQUALL_LOG_LEVEL", "loud")
+    with pytest.raises(SystemExit) as exited:
+        main(["validate", str(GOOD)])
+    assert exited.value.code == 2
+    assert "SQUALL_LOG_LEVEL must be one of DEBUG, INFO, WARNING, ERROR, not 'LOUD'" in capsys.readouterr().err
+    assert main(["--log-level", "warning", "validate", str(GOOD)]) == 0  # the option wins
+
+
 def test_the_log_level_may_also_follow_the_command(capsys):
     assert main(["validate", str(GOOD), "--log-level", "debug"]) == 0
     assert "is valid" in capsys.readouterr().out

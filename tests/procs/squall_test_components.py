@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import logging
 import os
 import sys
 import threading
@@ -24,6 +25,7 @@ class NumberSpout(TestingSpout):
     outputs = ["n"]
 
     def items(self):
+        logging.getLogger(__name__).debug("the number spout opened")  # seen at --log-level DEBUG only
         total = int(self.conf.get("test.count", 1000))
         self.rate = self.conf.get("test.rate")  # so a run lasts long enough to interfere with
         self.start = time.monotonic()

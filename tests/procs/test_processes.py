@@ -331,6 +331,19 @@ def test_a_second_ctrl_c_stops_a_draining_run_at_once_and_the_summary_names_the_
     assert "5 tree(s) were still in flight when the run stopped: their spouts saw neither ack nor fail" in out
 
 
+def test_the_processes_of_squall_run_log_at_its_log_level(tmp_path, monkeypatch):
+    """Before, they were started without it and logged at INFO whatever the run's --log-level."""
+    run, _ = _squall_run(tmp_path, monkeypatch, "--log-level", "DEBUG", count=5, workers=1)
+    try:
+        _line(run, r"^acked +5 ")
+        os.killpg(run.pid, signal.SIGINT)
+        run.communicate(timeout=60)
+    finally:
+        if run.poll() is None:
+            run.kill()
+    assert "DEBUG squall_test_components: the number spout opened" in (tmp_path / "run" / "worker-0.log").read_text()
+
+
 def test_a_second_ctrl_c_stops_an_in_process_run_whose_bolt_is_stuck(tmp_path, monkeypatch):
     """In one process, the run's loop reads the Ctrl-Cs only between its rounds, which a bolt stuck in a
     call never ends: before, no number of Ctrl-Cs stopped it (only SIGKILL did)."""

@@ -10,6 +10,7 @@ import os
 import sys
 
 from squall.errors import SquallError
+from squall.process import contract
 from squall.process.contract import EVERY_PROCESS
 
 # Modules under squall.cli that each register subcommands, in the order --help lists them.
@@ -22,8 +23,9 @@ LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(prog="squall", description="Storm's guaranteed-processing stream engine, "
                                   "in Python, for Kubernetes.")
-    top.add_argument("--log-level", default="INFO", type=str.upper, choices=LOG_LEVELS,
-                     help="DEBUG, INFO, WARNING or ERROR (default INFO)")
+    top.add_argument("--log-level", default=None, type=str.upper, choices=LOG_LEVELS,
+                     help=f"DEBUG, INFO, WARNING or ERROR (default ${contract.LOG_LEVEL}, else INFO); the processes "
+                          "squall run starts log at the same level")
     top.add_argument("--version", action="version", version=f"squall {version()}")
     subparsers = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in MODULES:
@@ -50,7 +52,12 @@ def main(argv: list[str] | None = None) -> int:
     # Components are named 'module:Class'; like `python -m`, resolve modules from the current directory.
     if "" not in sys.path and "." not in sys.path:
         sys.path.insert(0, "")
-    args = parser().parse_args(argv)
+    cli = parser()
+    args = cli.parse_args(argv)
+    if args.log_level is None:  # squall run gives its processes its level this way; a pod's env may too
+        args.log_level = os.environ.get(contract.LOG_LEVEL, "INFO").upper()
+        if args.log_level not in LOG_LEVELS:
+            cli.error(f"{contract.LOG_LEVEL} must be one of {', '.join(LOG_LEVELS)}, not {args.log_level!r}")
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         return int(args.func(args) or 0)

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from squall.errors import SquallError
 from squall.metrics.scrape import Totals
+from squall.process import contract
 from squall.process.supervisor import Supervisor
 from squall.testing import LocalCluster
 from squall.topology import load_spec, validate
@@ -266,8 +267,8 @@ def _totals(cluster: LocalCluster) -> Totals:
 def _processes(spec: TopologySpec, args: argparse.Namespace, progress: Progress,
                stop_requested: StopSignals) -> int:
     sup = Supervisor(spec_path=args.topology, spec=spec, run_dir=Path(args.run_dir), insecure=args.insecure,
-                     room=ROOM * max(spec.workers, spec.num_ackers),
-                     pin=args.pin)
+                     room=ROOM * max(spec.workers, spec.num_ackers), pin=args.pin,
+                     env={contract.LOG_LEVEL: args.log_level})
     security = "plaintext gRPC" if args.insecure else "mutual TLS"
     print(f"running {spec.name!r}: {spec.workers} worker(s) and {spec.num_ackers} acker(s) on 127.0.0.1 "
           f"({security}); "

@@ -31,6 +31,7 @@ METRICS_PORT_VAR = "SQUALL_METRICS_PORT"
 BIND_HOST = "SQUALL_BIND_HOST"
 TLS_DIR = "SQUALL_TLS_DIR"  # the topology's ca.crt, tls.crt and tls.key; unset: plaintext gRPC
 FINAL_METRICS_FILE = "SQUALL_FINAL_METRICS_FILE"  # squall run: where a process writes its last counts
+LOG_LEVEL = "SQUALL_LOG_LEVEL"  # without --log-level: DEBUG, INFO (the default), WARNING or ERROR
 PARENT_PID = "SQUALL_PARENT_PID"  # squall run: its pid; a process whose parent it no longer is stops
 POD_NAME = "SQUALL_POD_NAME"  # a Spark driver's own pod, for its executors' owner
 SPARK_CONF = "SQUALL_SPARK_CONF"  # JSON of spark.* properties for a worker that is a Spark driver
