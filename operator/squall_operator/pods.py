@@ -16,7 +16,7 @@ import logging
 from typing import Any
 
 from squall.errors import TopologyError
-from squall.process.contract import ACKER, SPEC_DIR, TLS_MOUNT, WORKER
+from squall.process.contract import ACKER, LOG_LEVEL, SPEC_DIR, TLS_MOUNT, WORKER
 from squall.topology.spec import PodTemplate, Resources, TopologySpec
 
 WORKERS, ACKERS, SPARK_EXECUTORS = "workers", "ackers", "sparkExecutors"
@@ -25,6 +25,7 @@ MAIN_CONTAINER = {WORKERS: WORKER, ACKERS: ACKER, SPARK_EXECUTORS: "spark-kubern
 OWNED_VOLUMES = ("spec", "tmp", "tls")
 OWNED_MOUNTS = (SPEC_DIR, TLS_MOUNT, "/tmp")  # the main container's volumeMounts merge by mountPath
 ENV_PREFIX = "SQUALL_"
+USER_VARS = {LOG_LEVEL}  # of the process contract's variables, those a template may set
 # Kubernetes' patchMergeKey of the PodSpec lists that merge item by item (the others replace)
 MERGE_KEYS = {"containers": "name", "initContainers": "name", "ephemeralContainers": "name", "env": "name",
               "volumes": "name", "volumeMounts": "mountPath", "volumeDevices": "devicePath",
@@ -167,9 +168,11 @@ def _owned(pod: dict[str, Any], role: str, path: str) -> list[str]:
                     problems.append(f"{where}.volumeMounts[{j}]: the spec mount ({SPEC_DIR}), the TLS mount "
                                     f"({TLS_MOUNT}) and /tmp are the operator's; mount yours elsewhere")
             for j, var in enumerate(container.get("env") or ()):
-                if isinstance(var, dict) and str(var.get("name", "")).startswith(ENV_PREFIX):
-                    problems.append(f"{where}.env[{j}]: {var['name']} is the process contract's (the mounted "
-                                    "spec carries the topology's settings); remove it")
+                name = str(var.get("name", "")) if isinstance(var, dict) else ""
+                if name.startswith(ENV_PREFIX) and name not in USER_VARS:
+                    problems.append(f"{where}.env[{j}]: {name} is the process contract's (the mounted "
+                                    f"spec carries the topology's settings); remove it ({', '.join(USER_VARS)} "
+                                    "may be set)")
     return problems
 
 

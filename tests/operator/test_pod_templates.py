@@ -95,6 +95,13 @@ def test_strategic_merge():
     assert base["containers"][0]["env"] == [{"name": "A", "value": "1"}]  # not modified
 
 
+def test_a_template_may_set_the_processes_log_level_of_the_contracts_variables():
+    workers = {"spec": {"containers": [{"name": "worker", "env": [{"name": "SQUALL_LOG_LEVEL", "value": "DEBUG"}]}]}}
+    pod = pod_of(render(check_spec("wc", {**BASE, "podTemplate": {"workers": workers}}), namespace=NS,
+                        image="squall:1"), "worker")
+    assert {"name": "SQUALL_LOG_LEVEL", "value": "DEBUG"} in pod["spec"]["containers"][0]["env"]
+
+
 def test_spark_executors_template_goes_to_the_pod_template_file():
     executors = {"metadata": {"labels": {"team": "ml"}}, "resources": {"limits": {"nvidia.com/gpu": 1}},
                  "spec": {"nodeSelector": {"gpu": "true"}}}
