@@ -19,6 +19,17 @@ RELEASE, NAMESPACE = "squall", "squall-system"
 PODMONITOR_API = "monitoring.coreos.com/v1/PodMonitor"
 
 
+class UniqueKeys(yaml.SafeLoader):
+    """YAML that refuses a mapping key given twice, as ``helm install`` does (PyYAML keeps the last)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        keys = [self.construct_object(key, deep=True) for key, _ in node.value]
+        twice = sorted({str(k) for k in keys if keys.count(k) > 1})
+        if twice:
+            raise yaml.constructor.ConstructorError(None, None, f"keys given twice: {twice}", node.start_mark)
+        return super().construct_mapping(node, deep=deep)
+
+
 @dataclass(frozen=True)
 class Rendered:
     """One rendered chart: its Kubernetes objects (with the template each came from) and NOTES.txt."""
@@ -51,7 +62,7 @@ def render(values: dict[str, Any] | None = None, *, namespace: str = NAMESPACE,
         if template.endswith("NOTES.txt"):
             notes = text
             continue
-        objects += [(template, doc) for doc in yaml.safe_load_all(text) if doc]
+        objects += [(template, doc) for doc in yaml.load_all(text, Loader=UniqueKeys) if doc]
     return Rendered(objects, notes)
 
 

@@ -347,3 +347,30 @@ def test_a_long_full_name_is_cut_where_a_name_or_label_must_fit_63_characters():
     service = "squall-operator-for-the-streaming-platform-team-prod-eu-webhook"  # 63
     assert chart.one("Service", service)
     assert deployment_env(chart)["SQUALL_OPERATOR_WEBHOOK_HOST"] == f"{service}.{NAMESPACE}.svc"
+
+
+def test_notes_send_topologies_to_a_watched_namespace():
+    """With watchNamespaces, a Topology applied to kubectl's current namespace is never run: the commands
+    name the first watched one (before, they named none, and kubectl wait timed out after 5 minutes)."""
+    everywhere = render({}).notes
+    assert "squall submit examples/wordcount.yaml | kubectl apply -f -" in everywhere
+    notes = render({"watchNamespaces": ["team-a", "team-b"], "rbac": {"sparkExecutors": False}}).notes
+    assert "namespaces team-a, team-b only: a Topology elsewhere is left alone" in notes
+    for command in ("squall submit examples/wordcount.yaml | kubectl -n team-a apply -f -",
+                    "kubectl -n team-a wait topology/wordcount", "kubectl -n team-a scale topology/wordcount",
+                    "kubectl -n team-a delete topology/wordcount", "kubectl -n team-a port-forward pod/wordcount"):
+        assert command in notes, notes
+
+
+def test_labels_given_in_values_are_written_once_and_never_replace_the_selectors():
+    """A values label of a key the chart writes too made the key appear twice (render() refuses that, as
+    helm install does); the dashboard's grafana_dashboard could not take the sidecar's own value."""
+    rendered = render({"grafanaDashboard": {"enabled": True, "labels": {"grafana_dashboard": "true"}},
+                       "podLabels": {"app.kubernetes.io/component": "mine", "team": "search"},
+                       "monitoring": {"podMonitor": {"enabled": True, "labels": {"app.kubernetes.io/part-of": "x"}},
+                                      "release": "kps"}})
+    assert rendered.one("ConfigMap", "squall-dashboard")["metadata"]["labels"]["grafana_dashboard"] == "true"
+    pod = rendered.one("Deployment")["spec"]["template"]["metadata"]["labels"]
+    assert pod["app.kubernetes.io/component"] == "operator" and pod["team"] == "search"
+    monitor = rendered.of_kind("PodMonitor")[0]["metadata"]["labels"]
+    assert monitor["app.kubernetes.io/part-of"] == "squall" and monitor["release"] == "kps"

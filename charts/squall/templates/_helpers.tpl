@@ -212,9 +212,15 @@ handlers.kopf_settings turns kopf's scanning off, and kopf reads nothing cluster
 
 {{/* Labels of the chart's monitors and PrometheusRule: `release` (what kube-prometheus-stack's default
 selectors match) and the extra `labels`. Call with (dict "root" $ "labels" <extra labels>). */}}
+{{- /* The chart's labels and a monitor's (.labels over the release label): see squall.labelsWith. */ -}}
 {{- define "squall.monitorLabels" -}}
-{{- $labels := dict -}}
-{{- with .root.Values.monitoring.release }}{{ $_ := set $labels "release" . }}{{ end -}}
-{{- range $key, $value := .labels }}{{ $_ := set $labels $key $value }}{{ end -}}
-{{- with $labels }}{{ toYaml . }}{{ end -}}
+{{- $labels := deepCopy (default dict .labels) -}}
+{{- with .root.Values.monitoring.release }}{{ $labels = merge $labels (dict "release" .) }}{{ end -}}
+{{- include "squall.labelsWith" (dict "root" .root "labels" $labels) -}}
+{{- end -}}
+
+{{- /* The chart's labels with .labels (a dict) added, each key once (YAML refuses a key twice); on a clash
+the chart's win, as selectors need them. */ -}}
+{{- define "squall.labelsWith" -}}
+{{- toYaml (merge (fromYaml (include "squall.labels" .root)) (deepCopy (default dict .labels))) -}}
 {{- end -}}
