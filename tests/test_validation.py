@@ -290,6 +290,19 @@ def test_a_topology_resource_given_where_a_topology_file_goes_is_refused_saying_
         load_spec(path)
 
 
+def test_a_file_of_several_documents_is_refused_saying_what_it_holds(tmp_path):
+    """It was refused as "not valid YAML: expected a single document", which it is."""
+    path = tmp_path / "topology.yaml"
+    resource = "apiVersion: squall.dev/v1alpha1\nkind: Topology\nmetadata: {name: wc}\nspec: {}\n"
+    path.write_text(f"{resource}---\n{resource}")
+    with pytest.raises(TopologyError, match=r"holds 2 YAML documents, not one topology: they are Kubernetes "
+                                            r"resources; pass the topology file"):
+        load_spec(path)
+    path.write_text("name: a\n---\nname: b\n")
+    with pytest.raises(TopologyError, match=r"holds 2 YAML documents, not one topology; keep one per file"):
+        load_spec(path)
+
+
 def test_a_bolt_subscribed_to_a_component_that_declares_no_outputs_is_refused_naming_the_class():
     """A spout class that never set ``outputs`` emits on a stream of no fields: every emit would fail at run
     time. Declaring no fields on purpose (``outputs = []``) stays allowed."""

@@ -44,7 +44,8 @@ def positive(kind: Callable[[str], float]) -> Callable[[str], float]:
         try:
             value = kind(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+            whole = " (a whole one)" if kind is int else ""
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number{whole}") from None
         if not value > 0:
             raise argparse.ArgumentTypeError(f"must be above 0, not {text}")
         return value

@@ -211,8 +211,9 @@ class Supervisor:
         counts = {WORKER: spec.workers, ACKER: spec.num_ackers}
         wanted = [c for c in self.slots if c.index < counts[c.role]]
         if len(wanted) < sum(counts.values()):
-            raise SquallError(f"this run has room for {len(self.slots) // 2} process(es) of each role, not "
-                              f"{spec.workers} worker(s) and {spec.num_ackers} acker(s): start it with more room")
+            raise SquallError(f"this run has room for {len(self.slots) // 2} process(es) of each role (the ports "
+                              f"it held from its start), not {spec.workers} worker(s) and {spec.num_ackers} acker(s): "
+                              "stop it, and run the file again")
         return wanted
 
     def _spawn(self, child: Child) -> None:

@@ -399,11 +399,17 @@ def load_spec(path: str | Path) -> TopologySpec:
     """Load and parse a topology YAML file (structure only; see :func:`squall.topology.validate`)."""
     path = Path(path)
     try:
-        data = yaml.safe_load(path.read_text())
+        docs = [d for d in yaml.safe_load_all(path.read_text()) if d is not None]
     except OSError as exc:
         raise TopologyError(f"cannot read topology file {path}: {exc.strerror}") from None
     except yaml.YAMLError as exc:
         raise TopologyError(f"{path} is not valid YAML: {exc}") from None
+    if len(docs) > 1:
+        resources = all(isinstance(d, dict) and {"apiVersion", "kind"} <= d.keys() for d in docs)
+        raise TopologyError(f"{path} holds {len(docs)} YAML documents, not one topology" + (
+            ": they are Kubernetes resources; pass the topology file a Topology was made from (what its spec "
+            "holds); squall validate checks resources" if resources else "; keep one per file"))
+    data = docs[0] if docs else None
     if isinstance(data, dict) and {"apiVersion", "kind"} <= data.keys():  # what squall submit writes
         raise TopologyError(f"{path} is a Kubernetes resource ({data['apiVersion']} {data['kind']}), not a topology "
                             f"file: pass the topology file it was made from (what its spec holds); squall "
