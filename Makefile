@@ -8,14 +8,17 @@ BIN := $(VENV)/bin
 install: $(VENV)/.compiled
 
 $(VENV)/.installed: pyproject.toml setup.py
+	@echo "make: installing Squall with everything its tests use (PySpark, kopf, Helm's library...) into $(VENV):"\
+	  "about 1.4 GB, a few minutes, once"
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[all,dev]'
+	$(BIN)/pip install -e '.[all,dev]'
 	touch $@
 
 # The compiled hot path (setup.py, Cython) again whenever a source changed: an extension module
 # beside its .py is what Python imports, so a stale one would hide the change.
 $(VENV)/.compiled: $(VENV)/.installed $(shell find worker -name '*.py' -o -name '*.pxd')
+	@echo "make: compiling the hot path (Cython; about a minute when every module changed)"
 	$(BIN)/python setup.py --quiet build_ext --inplace
 	touch $@
 
