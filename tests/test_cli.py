@@ -74,6 +74,17 @@ def test_validate_in_process(bad_file, tmp_path, capsys):
     assert main(["validate", "--no-imports", str(unknown_class)]) == 0
 
 
+def test_a_suspended_topology_runs_in_process_with_its_spouts_inactive_and_says_so(tmp_path, capsys):
+    """squall run --in-process ran a suspended topology as if it were not, and process mode said nothing:
+    zero progress lines looked like a dead topology."""
+    suspended = tmp_path / "wordcount.yaml"
+    suspended.write_text(GOOD.read_text() + "\nsuspended: true\n")
+    assert main(["run", str(suspended), "--in-process", "--duration", "1.5"]) == 0
+    out, err = capsys.readouterr()
+    assert "suspended: the spouts stay inactive" in err
+    assert re.search(r"\b0 trees acked", out), out
+
+
 def test_run_in_process_acks_the_requested_trees():
     proc = squall("run", str(GOOD), "--in-process", "--trees", "200", "--duration", "60", timeout=120)
     assert proc.returncode == 0, proc.stderr

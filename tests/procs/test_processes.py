@@ -344,6 +344,21 @@ def test_the_processes_of_squall_run_log_at_its_log_level(tmp_path, monkeypatch)
     assert "DEBUG squall_test_components: the number spout opened" in (tmp_path / "run" / "worker-0.log").read_text()
 
 
+def test_squall_run_says_when_its_topology_is_suspended_and_resumed(tmp_path, monkeypatch):
+    """Before, a suspended run printed zero progress lines and nothing else, as a dead one would."""
+    run, path = _squall_run(tmp_path, monkeypatch, count=-1, workers=1, settings={"suspended": True})
+    try:
+        _line(run, r"^suspended: the spouts stay inactive until the file says suspended: false")
+        path.write_text(yaml.safe_dump({**yaml.safe_load(path.read_text()), "suspended": False}))
+        _line(run, r"^resumed: the spouts activate")
+        _line(run, r"^acked +[1-9]")
+        os.killpg(run.pid, signal.SIGINT)
+        run.communicate(timeout=60)
+    finally:
+        if run.poll() is None:
+            run.kill()
+
+
 def test_a_second_ctrl_c_stops_an_in_process_run_whose_bolt_is_stuck(tmp_path, monkeypatch):
     """In one process, the run's loop reads the Ctrl-Cs only between its rounds, which a bolt stuck in a
     call never ends: before, no number of Ctrl-Cs stopped it (only SIGKILL did)."""

@@ -219,7 +219,7 @@ class LocalCluster:
         self.plan = Plan(spec)
         self.runtime = Runtime(self.plan, executors=self.plan.executors, acker_tasks=self.plan.acker_tasks,
                                clock=clock)
-        self.runtime.start()
+        self.runtime.start(active=not spec.suspended)  # a suspended topology's spouts wait for activate()
         self._closed = False
 
     def __enter__(self) -> LocalCluster:

@@ -53,6 +53,7 @@ def positive(kind: Callable[[str], float]) -> Callable[[str], float]:
     return parse
 
 
+SUSPENDED = "suspended: the spouts stay inactive until the file says suspended: false"
 ROOM = 2  # a run may grow to twice its workers (or ackers) by an edit of its file: their ports are held
 QUIET_HINT = 10.0  # s without an emit or a tree in flight before a run waiting for --trees says why
 
@@ -71,6 +72,7 @@ class Progress:
         self.emitted = 0.0  # by the spouts, at the last line
         self.quiet_since: float | None = None  # since when no spout emitted and no tree was in flight
         self.quiet_said = False  # the hint was printed for this quiet spell
+        self.suspended = spec.suspended  # as the file said last
 
     def follow(self, spec: TopologySpec) -> None:
         """Count and list the components of ``spec`` from now on (a rebalance's)."""
@@ -132,7 +134,7 @@ class Progress:
         emitted = sum(t.emitted[s] for s in self.spouts)
         quiet = args.trees is not None and emitted == self.emitted and not sum(t.pending[s] for s in self.spouts)
         self.emitted, now = emitted, time.monotonic()
-        if not quiet:
+        if not quiet or self.suspended:  # suspended, its spouts emit nothing by design (said at the start)
             self.quiet_since, self.quiet_said = None, False
             return
         self.quiet_since = self.quiet_since or now
@@ -171,8 +173,11 @@ class SpecFile:
         except SquallError as exc:
             progress.say(f"{self.path} changed but is not applied (the run goes on with its plan): {exc}")
             return
-        if spec.fingerprint() == sup.spec.fingerprint():
-            return  # the same plan: `suspended`, or what only pods have, changed
+        if spec.fingerprint() == sup.spec.fingerprint():  # the same plan: `suspended`, or what only pods have, changed
+            if spec.suspended != progress.suspended:
+                progress.suspended = spec.suspended
+                progress.say(SUSPENDED if spec.suspended else "resumed: the spouts activate")
+            return
         progress.say(f"{self.path} changed: rebalancing to {spec.workers} worker(s) and {spec.num_ackers} "
                      f"acker(s); spouts deactivate while the trees in flight drain (at most "
                      f"{sup.spec.message_timeout_seconds} s)...")
@@ -227,6 +232,9 @@ def _in_process(spec: TopologySpec, args: argparse.Namespace, progress: Progress
                 stop_requested: StopSignals) -> int:
     print(f"running {spec.name!r} in this process; Ctrl-C to stop, twice to stop at once", file=sys.stderr)
     stop_requested.interrupt = True
+    if spec.suspended:
+        progress.say("suspended: the spouts stay inactive (a run in this process does not follow its file: run it "
+                     "with suspended: false)")
     with LocalCluster(spec) as cluster:
         def totals() -> Totals:
             return _totals(cluster)
@@ -275,6 +283,8 @@ def _processes(spec: TopologySpec, args: argparse.Namespace, progress: Progress,
           f"({security}); "
           f"logs in {sup.run_dir}/; Ctrl-C to stop", file=sys.stderr)
     sup.start()
+    if spec.suspended:
+        progress.say(SUSPENDED)
     spec_file = SpecFile(args.topology)
     totals = Totals()
     given_up: SquallError | None = None  # a process that keeps dying at start: the run stops
