@@ -159,6 +159,17 @@ def test_kill_9_mid_run_loses_nothing(cluster, tmp_path, victim, workers, sink):
     assert report["failed"] > 0  # the lost trees timed out and were replayed
 
 
+def test_a_runs_logs_are_its_own(cluster, tmp_path):
+    """Logs were appended to across runs of one run directory: they grew for good, and "more in
+    .squall/run/" pointed at a mix of runs (found by the UX audit)."""
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "worker-0.log").write_text("a line of an older run\n")
+    sup = cluster(count=10, workers=1)
+    wait_for(lambda t: t.acked["a-numbers"] >= 10, timeout=60, sup=sup, what="10 trees acked")
+    sup.stop()
+    assert "a line of an older run" not in sup.child("worker-0").log_path.read_text()
+
+
 def test_a_process_hands_the_gil_over_as_often_as_the_spec_says(cluster, tmp_path):
     sup = cluster(count=200, workers=1, settings={"transfer": {"gilSwitchIntervalMs": 0.5}})
     wait_for(lambda t: t.acked["a-numbers"] >= 200, timeout=60, sup=sup, what="200 trees acked")

@@ -234,6 +234,8 @@ class Supervisor:
                 os.sched_setaffinity(child.proc.pid, {self._cpus[child.index % len(self._cpus)]})
 
     def start(self) -> None:
+        for slot in self.slots:  # this run's logs only (appended to across restarts, not across runs)
+            slot.log_path.unlink(missing_ok=True)
         self._list_processes()
         for child in self.children:
             self._launch(child)
