@@ -73,7 +73,7 @@ class Recording:
 class ParityCounts(Recording, SparkBolt):
     """Counts the ids of a batch by parity; with ``conf["raise_first"]`` its first job fails in Spark,
     with ``conf["sleep_first"]`` its first job takes that many seconds, and with ``conf["block_first"]``
-    its first job waits for ``self.release``."""
+    its first job waits for ``self.release``, and with ``conf["exit_first"]`` it raises SystemExit."""
 
     outputs = ["parity", "n"]
 
@@ -88,6 +88,8 @@ class ParityCounts(Recording, SparkBolt):
             time.sleep(self.conf["sleep_first"])  # a long job, as far as the bolt can tell
         if first and self.conf.get("block_first"):
             self.release.wait(DEADLINE)
+        if first and self.conf.get("exit_first"):
+            raise SystemExit(3)  # not an Exception: it ended the job thread, silently
         out = df.groupBy((F.col("id") % 2).alias("parity")).agg(F.count("*").alias("n"))
         if first and self.conf.get("raise_first"):
             # fails while the job runs on the executors, as a bad record would
@@ -214,6 +216,42 @@ def test_a_job_longer_than_the_message_timeout_keeps_its_trees_alive():
         assert all(bolt.resets[(i,)] >= 2 for i in range(10))  # the running batch and the waiting one
 
 
+def test_a_batchs_timeouts_are_reset_when_its_job_starts():
+    """Its first tuple may have waited almost the max wait already: before, the first reset came half a
+    message timeout after the job started, so a job a little longer than that timed out trees whose
+    batch had waited (found by the Spark audit)."""
+    with parity_topology(count=10, batch=10) as cluster:
+        spout, bolt = one(cluster, "spout"), one(cluster, "spark")
+        run_until(cluster, lambda: spout.done() and cluster.pending() == 0, seconds=DEADLINE)
+        assert all(bolt.resets[(i,)] >= 1 for i in range(10)), bolt.resets
+
+
+def test_a_job_that_runs_past_its_timeout_fails_its_batch_and_the_bolt_goes_on():
+    """A job that never ends (executors that never come) held its inputs and, once the next batch was
+    full, the whole bolt, with no error, for good (found by the Spark audit)."""
+    with parity_topology(count=10, batch=5, wait_ms=200, block_first=True, **{"spark.job.timeout.ms": 1500}) \
+            as cluster:
+        spout, bolt = one(cluster, "spout"), one(cluster, "spark")
+        try:
+            run_until(cluster, lambda: len(spout.failed) == 5, seconds=DEADLINE)
+        finally:
+            bolt.release.set()  # the stuck job ends at last: what it returns is not the batch's any more
+        run_until(cluster, lambda: spout.done() and cluster.pending() == 0, seconds=DEADLINE)
+        assert sorted(spout.acked) == list(range(10))
+        assert bolt.acks == Counter({(i,): 1 for i in range(10)})  # the late end acked nothing
+        assert sum(bolt.fails.values()) == 5
+        error = cluster.errors("spark")[0].error
+        assert "a Spark job of 5 tuples ran 1.5 s (spark.job.timeout.ms) without ending" in error
+
+
+def test_a_job_that_raises_system_exit_fails_its_batch_and_the_bolt_goes_on():
+    with parity_topology(count=10, batch=10, exit_first=True) as cluster:
+        spout = one(cluster, "spout")
+        run_until(cluster, lambda: spout.done() and cluster.pending() == 0, seconds=DEADLINE)
+        assert sorted(spout.failed) == list(range(10)) and sorted(spout.acked) == list(range(10))
+        assert "SystemExit: 3" in cluster.errors("spark")[0].error
+
+
 def test_a_full_next_batch_pauses_input_until_the_running_job_is_over():
     count, batch = 200, 50
     with parity_topology(count=count, batch=batch, block_first=True) as cluster:
@@ -298,6 +336,28 @@ def test_a_result_that_does_not_fit_the_outputs_fails_the_batch_and_emits_nothin
         assert sink.rows == []
         (error,) = cluster.errors("spark")
         assert "columns (id, parity), but the bolt declares outputs (parity, n)" in error.error
+
+
+class Long(SparkBolt):
+    outputs = ["id", "text"]
+
+    def process(self, df):
+        return df.select("id", F.when(F.col("id") == 3, F.lit("y" * 200)).otherwise(F.lit("x")).alias("text"))
+
+
+def test_a_result_value_over_max_value_bytes_fails_the_batch_before_any_row_is_emitted():
+    """The job thread checked the rows without the size limit, which the emit then applied row by row:
+    the rows before the big one were emitted by a batch that failed, at every replay (found by the Spark
+    audit)."""
+    builder = TopologyBuilder("spark-long")
+    builder.set_spout("spout", RecordingSpout, config={"count": 4})
+    builder.set_bolt("spark", Long, config={"spark.batch.size": 4}).shuffle_grouping("spout")
+    builder.set_bolt("sink", Collect).global_grouping("spark")
+    with LocalCluster(builder.build(transfer={"maxValueBytes": 100})) as cluster:
+        spout, sink = one(cluster, "spout"), one(cluster, "sink")
+        run_until(cluster, spout.settled, seconds=DEADLINE)
+        assert sorted(spout.failed) == [0, 1, 2, 3] and sink.rows == []
+        assert "over transfer.maxValueBytes (100)" in cluster.errors("spark")[0].error
 
 
 def test_result_values_become_tuple_values():

@@ -63,10 +63,16 @@ def test_a_max_wait_that_does_not_fit_in_the_message_timeout_is_refused():
 
 
 def test_the_default_max_wait_fits_a_short_message_timeout():
-    assert Batching.from_conf({}, component="c", message_timeout=30) == Batching(1000, 1.0)
-    assert Batching.from_conf({}, component="c", message_timeout=1) == Batching(1000, 0.5)
-    assert Batching.from_conf({"spark.batch.size": 10, "spark.batch.max.wait.ms": 250}, component="c",
-                              message_timeout=1) == Batching(10, 0.25)
+    assert Batching.from_conf({}, component="c", message_timeout=30) == Batching(1000, 1.0, 300.0)
+    assert Batching.from_conf({}, component="c", message_timeout=1) == Batching(1000, 0.5, 10.0)
+    assert Batching.from_conf({"spark.batch.size": 10, "spark.batch.max.wait.ms": 250, "spark.job.timeout.ms": 800},
+                              component="c", message_timeout=1) == Batching(10, 0.25, 0.8)
+
+
+@pytest.mark.parametrize("value", [0, -1, "1000", float("nan"), float("inf"), None])
+def test_a_bad_job_timeout_is_refused_with_the_key(value):
+    with pytest.raises(ConfigError, match=r"spark\.job\.timeout\.ms=.* must be a finite number of milliseconds > 0"):
+        start(**{"spark.job.timeout.ms": value})
 
 
 def test_a_spark_bolt_emits_on_one_stream_only():
@@ -121,3 +127,22 @@ def test_a_session_that_fails_to_start_is_tried_again_after_a_growing_delay_not_
     now[0] = 103.0
     assert session.get_session() is spark  # PySpark hands back the running session
     assert session._failure is None
+
+
+@pytest.mark.spark
+def test_a_session_whose_context_stopped_is_built_again(spark, tmp_path):
+    """Its JVM killed or its context stopped, the session failed every batch at once, and each was
+    replayed at once, for as long as the process lived (found by the Spark audit). In a process of its
+    own: this one's session is the other tests'."""
+    script = tmp_path / "again.py"
+    script.write_text(
+        "import json, os\n"
+        "os.environ['SQUALL_SPARK_CONF'] = json.dumps({'spark.master': 'local[1]', 'spark.driver.memory': '512m'})\n"
+        "from squall.spark.session import get_session\n"
+        "first = get_session()\n"
+        "first.sparkContext.stop()\n"
+        "second = get_session()\n"
+        "print('rows', second.range(3).count(), 'new context', second.sparkContext is not first.sparkContext)\n")
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
+    assert "rows 3 new context True" in done.stdout, done.stderr[-3000:]
+    assert "the SparkSession is gone (its JVM exited or its context stopped): building another" in done.stderr

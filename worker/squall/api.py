@@ -64,6 +64,10 @@ class TopologyContext(Protocol):
         """How long a spout tuple tree may take before it fails (``reset_timeout`` restarts it)."""
 
     @property
+    def max_value_bytes(self) -> int:
+        """``transfer.maxValueBytes``: the largest tuple value an emit takes."""
+
+    @property
     def this_component_tasks(self) -> list[int]:
         """The task ids of this task's component."""
 

@@ -1,5 +1,6 @@
 # C types for routing.py where Squall is compiled with Cython (squall/_pure.py).
 cimport cython
+from cpython.unicode cimport PyUnicode_AsUTF8AndSize
 
 from squall.grouping cimport Grouper
 from squall.tuples cimport Fields
@@ -20,3 +21,10 @@ cdef class Router:
 
     @cython.locals(fields=Fields, limit=cython.longlong, groupers=list, grouper=Grouper, targets=list)
     cpdef list route(self, str stream, list values)
+
+
+cdef bint _COMPILED
+
+
+@cython.locals(size=Py_ssize_t)
+cdef Py_ssize_t _wire_size(str text) except? -2

@@ -13,6 +13,26 @@ from squall.topology.plan import Plan
 from squall.tuples import NO_FIELDS, Fields
 from squall.values import INT_MAX, INT_MIN, SCALAR_TYPES, check_values, utf8_size
 
+try:
+    import cython
+
+    _COMPILED = cython.compiled
+except ImportError:  # interpreted, with no Cython installed (a SQUALL_PURE_PYTHON=1 install)
+    _COMPILED = False
+
+
+def _wire_size(text: str) -> int:
+    """:func:`squall.values.utf8_size` of ``text``; compiled, in one C call that reads an ASCII str's own
+    characters (and keeps a non-ASCII one's UTF-8 in it, which msgpack then reuses)."""
+    if _COMPILED:
+        size = 0
+        try:
+            PyUnicode_AsUTF8AndSize(text, cython.address(size))  # noqa: F821 (routing.pxd)
+        except UnicodeEncodeError:
+            return -1
+        return size
+    return utf8_size(text)
+
 
 class DirectOnly(Grouper):
     """The grouper of a direct stream for a plain ``emit``: refuses it (its tuples need a target task)."""
@@ -77,7 +97,7 @@ class Router:
         for value in values:
             kind = type(value)
             if kind is str:  # its UTF-8 bytes count (the wire's), and a lone surrogate is refused
-                if len(value) <= limit and value.isascii() or 0 <= utf8_size(value) <= limit:
+                if 0 <= _wire_size(value) <= limit:
                     continue
             elif kind is bytes:
                 if len(value) <= limit:

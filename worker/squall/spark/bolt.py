@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib.util
 import logging
+import math
 import queue
 import threading
 import time
@@ -32,8 +33,10 @@ log = logging.getLogger(__name__)
 
 BATCH_SIZE = "spark.batch.size"
 MAX_WAIT_MS = "spark.batch.max.wait.ms"
+JOB_TIMEOUT_MS = "spark.job.timeout.ms"
 DEFAULT_BATCH_SIZE = 1000
 DEFAULT_MAX_WAIT_MS = 1000.0
+DEFAULT_JOB_TIMEOUTS = 10  # message timeouts: the default longest job
 
 
 @dataclass(frozen=True)
@@ -42,18 +45,24 @@ class Batching:
 
     size: int  # a batch is submitted as soon as it holds this many tuples
     max_wait: float  # seconds: ... or when its first tuple has waited this long
+    job_timeout: float  # seconds a job may run before it is cancelled and its batch failed
 
     @classmethod
     def from_conf(cls, conf: dict[str, Any], *, component: str, message_timeout: float) -> Batching:
-        """Read ``spark.batch.size`` and ``spark.batch.max.wait.ms``; raise :class:`ConfigError` naming the fix."""
+        """Read ``spark.batch.size``, ``spark.batch.max.wait.ms`` and ``spark.job.timeout.ms``; raise
+        :class:`ConfigError` naming the fix."""
         size = conf.get(BATCH_SIZE, DEFAULT_BATCH_SIZE)
         if type(size) is not int or size < 1:
             raise ConfigError(f"bolt {component!r}: {BATCH_SIZE}={size!r} must be a whole number >= 1 "
                               "(the most tuples in one micro-batch)")
         timeout_ms = message_timeout * 1000
+        job = conf.get(JOB_TIMEOUT_MS, DEFAULT_JOB_TIMEOUTS * timeout_ms)
+        if type(job) not in (int, float) or not 0 < job < math.inf:
+            raise ConfigError(f"bolt {component!r}: {JOB_TIMEOUT_MS}={job!r} must be a finite number of "
+                              "milliseconds > 0 (the longest a job may run before its batch fails)")
         if MAX_WAIT_MS not in conf:
             # The default must fit any valid message timeout, however short.
-            return cls(size, min(DEFAULT_MAX_WAIT_MS, timeout_ms / 2) / 1000)
+            return cls(size, min(DEFAULT_MAX_WAIT_MS, timeout_ms / 2) / 1000, job / 1000)
         wait = conf[MAX_WAIT_MS]
         if type(wait) not in (int, float) or not wait > 0:
             raise ConfigError(f"bolt {component!r}: {MAX_WAIT_MS}={wait!r} must be a number of milliseconds > 0")
@@ -62,7 +71,7 @@ class Batching:
                               f"({message_timeout:g} s = {timeout_ms:g} ms), so a batch's first tuple could time "
                               f"out before its batch even starts; lower {MAX_WAIT_MS} or raise "
                               "messageTimeoutSeconds")
-        return cls(size, wait / 1000)
+        return cls(size, wait / 1000, job / 1000)
 
 
 @dataclass
@@ -72,6 +81,7 @@ class Batch:
     inputs: list[Tuple]
     fields: Fields
     reset_due: float  # when the inputs' message timeout is next reset, while the job runs
+    deadline: float  # when the job has run too long: cancelled, and the batch failed
 
 
 class SparkBolt(Bolt):
@@ -93,8 +103,10 @@ class SparkBolt(Bolt):
     one tuple (the columns named as the declared output fields, in any order), anchored to every
     input of the batch; then every input is acked. If ``process`` or the Spark job raises, every
     input of the batch is failed and the error reported. Config keys (the bolt's ``conf``):
-    ``spark.batch.size`` (default 1000) and ``spark.batch.max.wait.ms`` (default 1000, and at most
-    half the message timeout; a value at or above the message timeout is refused).
+    ``spark.batch.size`` (default 1000), ``spark.batch.max.wait.ms`` (default 1000, and at most
+    half the message timeout; a value at or above the message timeout is refused) and
+    ``spark.job.timeout.ms`` (default ten message timeouts: a job still running then is cancelled,
+    and its batch failed).
 
     ``process`` runs on the task's job thread, not the executor thread: it must not use
     ``self.collector``. All inputs must carry the same fields (subscribe to streams that declare
@@ -177,9 +189,11 @@ class SparkBolt(Bolt):
         """Start the next job when it is due, and keep ``paused`` and the alarm in step with the state."""
         buffer, size = self._buffer, self.batching.size
         if self._running is None and buffer and (len(buffer) >= size or now >= self._buffer_due):
-            batch = Batch(buffer[:size], self._fields, reset_due=now + self._reset_every)
-            # The executor checks ``paused`` once per round, so a round may deliver more than ``size``
-            # tuples: the rest starts the next batch.
+            batch = Batch(buffer[:size], self._fields, reset_due=now + self._reset_every,
+                          deadline=now + self.batching.job_timeout)
+            # Their timeouts count from now: the first of them may have waited almost max wait already
+            for tup in batch.inputs:
+                self.collector.reset_timeout(tup)
             self._buffer = buffer = buffer[size:]
             if buffer:
                 self._buffer_due = now + self.batching.max_wait
@@ -189,13 +203,24 @@ class SparkBolt(Bolt):
         # Backpressure: with a job running and the next batch full, take no more input.
         self.collector.paused = running is not None and len(buffer) >= size
         if running is not None:
-            self._alarm.set(running.reset_due)
+            self._alarm.set(min(running.reset_due, running.deadline))
         elif buffer:
             self._alarm.set(self._buffer_due)
 
     def _on_alarm(self) -> None:
         now = time.monotonic()
         running = self._running
+        if running is not None and now >= running.deadline:
+            # A job that never ends (executors that never come, a hung process) must not hold its inputs,
+            # and the bolt, for good: cancelled, its batch failed and replayed, the bolt going on.
+            session = active_session()
+            if session is not None:
+                session.sparkContext.cancelJobGroup(self._job_group)
+            self._finish(running, None, TimeoutError(
+                f"bolt {self.context.component_id!r}: a Spark job of {len(running.inputs)} tuples ran "
+                f"{self.batching.job_timeout:g} s ({JOB_TIMEOUT_MS}) without ending: cancelled, and its tuples "
+                f"failed; raise {JOB_TIMEOUT_MS} if its jobs take that long"))
+            return
         if running is not None and now >= running.reset_due:
             # The next batch waits for this job too, so its trees need the reset as much.
             reset = self.collector.reset_timeout
@@ -208,6 +233,8 @@ class SparkBolt(Bolt):
 
     def _finish(self, batch: Batch, rows: list[list[Any]] | None, error: BaseException | None) -> None:
         """The job of ``batch`` is over: emit its rows anchored to every input and ack them, or fail them."""
+        if batch is not self._running:  # it ran past its deadline, and was failed then
+            return
         collector = self.collector
         try:
             if error is None:
@@ -245,7 +272,7 @@ class SparkBolt(Bolt):
                 return
             try:
                 rows, error = self._run(batch), None
-            except Exception as exc:  # noqa: BLE001 - a failed job fails its batch, the bolt goes on
+            except BaseException as exc:  # noqa: BLE001 - even SystemExit: the batch must be decided
                 rows, error = None, exc
             post(partial(self._finish, batch, rows, error))
 
@@ -279,7 +306,8 @@ class SparkBolt(Bolt):
         for row in out.select(*fields).collect():
             values = [_plain(v) for v in row]
             # Checked here, so a bad value fails the whole batch before any of its rows is emitted.
-            check_values(values, fields=fields, component=ctx.component_id, stream=self._stream)
+            check_values(values, fields=fields, component=ctx.component_id, stream=self._stream,
+                         max_bytes=ctx.max_value_bytes)
             result.append(values)
         return result
 

@@ -93,7 +93,12 @@ def get_session() -> SparkSession:
     global _session, _failure
     with _lock:
         if _session is not None:
-            return _session
+            if _alive(_session):
+                return _session
+            # Its JVM died (killed for memory, say) or its context stopped: every batch would fail at once,
+            # and be replayed at once, for as long as the process lives. Another is built, as at the start.
+            log.warning("the SparkSession is gone (its JVM exited or its context stopped): building another")
+            _session = None
         now = clock()
         if _failure is not None and now < _failure.retry_at:
             raise ConfigError(f"the SparkSession failed to start ({_failure.error}); next try in "
@@ -102,10 +107,19 @@ def get_session() -> SparkSession:
             _session = _build(spark_conf())
         except Exception as exc:
             delay = FIRST_RETRY if _failure is None else min(2 * _failure.delay, LAST_RETRY)
-            _failure = _Failure(exc, delay, now + delay)
+            _failure = _Failure(exc, delay, clock() + delay)  # from the failure: a start takes seconds
             raise
         _failure = None
         return _session
+
+
+def _alive(session: SparkSession) -> bool:
+    """Whether the session's SparkContext still runs in a JVM that answers."""
+    try:
+        jsc = session.sparkContext._jsc
+        return jsc is not None and not jsc.sc().isStopped()
+    except Exception:  # noqa: BLE001 - py4j raises several kinds when its JVM is gone
+        return False
 
 
 def active_session() -> SparkSession | None:
