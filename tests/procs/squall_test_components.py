@@ -124,6 +124,26 @@ class Holder(Bolt):
         pass
 
 
+class SlowWhenAsked(Bolt):
+    """Acks everything; in worker-1 (``SQUALL_WORKER_INDEX``), an execute that finds the file
+    ``test.slow_file`` removes it and takes ``test.sleep`` seconds, said on stderr when it begins and ends:
+    a process whose scheduler loop is busy in a bolt."""
+
+    outputs = []
+
+    def prepare(self, conf, context, collector):
+        super().prepare(conf, context, collector)
+        self.gate = conf.get("test.slow_file") if os.environ.get("SQUALL_WORKER_INDEX") == "1" else None
+
+    def execute(self, tup):
+        if self.gate and os.path.exists(self.gate):
+            os.remove(self.gate)
+            print("slow execute begins", file=sys.stderr, flush=True)
+            time.sleep(self.conf["test.sleep"])
+            print("slow execute ends", file=sys.stderr, flush=True)
+        self.collector.ack(tup)
+
+
 class Stuck(Bolt):
     """Says so on stderr, then never returns from its first execute (a call that hangs)."""
 

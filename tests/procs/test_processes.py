@@ -848,3 +848,52 @@ def test_a_run_gives_its_processes_ports_the_kernel_never_hands_out_by_itself():
     finally:
         for s in socks:
             s.close()
+
+
+def _log_says(child, text: str, *, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while text not in child.log_path.read_text():
+        assert time.monotonic() < deadline, f"{child.name}'s log never said {text!r}"
+        time.sleep(0.05)
+
+
+def test_a_command_a_busy_process_did_not_take_in_time_is_not_carried_out_later(cluster, tmp_path):
+    """worker-1's scheduler loop is busy in a bolt for 8 s. A DEACTIVATE it did not take within 5 s was
+    answered as refused, which ends a rebalance, and was carried out anyway once the bolt returned: the
+    spouts stayed held, though the rebalance had given up (found by the lifecycle audit). Now it is
+    answered as not carried out (retryable), and it is not carried out. A rebalance that fails so lets
+    the spouts it held go again (before, worker-0's stayed held for twice the message timeout and 60 s)."""
+    from squall.errors import CommandError
+
+    gate = tmp_path / "slow"
+    gate.touch()
+    sup = cluster(count=-1, workers=2, ackers=1, sink="SlowWhenAsked",
+                  config={"test.sleep": 8, "test.slow_file": str(gate)})
+    busy, spouts = sup.child("worker-1"), sup.child("worker-0")
+    _log_says(busy, "slow execute begins")
+    client = sup.control(busy)
+    try:
+        with pytest.raises(CommandError) as info:
+            client.deactivate()
+        assert not info.value.refused and "it is not carried out" in str(info.value)
+        _log_says(busy, "slow execute ends")
+        assert not client.status().held
+    finally:
+        client.close()
+
+    gate.touch()
+    _log_says(busy, "slow execute begins", times=2)
+    with pytest.raises(CommandError, match="did not take the command within 5 s"):
+        sup.rebalance(sup.spec.model_copy(update={"max_spout_pending": 500}))
+    client = sup.control(spouts)
+    try:
+        assert not client.status().held
+    finally:
+        client.close()
+
+
+def _log_says(child, text: str, *, times: int = 1, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while child.log_path.read_text().count(text) < times:
+        assert time.monotonic() < deadline, f"{child.name}'s log never said {text!r} {times} time(s)"
+        time.sleep(0.05)

@@ -326,19 +326,30 @@ class Process:
         done = threading.Event()
         state: list[ProcessState] = []
         errors: list[CommandError] = []
+        # A command its caller gave up on must not run later: the caller retries it, or decides otherwise
+        # (a rebalance that gave up left the processes on their plan), and a late one would undo that.
+        decided = threading.Lock()
+        abandoned = False
 
         def command() -> None:
-            try:
-                state.append(self._command(request, spec))
-            except CommandError as exc:
-                errors.append(exc)
-            finally:
-                done.set()
+            with decided:
+                if abandoned:
+                    return
+                try:
+                    state.append(self._command(request, spec))
+                except CommandError as exc:
+                    errors.append(exc)
+                finally:
+                    done.set()
 
         self.runtime.post(command)
         if not done.wait(COMMAND_WAIT):
-            raise CommandError(f"{self.cfg.name}: its scheduler loop did not take the command within "
-                               f"{COMMAND_WAIT:g} s (starting, or stopping)")
+            with decided:  # one that began meanwhile is carried out: its answer is given
+                abandoned = not done.is_set()
+            if abandoned:
+                raise CommandError(f"{self.cfg.name}: its scheduler loop did not take the command within "
+                                   f"{COMMAND_WAIT:g} s (starting, stopping, or busy in a bolt); it is not "
+                                   "carried out: ask again", refused=False)
         if errors:
             raise errors[0]
         return state[0]

@@ -267,6 +267,7 @@ class Supervisor:
         members = self._members(spec)
         began = time.monotonic()
         clients = {c.name: self.control(c) for c in self.children}
+        switching = False
         try:
             pending = sum(client.deactivate().pending for client in clients.values())
             while not (done := drained(states := [c.status() for c in clients.values()])) and \
@@ -276,6 +277,7 @@ class Supervisor:
             drain_seconds = time.monotonic() - began
             if not done and stopping():
                 return Rebalanced(drained=False, seconds=drain_seconds, pending=pending, left=left, abandoned=True)
+            switching = True
             if _plan_in(self.spec_path) != spec.fingerprint():  # not the user's own edit, kept as written
                 self.spec_path.write_text(yaml.safe_dump(spec.to_dict(), sort_keys=False))
             self.spec = spec
@@ -290,6 +292,12 @@ class Supervisor:
                 else:
                     self._launch(child)
             self._list_processes()
+        except SquallError:
+            if not switching:  # the run goes on with its plan: the spouts held for the drain go again
+                for client in clients.values():
+                    with contextlib.suppress(CommandError):
+                        client.activate()
+            raise
         finally:
             for client in clients.values():
                 client.close()

@@ -125,8 +125,8 @@ class Receiver:
     def _command(self, request: ControlRequest, context: grpc.ServicerContext) -> ProcessState:
         try:
             return self._control(request)
-        except CommandError as exc:  # refused, with the reason: the process goes on as it was
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        except CommandError as exc:  # refused with the reason, or not carried out: the process goes on as it was
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT if exc.refused else grpc.StatusCode.UNAVAILABLE, str(exc))
 
     def _serve(self, frames, context: grpc.ServicerContext, key: tuple[str, str]) -> TransferSummary:
         """Answer the stream with how many frames this process took in; the sender counts the rest as
