@@ -1458,3 +1458,33 @@ def test_a_batch_too_large_for_one_frame_goes_out_in_frames_that_fit_and_a_tuple
     finally:
         sender.close()
         receiver.close()
+
+
+def test_a_closed_receiver_leaves_no_thread_behind(plan):
+    """gRPC leaves its server's thread pool to its owner: each rebalance switch of a process left the
+    old plan's receiver threads running (3 more a switch in the lifecycle audit's worker)."""
+    import threading
+    import time
+
+    def receivers() -> int:
+        return sum(1 for t in threading.enumerate() if t.name.startswith("recv"))
+
+    before = receivers()
+    receiver = Transport(name="worker-1", plan="p", owner={}, addresses={}, senders=frozenset({"worker-0"}),
+                         decoder=decoder(plan), ackers=frozenset(), bind="127.0.0.1:0", batch_size=1,
+                         flush_interval=0.001, max_frame=1 << 20)
+    receiver.attach(transfer=Taking(), wake=lambda: None, frames=8)
+    sender = Transport(name="worker-0", plan="p", owner={plan.component_tasks["upper"][0]: "worker-1"},
+                       senders=frozenset(), addresses={"worker-1": f"127.0.0.1:{receiver.receiver.port}"},
+                       bind="127.0.0.1:0", decoder=decoder(plan), ackers=frozenset(), batch_size=1,
+                       flush_interval=0.001, max_frame=1 << 20)
+    sender.attach(transfer=Taking(), wake=lambda: None, frames=8)
+    deadline = time.monotonic() + 30
+    while not receiver.all_connected() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert receivers() > before  # its streams are served on the pool's threads
+    sender.close()
+    receiver.close()
+    while receivers() > before and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert receivers() == before

@@ -133,8 +133,8 @@ def decide(*, spec: TopologySpec, templates: Mapping[str, str], pods: Sequence[P
         else:
             pending = sum(p.state.pending for p in answering if p.state is not None)
             events.append(("Warning", "DrainTimedOut", f"{pending} tree(s) still in flight after "
-                           f"{spec.message_timeout_seconds} s: switching anyway; they time out and their spouts "
-                           "replay them"))
+                           f"{spec.message_timeout_seconds} s: switching anyway; they are dropped (a spout that "
+                           "replays from a durable source emits them again)"))
 
     replace = tuple(p.name for p in outdated if new_template(p) and not surplus(p))
     switch = tuple(p.name for p in outdated if not new_template(p) and not surplus(p) and other_plan(p))

@@ -101,6 +101,19 @@ class Sink(Bolt):
         self.collector.ack(tup)
 
 
+class SlowInit(Sink):
+    """A Sink whose construction takes 3 s when the file ``$SQUALL_TEST_SLOW_INIT`` exists (removed then),
+    saying so on stderr: a plan slow to build, as after a rebalance's switch."""
+
+    def __init__(self):
+        super().__init__()
+        gate = os.environ.get("SQUALL_TEST_SLOW_INIT")
+        if gate and os.path.exists(gate):
+            os.remove(gate)
+            print("slow init begins", file=sys.stderr, flush=True)
+            time.sleep(3)
+
+
 class SlowSink(Bolt):
     """Takes ``test.delay`` seconds per tuple (the 'slow bolt' of the backpressure test)."""
 

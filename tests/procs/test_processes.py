@@ -897,3 +897,50 @@ def _log_says(child, text: str, *, times: int = 1, timeout: float = 60) -> None:
     while child.log_path.read_text().count(text) < times:
         assert time.monotonic() < deadline, f"{child.name}'s log never said {text!r} {times} time(s)"
         time.sleep(0.05)
+
+
+def test_a_draining_process_takes_no_switch_and_one_left_out_of_a_plan_is_in_it_again_when_it_comes_back(
+        cluster, tmp_path):
+    """A SWITCH to a process draining on SIGTERM made it leave the drain, dropping the trees it drained;
+    a process that a plan left out (member False) and that a switch brought back to its own plan stayed
+    out: ACTIVATE ignored, held for good (both found by the lifecycle audit)."""
+    from squall.errors import CommandError
+
+    sup = cluster(count=-1, workers=2, ackers=1, sink="Holder", timeout=30)
+    wait_for(lambda t: t.pending["a-numbers"] > 0, timeout=60, sup=sup, what="trees in flight")
+    worker = sup.child("worker-1")
+    (tmp_path / "smaller").mkdir()
+    _, smaller = topology(tmp_path / "smaller", count=-1, workers=1, ackers=1, sink="Holder", timeout=30)
+    client = sup.control(worker)
+    try:
+        assert not client.switch(smaller).member  # no place for worker-1: held, out of the plan
+        back = client.switch(sup.spec)
+        assert back.member and not back.held
+        worker.proc.send_signal(signal.SIGTERM)
+        _log_says(worker, "SIGTERM: deactivating spouts and draining")
+        with pytest.raises(CommandError, match="worker-1 is draining to exit") as info:
+            client.switch(smaller)
+        assert info.value.refused
+    finally:
+        client.close()
+    assert "switching from plan" not in worker.log_path.read_text()
+
+
+def test_a_sigterm_while_a_switch_builds_the_new_plan_stops_the_process(cluster, tmp_path, monkeypatch):
+    """The signal handler told the process that had just left for the new plan, not the one being built:
+    the new plan ran on, and in Kubernetes it was SIGKILLed at the end of its grace period without a drain
+    (found by the lifecycle audit)."""
+    gate = tmp_path / "slow-init"
+    monkeypatch.setenv("SQUALL_TEST_SLOW_INIT", str(gate))
+    sup = cluster(count=-1, workers=1, ackers=1, sink="SlowInit")
+    wait_for(lambda t: t.acked["a-numbers"] >= 10, timeout=60, sup=sup, what="10 trees acked")
+    worker = sup.child("worker-0")
+    gate.touch()  # the new plan's SlowInit takes 3 s to build
+    client = sup.control(worker)
+    try:
+        client.switch(sup.spec.model_copy(update={"max_spout_pending": 500}))
+    finally:
+        client.close()
+    _log_says(worker, "slow init begins")
+    worker.proc.send_signal(signal.SIGTERM)
+    assert worker.proc.wait(timeout=30) == 0

@@ -191,7 +191,8 @@ class SpecFile:
             return
         progress.follow(spec)
         progress.say(f"rebalanced in {done.seconds:.1f} s" + ("" if done.drained else
-                     f"; {done.left} tree(s) still in flight time out and are replayed"))
+                     f"; {done.left} tree(s) still in flight were dropped (a spout that replays from a "
+                     "durable source emits them again)"))
 
 
 class StopSignals:

@@ -378,8 +378,10 @@ class Process:
         if spec.name != self.cfg.spec.name:
             raise CommandError(f"the spec to switch to is topology {spec.name!r}; this process runs "
                                f"{self.cfg.spec.name!r}")
-        if spec.fingerprint() == self.plan:
-            self.held = False
+        if self.terminated:  # a switch would leave its drain, dropping what it drains
+            raise CommandError(f"{self.cfg.name} is draining to exit (SIGTERM): it takes no other plan")
+        if spec.fingerprint() == self.plan:  # back to its own plan: in it again, if a switch left it out
+            self.held, self.member = False, True
             self._set_spouts()
             return
         try:
@@ -395,7 +397,8 @@ class Process:
                      self.cfg.name, why, self.cfg.role, self.cfg.index)
             self.member = False
             return
-        log.info("%s: %s: switching from plan %s to plan %s (%d tree(s) pending here are dropped)", self.cfg.name,
+        log.info("%s: %s: switching from plan %s to plan %s (%d tree(s) pending here are dropped, with the "
+                 "spouts' state: a spout that replays from a durable source emits them again)", self.cfg.name,
                  why, self.plan, spec.fingerprint(), self.runtime.pending_trees())
         self.switch_to = cfg
         self.runtime.request_stop()
@@ -523,17 +526,21 @@ def main(role: str) -> int:
     name_native_threads()
     cfg: ProcessConfig | None = ProcessConfig.from_env(role)
     current: list[Process] = []
+    terminated: list[bool] = []  # a SIGTERM came: the process a switch builds next drains at once
 
     def on_signal(signum: int, _: object) -> None:
         if not current:
             raise SystemExit(0)  # asked to stop before anything started: nothing to drain, a clean stop
+        terminated.append(True)
         current[-1].terminate()
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, on_signal)
     while cfg is not None:
-        current.append(Process(cfg))
-        current[-1].run()
-        cfg = None if current[-1].terminated else current[-1].switch_to
-        current[:-1] = []  # only the latest is kept (and signalled)
+        process = Process(cfg)
+        current[:] = [process]
+        if terminated:  # while it was built, the signal reached the process before it
+            process.terminate()
+        process.run()
+        cfg = None if process.terminated else process.switch_to
     return 0

@@ -63,8 +63,8 @@ class Receiver:
         self._answered_at = 0.0
         self._heard = threading.Condition(self._lock)
         # One thread per inbound stream: every peer keeps two streams open.
-        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=streams + 4, thread_name_prefix="recv"),
-                                  options=server_options(max_frame), maximum_concurrent_rpcs=streams + 4)
+        self._pool = futures.ThreadPoolExecutor(max_workers=streams + 4, thread_name_prefix="recv")
+        self.server = grpc.server(self._pool, options=server_options(max_frame), maximum_concurrent_rpcs=streams + 4)
         handler = grpc.stream_unary_rpc_method_handler(self._transfer, request_deserializer=None,
                                                         response_serializer=TransferSummary.SerializeToString)
         handlers = {"Transfer": handler}
@@ -203,3 +203,4 @@ class Receiver:
         with self._heard:
             self._heard.wait_for(lambda: not self._unheard, timeout=self._answered_at + grace - time.monotonic())
         self.server.stop(grace).wait()
+        self._pool.shutdown(wait=False)  # gRPC leaves its threads to the pool's owner: each switch leaked them
