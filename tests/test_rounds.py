@@ -78,6 +78,10 @@ def test_a_bolt_drains_in_one_round_what_an_upstream_burst_queued():
         assert one(cluster, "sink").executed == BURST * FAN_OUT
 
 
+def sink_executor(cluster: LocalCluster):
+    return next(ex for ex in cluster.runtime.executors if ex.component == "sink")
+
+
 def test_a_round_that_lasted_its_slice_takes_no_further_chunk():
     clock = Clock(0.0)
     with LocalCluster(fan_topology(), clock=clock) as cluster:
@@ -85,9 +89,26 @@ def test_a_round_that_lasted_its_slice_takes_no_further_chunk():
         sink.collector.paused = True  # the burst's tuples wait in its inbox
         fanned(cluster)
         sink.collector.paused = False
-        clock.step = SLICE  # each reading a slice later from now on
+        sink_executor(cluster).countdown = BUDGET + 1  # no tuple of the round timed (see the test below)
+        clock.step = 2 * SLICE  # each reading past a slice from the one before, from now on
         cluster.runtime.step()
         assert sink.executed == BUDGET  # the rest waits for later rounds
+
+
+def test_a_timed_execute_that_took_a_slice_cuts_its_round_and_the_next_ones_after_each_tuple():
+    """A slow bolt (a second a tuple) held the loop for a chunk of 64 tuples: a minute without a
+    heartbeat, and /healthz failed. Its first execute is timed, and it is known slow from then on."""
+    clock = Clock(0.0)
+    with LocalCluster(fan_topology(), clock=clock) as cluster:
+        sink = one(cluster, "sink")
+        sink.collector.paused = True
+        fanned(cluster)
+        sink.collector.paused = False
+        clock.step = 2 * SLICE  # every execute looks longer than a slice
+        cluster.runtime.step()
+        assert sink.executed == 1 and sink_executor(cluster).slow
+        cluster.runtime.step()
+        assert sink.executed == 2
 
 
 def test_a_spout_whose_next_tuple_took_its_turn_is_called_no_more_that_round():

@@ -944,3 +944,28 @@ def test_a_sigterm_while_a_switch_builds_the_new_plan_stops_the_process(cluster,
     _log_says(worker, "slow init begins")
     worker.proc.send_signal(signal.SIGTERM)
     assert worker.proc.wait(timeout=30) == 0
+
+
+def test_a_slow_bolt_keeps_the_loop_turning_and_the_process_healthy(cluster):
+    """A round took 64 tuples of a bolt before it read the clock, and all its inbox held below that: a
+    spout's burst of 32 tuples at 0.35 s each kept the loop still for 11 s, /healthz (a loop that ran
+    within 10 s) failed, and Kubernetes' liveness probe would kill the pod, again after each restart
+    (found by the lifecycle audit). A bolt whose timed execute took a millisecond or more now has its
+    rounds cut after every tuple."""
+    import urllib.error
+    import urllib.request
+
+    sup = cluster(count=-1, workers=1, ackers=1, sink="SlowSink", config={"test.delay": 0.35}, max_pending=200)
+    worker = sup.child("worker-0")
+    wait_for(lambda t: t.emitted["a-numbers"] > 0, timeout=60, sup=sup, what="the spout to emit")
+    checks = 0
+    deadline = time.monotonic() + 16  # past the 11.2 s a round took
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(worker.url("/healthz"), timeout=5) as response:
+                assert response.status == 200
+        except urllib.error.HTTPError as exc:
+            raise AssertionError(f"/healthz answered {exc.code} after {checks} healthy checks") from None
+        checks += 1
+        time.sleep(0.5)
+    assert checks >= 16

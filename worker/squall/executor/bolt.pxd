@@ -22,9 +22,10 @@ cdef class BoltExecutor(Executor):
     cdef public list prepared
     cdef public set unprepared
     cdef public long long countdown
+    cdef public bint slow
 
-    @cython.locals(tasks=dict, held=HeldCount, n=cython.long, limit=cython.long, tup=Tuple, task=BoltTask,
-                   began=cython.double, start=cython.double, share=cython.double)
+    @cython.locals(tasks=dict, held=HeldCount, n=cython.long, limit=cython.long, step=cython.long, tup=Tuple,
+                   task=BoltTask, began=cython.double, start=cython.double, took=cython.double, share=cython.double)
     cpdef bint run_once(self, double now) except -1
 
     @cython.locals(basic=BasicCollector)

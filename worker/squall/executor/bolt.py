@@ -17,6 +17,8 @@ from squall.tuples import Tuple
 # even at 60 % load), while a slow one cannot starve the other executors.
 BUDGET = 64
 SLICE = 0.001  # seconds
+# A bolt whose sampled execute took a SLICE or more is slow: its rounds read the clock after every tuple,
+# or 64 tuples of a bolt taking a second each kept the loop (and its heartbeat, /healthz) from turning.
 
 
 class BoltTask:
@@ -45,7 +47,8 @@ class BoltExecutor(Executor):
         self.report = report
         self.prepared: list[tuple[int, Callable[[], None]]] = []
         self.unprepared: set[int] = set()
-        self.countdown = SAMPLE_EVERY
+        self.countdown = 1  # the first tuple is timed: a slow bolt is known from its first execute
+        self.slow = False
 
     def add_task(self, task: BoltTask, prepare: Callable[[], None]) -> None:
         self.tasks[task.task_id] = task
@@ -78,14 +81,15 @@ class BoltExecutor(Executor):
             if task.collector.paused:
                 return False
         n = 0
-        limit = BUDGET
+        step = 1 if self.slow else BUDGET
+        limit = step
         began = clock()
         popleft = inbox.popleft  # looked up once a round, not once a tuple
         while inbox and not self.overflow:
             if n == limit:  # a chunk done: the clock says whether the round takes another
                 if clock() - began >= SLICE:
                     break
-                limit += BUDGET
+                limit += step
             tup: Tuple = popleft()
             n += 1
             task = tasks[tup.task]
@@ -99,8 +103,11 @@ class BoltExecutor(Executor):
                 self.countdown = SAMPLE_EVERY
                 start = tup.received = clock()
                 self._execute(task, tup)
-                task.stats.execute_latency[(tup.source_component, tup.source_stream)].observe(clock() - start,
-                                                                                             SAMPLE_EVERY)
+                took = clock() - start
+                task.stats.execute_latency[(tup.source_component, tup.source_stream)].observe(took, SAMPLE_EVERY)
+                self.slow = took >= SLICE
+                if self.slow:  # the round ends at the next clock reading, one tuple from now
+                    limit, step = n, 1
             if task.collector.paused:  # it takes no more input (see OutputCollector.paused)
                 break
         share = (clock() - began) / len(tasks)
