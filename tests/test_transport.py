@@ -1487,4 +1487,4 @@ def test_a_closed_receiver_leaves_no_thread_behind(plan):
     receiver.close()
     while receivers() > before and time.monotonic() < deadline:
         time.sleep(0.01)
-    assert receivers() == before
+    assert receivers() <= before  # (an earlier test's may have ended meanwhile)

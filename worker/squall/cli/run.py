@@ -283,10 +283,10 @@ def _processes(spec: TopologySpec, args: argparse.Namespace, progress: Progress,
     print(f"running {spec.name!r}: {spec.workers} worker(s) and {spec.num_ackers} acker(s) on 127.0.0.1 "
           f"({security}); "
           f"logs in {sup.run_dir}/; Ctrl-C to stop", file=sys.stderr)
+    spec_file = SpecFile(args.topology)  # before anything is said: an edit from then on is followed
     sup.start()
     if spec.suspended:
         progress.say(SUSPENDED)
-    spec_file = SpecFile(args.topology)
     totals = Totals()
     given_up: SquallError | None = None  # a process that keeps dying at start: the run stops
     try:
