@@ -308,6 +308,18 @@ def _line(run, pattern: str, seen: list[str] | None = None) -> str:
     raise AssertionError(f"squall run ended before a line matching {pattern!r}:\n{''.join(seen)}")
 
 
+@contextlib.contextmanager
+def _stopped_at_the_end(run):
+    """Stop the run with a Ctrl-C once the block is done (killed if the block failed)."""
+    try:
+        yield
+        os.killpg(run.pid, signal.SIGINT)
+        run.communicate(timeout=60)
+    finally:
+        if run.poll() is None:
+            run.kill()
+
+
 def test_a_ctrl_c_while_the_processes_start_stops_them_cleanly_without_restarting_them(tmp_path, monkeypatch):
     """The terminal's SIGINT goes to its foreground process group. The processes have a group of their
     own, so it reaches the run alone, which stops them in order: none is restarted, none is reported as
@@ -345,29 +357,19 @@ def test_a_second_ctrl_c_stops_a_draining_run_at_once_and_the_summary_names_the_
 def test_the_processes_of_squall_run_log_at_its_log_level(tmp_path, monkeypatch):
     """Before, they were started without it and logged at INFO whatever the run's --log-level."""
     run, _ = _squall_run(tmp_path, monkeypatch, "--log-level", "DEBUG", count=5, workers=1)
-    try:
+    with _stopped_at_the_end(run):
         _line(run, r"^acked +5 ")
-        os.killpg(run.pid, signal.SIGINT)
-        run.communicate(timeout=60)
-    finally:
-        if run.poll() is None:
-            run.kill()
     assert "DEBUG squall_test_components: the number spout opened" in (tmp_path / "run" / "worker-0.log").read_text()
 
 
 def test_squall_run_says_when_its_topology_is_suspended_and_resumed(tmp_path, monkeypatch):
     """Before, a suspended run printed zero progress lines and nothing else, as a dead one would."""
     run, path = _squall_run(tmp_path, monkeypatch, count=-1, workers=1, settings={"suspended": True})
-    try:
+    with _stopped_at_the_end(run):
         _line(run, r"^suspended: the spouts stay inactive until the file says suspended: false")
         path.write_text(yaml.safe_dump({**yaml.safe_load(path.read_text()), "suspended": False}))
         _line(run, r"^resumed: the spouts activate")
         _line(run, r"^acked +[1-9]")
-        os.killpg(run.pid, signal.SIGINT)
-        run.communicate(timeout=60)
-    finally:
-        if run.poll() is None:
-            run.kill()
 
 
 def test_a_second_ctrl_c_stops_an_in_process_run_whose_bolt_is_stuck(tmp_path, monkeypatch):
