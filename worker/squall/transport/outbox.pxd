@@ -56,10 +56,11 @@ cdef class AckerOutbox(Outbox):
 
 cdef class DataOutbox(AckerOutbox):
     cdef public Py_ssize_t max_frame
+    cdef bint _rest
 
     @cython.locals(kind=cython.int, root=object, val=cython.ulonglong, task=cython.int)
     cpdef add(self, object item)
     cpdef message(self, int kind, object root, unsigned long long val, int task)
 
-    @cython.locals(items=list, n=Py_ssize_t)
+    @cython.locals(items=list, n=Py_ssize_t, budget=Py_ssize_t, total=Py_ssize_t)
     cpdef bytes frame(self)

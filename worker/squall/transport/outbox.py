@@ -12,9 +12,14 @@ from squall.executor.base import Transfer
 from squall.proto.squall_pb2 import Batch
 from squall.transport.codec import I32, U8, U64, acker_columns, encode_acker_columns, tuple_columns
 from squall.tuples import Tuple
+from squall.values import size
 
 #: Seconds an acker's home keeps a tree from the acker, for the tree to complete there first.
 YOUNG_SECONDS = 0.1
+# What a frame of tuples holds besides their values' bytes (squall.values.size): its routes and columns,
+# and per tuple its route, anchors and msgpack's headers, with room to spare
+FRAME_ROOM = 4096
+TUPLE_ROOM = 64
 
 
 class Outbox:
@@ -217,6 +222,7 @@ class DataOutbox(AckerOutbox):
     def __init__(self, link: Any, capacity: int, max_frame: int) -> None:
         super().__init__(link, capacity)
         self.max_frame = max_frame
+        self._rest = False  # the items are what is left of a batch too large for one frame
 
     def add(self, item: Any) -> None:
         if type(item) is Tuple:
@@ -236,16 +242,26 @@ class DataOutbox(AckerOutbox):
         self.size = 0
         if not items:
             return Batch(acker=acker).SerializeToString()
-        frame = Batch(tuples=tuple_columns(items), acker=acker).SerializeToString()
-        if len(frame) <= self.max_frame or len(items) == 1 and acker is None:
-            return frame
+        if not self._rest:  # the rest of a batch found too large is cut at once, not encoded whole again
+            frame = Batch(tuples=tuple_columns(items), acker=acker).SerializeToString()
+            if len(frame) <= self.max_frame or len(items) == 1 and acker is None:
+                return frame
         if acker is not None:  # the acker messages now, the tuples as the batch's next frames
-            self._items, self.size = items, len(items)
+            self._items, self.size, self._rest = items, len(items), True
             return Batch(acker=acker).SerializeToString()
-        n = len(items)
-        while n > 1 and len(frame) > self.max_frame:
+        # The longest run of tuples that fits by their values' size, encoded once (halving and encoding
+        # again for every part took seconds for a batch of large values, on the scheduler thread)
+        budget, n, total = self.max_frame - FRAME_ROOM, 0, 0
+        for tup in items:
+            total += size(tup.values) + TUPLE_ROOM
+            if n and total > budget:
+                break
+            n += 1
+        frame = Batch(tuples=tuple_columns(items[:n])).SerializeToString()
+        while n > 1 and len(frame) > self.max_frame:  # an estimate short of the encoding: rare
             n = (n + 1) // 2
             frame = Batch(tuples=tuple_columns(items[:n])).SerializeToString()
         self._items = items[n:]
         self.size = len(self._items)
+        self._rest = self.size > 0
         return frame
