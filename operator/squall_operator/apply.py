@@ -28,6 +28,7 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.utils import parse_quantity
 
 from squall_operator import resource
+from squall_operator.pods import MERGE_KEYS
 from squall_operator.render import digest
 
 MERGE_PATCH = "application/merge-patch+json"
@@ -160,11 +161,12 @@ class Kube:
 def covers(live: Any, desired: Any, *, key: str = "", extra_items: bool = False) -> bool:
     """Whether ``live`` has every field of ``desired`` with the same value (extra live fields are fine).
 
-    Lists match item by item; with ``extra_items``, a list of objects is covered when each desired item
-    is covered by some live item, whatever else the live list holds (a server-side apply keeps the
-    items another field manager added: the operator's writes cannot remove them, so they must not
-    count as a difference). Resource quantities compare by value (``1000m`` is ``1``), as the API
-    server rewrites them.
+    Lists match item by item; with ``extra_items``, a list that merges item by item (a pod's
+    containers, env, volumes, ports...: :data:`squall_operator.pods.MERGE_KEYS`) is covered when each
+    desired item is covered by some live item, whatever else it holds: a server-side apply keeps the
+    items another field manager added there, so the operator's writes cannot remove them and they must
+    not count as a difference. Any other list is replaced whole by a forced apply, so everything in it
+    must match. Resource quantities compare by value (``1000m`` is ``1``), as the API server rewrites them.
     """
     if isinstance(desired, dict):
         return isinstance(live, dict) and all(
@@ -172,13 +174,20 @@ def covers(live: Any, desired: Any, *, key: str = "", extra_items: bool = False)
     if isinstance(desired, list):
         if not isinstance(live, list):
             return False
-        if extra_items and all(isinstance(item, dict) for item in desired):
+        if extra_items and key in MERGE_KEYS and all(isinstance(item, dict) for item in desired):
             return all(any(covers(have, want, key=key, extra_items=True) for have in live) for want in desired)
-        return len(live) == len(desired) and all(
-            covers(a, b, key=key, extra_items=extra_items) for a, b in zip(live, desired, strict=True))
+        return len(live) == len(desired) and all(  # atomic: all of it is the operator's
+            covers(a, b, key=key) for a, b in zip(live, desired, strict=True))
     if live == desired:
         return True
     return key in _QUANTITY_KEYS and _quantity(live) is not None and _quantity(live) == _quantity(desired)
+
+
+def _quantity(value: Any) -> Decimal | None:
+    try:
+        return parse_quantity(value)
+    except (ValueError, TypeError):
+        return None
 
 
 def stamped(manifest: Manifest) -> Manifest:
@@ -189,13 +198,6 @@ def stamped(manifest: Manifest) -> Manifest:
     out["metadata"] = {**manifest["metadata"],
                        "annotations": {**manifest["metadata"].get("annotations", {}), APPLIED_HASH: digest(manifest)}}
     return out
-
-
-def _quantity(value: Any) -> Decimal | None:
-    try:
-        return parse_quantity(value)
-    except (ValueError, TypeError):
-        return None
 
 
 @dataclass

@@ -85,6 +85,11 @@ def test_covers_with_extra_items_allows_list_items_someone_else_added_and_nothin
     assert not covers({**theirs, "env": [{"name": "A", "value": "9"}, {"name": "C", "value": "3"}]}, desired,
                       extra_items=True)
     assert not covers({**theirs, "args": ["run", "-v", "-x"]}, desired, extra_items=True)  # scalars: exact
+    # a list that does not merge item by item is replaced whole by a forced apply: an item added to it
+    # (an allow-all ingress rule in the NetworkPolicy) is a difference, repaired (found by the review)
+    policy = {"ingress": [{"from": [{"podSelector": {"matchLabels": {"a": "b"}}}]}]}
+    assert not covers({"ingress": [*policy["ingress"], {}]}, policy, extra_items=True)
+    assert covers(policy, policy, extra_items=True)
 
 
 def test_covers_compares_quantities_by_value():
