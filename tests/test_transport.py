@@ -219,6 +219,11 @@ MALFORMED = {
     # msgpack decodes its timestamp type itself, never calling ext_hook (found by the transport audit)
     "msgpack timestamp": (lambda b, s: _one(b, s, values=msgpack.packb([["w", {"at": msgpack.Timestamp(1)}]])),
                           "values holds a msgpack timestamp"),
+    # the same timestamp in headers msgpack never writes, but reads (found by the review)
+    "timestamp in ext 8": (lambda b, s: _one(b, s, values=b"\x91\x92\xa1w\xc7\x04\xff\x00\x00\x00\x01"),
+                           "values holds a msgpack timestamp"),
+    "timestamp in ext 32": (lambda b, s: _one(b, s, values=b"\x91\x92\xa1w\xc9\x00\x00\x00\x04\xff\x00\x00\x00\x01"),
+                            "values holds a msgpack timestamp"),
     "verdict for a bolt": (lambda b, s: encode_verdicts([Notification(ACK, 5, b)]), "not a spout task of this worker"),
     "unknown verdict": (lambda b, s: encode_verdicts([Notification(7, 5, s)]), "unknown verdict kind"),
 }

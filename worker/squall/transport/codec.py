@@ -6,6 +6,7 @@ checks every tuple against the plan: a frame that fails any check raises :class:
 
 from __future__ import annotations
 
+import re
 import sys
 from array import array
 from typing import Any
@@ -150,14 +151,15 @@ def _unpack(data: bytes, name: str) -> list:
         raise FrameError(f"{name} is not valid msgpack: {exc}") from None
     if type(items) is not list:
         raise FrameError(f"{name} must be a msgpack array")
-    # msgpack decodes its timestamp type itself, never asking ext_hook: look for one only where its
-    # header's bytes occur (a scan at memchr's speed; str and bin payloads can hold them too)
-    if any(header in data for header in _TIMESTAMPS) and _timestamped(items):
+    # msgpack decodes its timestamp type itself, never asking ext_hook: look for one only where the
+    # header of an extension of type -1 occurs (str and bin payloads can hold those bytes too)
+    if _EXT_MINUS_ONE.search(data) and _timestamped(items):
         raise FrameError(f"{name} holds a msgpack timestamp (extension type -1), which no tuple value is")
     return items
 
 
-_TIMESTAMPS = (b"\xd6\xff", b"\xd7\xff", b"\xc7\x0c\xff")  # fixext 4, fixext 8, ext 8 of 12 bytes: type -1
+# fixext 1 to 16, ext 8, 16 and 32: each header, then the type byte -1
+_EXT_MINUS_ONE = re.compile(rb"[\xd4-\xd8]\xff|\xc7.\xff|\xc8..\xff|\xc9....\xff", re.DOTALL)
 
 
 def _timestamped(value: Any) -> bool:
