@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from engine_kit import RecordingSpout, one
 from squall import BasicBolt, Bolt, TopologyBuilder
-from squall.executor.bolt import BUDGET, SLICE
+from squall.executor.bolt import BUDGET, SLICE, SLOW_FOR
 from squall.executor.spout import BURST, BURST_SECONDS
 from squall.testing import LocalCluster
 
@@ -106,9 +106,20 @@ def test_a_timed_execute_that_took_a_slice_cuts_its_round_and_the_next_ones_afte
         sink.collector.paused = False
         clock.step = 2 * SLICE  # every execute looks longer than a slice
         cluster.runtime.step()
-        assert sink.executed == 1 and sink_executor(cluster).slow
+        assert sink.executed == 1 and sink_executor(cluster).slow_until > clock.now
         cluster.runtime.step()
         assert sink.executed == 2
+        # a quarter slice a reading from now on: timed executes (one in 20) are fast, and do not end it:
+        # its rounds still read the clock after every tuple, and end after a few
+        clock.step = SLICE / 4
+        for _ in range(25):
+            before = sink.executed
+            cluster.runtime.step()
+            assert sink.executed - before <= 4
+        clock.now += SLOW_FOR  # slow for SLOW_FOR since the last slow one timed: chunks again
+        before = sink.executed
+        cluster.runtime.step()
+        assert sink.executed - before == BUDGET
 
 
 def test_a_spout_whose_next_tuple_took_its_turn_is_called_no_more_that_round():

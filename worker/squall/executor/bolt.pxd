@@ -22,7 +22,7 @@ cdef class BoltExecutor(Executor):
     cdef public list prepared
     cdef public set unprepared
     cdef public long long countdown
-    cdef public bint slow
+    cdef public double slow_until
 
     @cython.locals(tasks=dict, held=HeldCount, n=cython.long, limit=cython.long, step=cython.long, tup=Tuple,
                    task=BoltTask, began=cython.double, start=cython.double, took=cython.double, share=cython.double)

@@ -17,8 +17,10 @@ from squall.tuples import Tuple
 # even at 60 % load), while a slow one cannot starve the other executors.
 BUDGET = 64
 SLICE = 0.001  # seconds
-# A bolt whose sampled execute took a SLICE or more is slow: its rounds read the clock after every tuple,
-# or 64 tuples of a bolt taking a second each kept the loop (and its heartbeat, /healthz) from turning.
+# A bolt whose timed execute took a SLICE or more is slow for SLOW_FOR seconds from then (a fast one timed
+# meanwhile, of a bolt with mixed latencies, does not end it): its rounds read the clock after every
+# tuple, or 64 tuples of a bolt taking a second each kept the loop (and its heartbeat, /healthz) still.
+SLOW_FOR = 10.0
 
 
 class BoltTask:
@@ -48,7 +50,7 @@ class BoltExecutor(Executor):
         self.prepared: list[tuple[int, Callable[[], None]]] = []
         self.unprepared: set[int] = set()
         self.countdown = 1  # the first tuple is timed: a slow bolt is known from its first execute
-        self.slow = False
+        self.slow_until = float("-inf")
 
     def add_task(self, task: BoltTask, prepare: Callable[[], None]) -> None:
         self.tasks[task.task_id] = task
@@ -81,9 +83,9 @@ class BoltExecutor(Executor):
             if task.collector.paused:
                 return False
         n = 0
-        step = 1 if self.slow else BUDGET
-        limit = step
         began = clock()
+        step = 1 if began < self.slow_until else BUDGET
+        limit = step
         popleft = inbox.popleft  # looked up once a round, not once a tuple
         while inbox and not self.overflow:
             if n == limit:  # a chunk done: the clock says whether the round takes another
@@ -105,8 +107,8 @@ class BoltExecutor(Executor):
                 self._execute(task, tup)
                 took = clock() - start
                 task.stats.execute_latency[(tup.source_component, tup.source_stream)].observe(took, SAMPLE_EVERY)
-                self.slow = took >= SLICE
-                if self.slow:  # the round ends at the next clock reading, one tuple from now
+                if took >= SLICE:  # the round ends at the next clock reading, one tuple from now
+                    self.slow_until = start + SLOW_FOR
                     limit, step = n, 1
             if task.collector.paused:  # it takes no more input (see OutputCollector.paused)
                 break
