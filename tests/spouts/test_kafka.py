@@ -317,8 +317,8 @@ def test_a_start_lookup_that_fails_at_assignment_is_asked_again_and_loses_nothin
     calls = []
 
     def flaky(self, partitions):
-        calls.append(sorted(partitions))
-        if len(calls) == 1:
+        calls.append(time.monotonic())
+        if len(calls) <= 3:
             raise ck.KafkaException(ck.KafkaError(ck.KafkaError._TIMED_OUT))
         return real(self, partitions)
 
@@ -328,6 +328,8 @@ def test_a_start_lookup_that_fails_at_assignment_is_asked_again_and_loses_nothin
                              "session.timeout.ms": 6000, "heartbeat.interval.ms": 300}}
     spout, out = open_spout(conf)
     drive([spout], lambda: len(out.emitted) == 2 * MOCK_PARTITIONS)
-    assert len(calls) >= 2 and len(spout.core.assigned) == MOCK_PARTITIONS
+    assert len(calls) == 4 and len(spout.core.assigned) == MOCK_PARTITIONS
+    # asked again after 1 s, then 2 s: not at every next_tuple, each of which may wait for the broker
+    assert all(b - a >= delay for a, b, delay in zip(calls, calls[1:], (1, 2, 4), strict=True))
     assert sorted((m.partition, m.offset) for m in ids(out)) == [(p, o) for p in range(MOCK_PARTITIONS) for o in (0, 1)]
     spout.close()

@@ -39,6 +39,7 @@ Translator = Callable[[Record], "list[Any] | Translated | None"]
 
 #: Seconds between two reads of the partitions' end offsets (for the lag metrics; neither source waits).
 END_OFFSETS_PERIOD = 1.0
+RESOLVE_MAX_DELAY = 60.0  # seconds between two lookups of where to start reading, at most
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +78,7 @@ class OffsetCore:
         self._retry = RetryService(config.retry, now=now)
         self._assigned: set[TopicPartition] = set()
         self._unresolved: set[TopicPartition] = set()  # assigned, where to start not known yet (on_assigned)
+        self._resolve_at, self._resolve_delay = 0.0, 0.0  # when to ask again, after a growing delay
         self._offsets: dict[TopicPartition, OffsetManager] = {}
         self._in_flight: set[MessageId] = set()
         self._waiting: dict[TopicPartition, deque[Record]] = {}
@@ -138,7 +140,7 @@ class OffsetCore:
                 self._commit_acked(self._assigned)
             else:
                 self._commit_positions(self._assigned, sync=False)
-        if self._unresolved:
+        if self._unresolved and now >= self._resolve_at:
             self.on_assigned(set(self._unresolved))
         if now >= self._next_end_offsets:
             self._next_end_offsets = now + END_OFFSETS_PERIOD
@@ -187,11 +189,17 @@ class OffsetCore:
             # and never emitted. Where to start stays unknown until a later next_tuple asks again; what the
             # client reads of them meanwhile is dropped, and the seek to the start goes back for it.
             self._unresolved.update(new)
-            log.warning("cannot tell where to start reading %s: %s; asking again at the next poll",
-                        ", ".join(map(str, new)), exc)
-            self._report(exc)
+            first = not self._resolve_delay  # one report an outage; each lookup may wait its timeout
+            self._resolve_delay = min(2 * self._resolve_delay, RESOLVE_MAX_DELAY) if not first else 1.0
+            self._resolve_at = self._now() + self._resolve_delay
+            log.warning("cannot tell where to start reading %s: %s; asking again in %g s",
+                        ", ".join(map(str, new)), exc, self._resolve_delay)
+            if first:
+                self._report(exc)
             return
         self._unresolved.difference_update(new)
+        if not self._unresolved:
+            self._resolve_delay = 0.0
         for tp in new:
             if tp in resume:
                 start = resume[tp]
