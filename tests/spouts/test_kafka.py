@@ -330,6 +330,6 @@ def test_a_start_lookup_that_fails_at_assignment_is_asked_again_and_loses_nothin
     drive([spout], lambda: len(out.emitted) == 2 * MOCK_PARTITIONS)
     assert len(calls) == 4 and len(spout.core.assigned) == MOCK_PARTITIONS
     # asked again after 1 s, then 2 s: not at every next_tuple, each of which may wait for the broker
-    assert all(b - a >= delay for a, b, delay in zip(calls, calls[1:], (1, 2, 4), strict=True))
+    assert all(b - a >= delay for a, b, delay in zip(calls[:-1], calls[1:], (1, 2, 4), strict=True))
     assert sorted((m.partition, m.offset) for m in ids(out)) == [(p, o) for p in range(MOCK_PARTITIONS) for o in (0, 1)]
     spout.close()
