@@ -130,7 +130,7 @@ def test_a_session_that_fails_to_start_is_tried_again_after_a_growing_delay_not_
 
 
 @pytest.mark.spark
-def test_a_session_whose_context_stopped_is_built_again(spark, tmp_path):
+def test_a_session_whose_context_stopped_or_jvm_died_is_built_again(spark, tmp_path):
     """Its JVM killed or its context stopped, the session failed every batch at once, and each was
     replayed at once, for as long as the process lived (found by the Spark audit). In a process of its
     own: this one's session is the other tests'."""
@@ -142,7 +142,12 @@ def test_a_session_whose_context_stopped_is_built_again(spark, tmp_path):
         "first = get_session()\n"
         "first.sparkContext.stop()\n"
         "second = get_session()\n"
-        "print('rows', second.range(3).count(), 'new context', second.sparkContext is not first.sparkContext)\n")
+        "print('rows', second.range(3).count(), 'new context', second.sparkContext is not first.sparkContext)\n"
+        "second.sparkContext._gateway.proc.kill()\n"  # its JVM killed, as for its memory
+        "second.sparkContext._gateway.proc.wait()\n"
+        "third = get_session()\n"
+        "print('after the JVM died, rows', third.range(4).count())\n")
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
     assert "rows 3 new context True" in done.stdout, done.stderr[-3000:]
+    assert "after the JVM died, rows 4" in done.stdout, done.stderr[-3000:]
     assert "the SparkSession is gone (its JVM exited or its context stopped): building another" in done.stderr

@@ -9,6 +9,7 @@ this module needs no knowledge of where it runs.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import logging
 import os
@@ -98,6 +99,7 @@ def get_session() -> SparkSession:
             # Its JVM died (killed for memory, say) or its context stopped: every batch would fail at once,
             # and be replayed at once, for as long as the process lives. Another is built, as at the start.
             log.warning("the SparkSession is gone (its JVM exited or its context stopped): building another")
+            _forget(_session)
             _session = None
         now = clock()
         if _failure is not None and now < _failure.retry_at:
@@ -111,6 +113,23 @@ def get_session() -> SparkSession:
             raise
         _failure = None
         return _session
+
+
+def _forget(session: SparkSession) -> None:
+    """Drop what PySpark keeps of a session that is gone. If its JVM exited, PySpark's gateway to it
+    goes too (PySpark would build the next session on it, and every call would be refused): the next
+    build starts another JVM."""
+    from pyspark import SparkContext
+    from pyspark.sql import SparkSession
+
+    with contextlib.suppress(Exception):  # its JVM may be gone: nothing to stop there
+        session.stop()
+    gateway = SparkContext._gateway
+    proc = getattr(gateway, "proc", None)
+    if gateway is not None and (proc is None or proc.poll() is not None):
+        SparkContext._gateway = SparkContext._jvm = None
+    SparkContext._active_spark_context = None
+    SparkSession._instantiatedSession = SparkSession._activeSession = None
 
 
 def _alive(session: SparkSession) -> bool:
@@ -153,7 +172,8 @@ def _build(conf: dict[str, str]) -> SparkSession:
         builder = builder.config(key, value)
     session = builder.getOrCreate()
     # Registered after PySpark's own exit handlers, so it runs before them (atexit is LIFO),
-    # while the JVM is still there to stop cleanly.
+    # while the JVM is still there to stop cleanly; once (a session built again is stopped by it too).
+    atexit.unregister(stop_session)
     atexit.register(stop_session)
     log.info("SparkSession ready: master %s, Spark %s", session.sparkContext.master, session.version)
     return session
