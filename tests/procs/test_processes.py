@@ -263,7 +263,9 @@ def test_squall_run_rebalances_when_its_spec_file_changes_and_counts_on_across_t
         doc = yaml.safe_load(path.read_text())
         path.write_text(yaml.safe_dump({**doc, "workers": 2}))
         _line(run, r"changed: rebalancing to 2 worker\(s\) and 2 acker\(s\)", seen)
-        _line(run, r"^rebalanced in", seen)
+        # not waiting for good on a rebalance that failed (seen once in CI under load, without its reason)
+        done = _line(run, r"^rebalanced in|^not rebalanced|^rebalance abandoned", seen)
+        assert done.startswith("rebalanced in"), "".join(seen[-20:])
         urls = json.loads((tmp_path / "run" / "processes.json").read_text())
         assert sorted(urls) == ["acker-0", "acker-1", "worker-0", "worker-1"]
         executed = 0.0
