@@ -244,7 +244,8 @@ class OffsetCore:
                 self.source.seek(tp, offset)
         self._set_paused(self._assigned - pollable)
         at_most_once = self.config.guarantee is ProcessingGuarantee.AT_MOST_ONCE
-        before = {tp: self.source.position(tp) for tp in pollable}
+        # where reading stood: at most once, to seek back to; at least once, to tell a client's offset reset
+        before = {tp: self.source.position(tp) for tp in pollable} if at_most_once or self._at_least_once else {}
         # Polled even when every partition is paused: a Kafka consumer that stops polling leaves its group.
         records = self.source.poll(self.config.max_poll_records)
         waiting: dict[TopicPartition, deque[Record]] = {}
