@@ -1326,7 +1326,7 @@ def test_a_tree_found_complete_as_its_frame_is_built_wakes_the_loop_to_deliver_i
 
 
 def test_a_command_the_process_refuses_says_so_and_one_it_never_answered_does_not(plan):
-    """A rebalance sends again a command a process never answered (squall.process.supervisor._switch),
+    """A rebalance sends again a command a process never answered (squall.process.supervisor._answered),
     never one it refused: a real receiver's Control service refuses with its reason; a port nobody
     listens on is unanswered."""
     from squall.errors import CommandError

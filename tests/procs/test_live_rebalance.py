@@ -159,11 +159,13 @@ def _status(client):
         return None
 
 
-def test_a_switch_the_process_did_not_answer_is_sent_again_and_a_refusal_is_not():
+def test_a_command_the_process_did_not_answer_is_sent_again_and_a_refusal_is_not():
     """A process that could not reach its peers switches to the spec file's plan by itself; a rebalance's
     SWITCH that reaches it as it leaves its loop is cancelled with its server (seen in CI: "Cancelling all
-    calls"). The supervisor sends it again until the process's next plan answers. That race cannot be
-    forced with real processes, so a client stands in for one here: unanswered twice, then answering."""
+    calls"), and a process too busy to take a DEACTIVATE within 5 s answers that it did not carry it out
+    (a rebalance in a CI rehearsal under load ended at its first command). The supervisor sends every
+    command again until the process answers. Those races cannot be forced with real processes, so a
+    client stands in for one here: unanswered twice, then answering."""
     from squall.errors import CommandError
     from squall.process import supervisor
 
@@ -171,19 +173,20 @@ def test_a_switch_the_process_did_not_answer_is_sent_again_and_a_refusal_is_not(
         def __init__(self, *errors: CommandError) -> None:
             self.errors, self.sent = list(errors), 0
 
-        def switch(self, spec: object) -> str:
+        def command(self, *args: object) -> str:
             self.sent += 1
             if self.errors:
                 raise self.errors.pop(0)
-            return "switched"
+            return "done"
 
     def unanswered() -> CommandError:
         return CommandError("127.0.0.1:1: Cancelling all calls", refused=False)
 
     client = Client(unanswered(), unanswered())
-    assert supervisor._switch(client, None) == "switched" and client.sent == 3
+    assert supervisor._answered(client.command, None) == "done" and client.sent == 3
+    busy = Client(CommandError("worker-0 did not take the command within 5 s", refused=False))
+    assert supervisor._answered(busy.command) == "done" and busy.sent == 2
     refusal = Client(CommandError("worker-0 cannot run the spec to switch to: ..."))
     with pytest.raises(CommandError, match="cannot run"):
-        supervisor._switch(refusal, None)
+        supervisor._answered(refusal.command, None)
     assert refusal.sent == 1
-

@@ -37,10 +37,11 @@ PROCESSES_FILE = "processes.json"
 LOCK_FILE = "lock"  # held by the run using the directory, naming its pid
 QUICK_EXIT = 5.0  # seconds: an exit sooner than this after start counts towards a crash loop
 CRASH_LOOP = 3
-# How long a rebalance sends a switch again that a process did not answer: one that could not reach its
+# How long a rebalance sends a command again that a process did not answer: one that could not reach its
 # peers switches to the spec file's plan by itself (squall.process.pod), and a command that reaches it
 # as it leaves its loop goes unanswered; its next plan listens on the same port within a second or two.
-SWITCH_RETRY = 15.0
+# A process too busy to take a command within its 5 s answers that it did not carry it out.
+COMMAND_RETRY = 15.0
 
 
 LOCAL_PORTS = 20000  # the lowest port a run's processes are given, below the kernel's ephemeral range
@@ -269,8 +270,8 @@ class Supervisor:
         clients = {c.name: self.control(c) for c in self.children}
         switching = False
         try:
-            pending = sum(client.deactivate().pending for client in clients.values())
-            while not (done := drained(states := [c.status() for c in clients.values()])) and \
+            pending = sum(_answered(client.deactivate).pending for client in clients.values())
+            while not (done := drained(states := [_answered(c.status) for c in clients.values()])) and \
                     time.monotonic() - began < timeout and not stopping():
                 time.sleep(0.05)  # polling other processes' state: there is no event to wait on
             left = sum(s.pending for s in states)
@@ -288,7 +289,7 @@ class Supervisor:
                     child.proc.send_signal(signal.SIGTERM)
             for child in self.children:
                 if child in kept:
-                    _switch(clients[child.name], spec)
+                    _answered(clients[child.name].switch, spec)
                 else:
                     self._launch(child)
             self._list_processes()
@@ -296,7 +297,7 @@ class Supervisor:
             if not switching:  # the run goes on with its plan: the spouts held for the drain go again
                 for client in clients.values():
                     with contextlib.suppress(CommandError):
-                        client.activate()
+                        _answered(client.activate)
             raise
         finally:
             for client in clients.values():
@@ -442,18 +443,18 @@ def _plan_in(path: Path) -> str | None:
         return None
 
 
-def _switch(client: ControlClient, spec: TopologySpec) -> ProcessState:
-    """Switch a process to ``spec``, again while it does not answer (see :data:`SWITCH_RETRY`; the
-    operator does the same at its next reconcile); a refusal is raised at once. A switch is idempotent:
-    a process that already runs ``spec``'s plan only lets its spouts go again."""
-    deadline = time.monotonic() + SWITCH_RETRY
+def _answered(command: Callable[..., ProcessState], *args: object) -> ProcessState:
+    """Send a rebalance command, again while its process does not answer (see :data:`COMMAND_RETRY`; the
+    operator does the same at its next reconcile); a refusal is raised at once. Every command is
+    idempotent: a process that already runs a SWITCH's plan only lets its spouts go again."""
+    deadline = time.monotonic() + COMMAND_RETRY
     while True:
         try:
-            return client.switch(spec)
+            return command(*args)
         except CommandError as exc:
             if exc.refused or time.monotonic() >= deadline:
                 raise
-        time.sleep(0.1)  # the process restarts its server for the new plan: there is nothing to wait on
+        time.sleep(0.1)  # the process restarts its server, or is busy: there is nothing to wait on
 
 
 def _exit(code: int) -> str:
