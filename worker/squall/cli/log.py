@@ -20,12 +20,28 @@ PROGRESS_EVERY = 1.0
 FOLLOW_POLL = 0.2
 
 
+class _Intermixed(argparse.ArgumentParser):
+    """A parser whose options may also come between its positionals, as in ``produce LOG --topic T FILE``:
+    argparse takes positionals in runs, so an optional positional after an option was refused."""
+
+    _inner = False
+
+    def parse_known_args(self, args=None, namespace=None):  # type: ignore[no-untyped-def]
+        if self._inner:  # parse_known_intermixed_args calls this again, twice
+            return super().parse_known_args(args, namespace)
+        self._inner = True
+        try:
+            return self.parse_known_intermixed_args(args, namespace)
+        finally:
+            self._inner = False
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     top = subparsers.add_parser(
         "log", help="load, read and inspect the embedded durable log (JSON lines)",
         description="The embedded durable log: partitioned, append-only topics with consumer-group "
                     "offsets in one SQLite file, read by squall.spouts.log:LogSpout.")
-    actions = top.add_subparsers(dest="log_command", required=True, metavar="ACTION")
+    actions = top.add_subparsers(dest="log_command", required=True, metavar="ACTION", parser_class=_Intermixed)
 
     p = actions.add_parser(
         "produce", help="append records (one JSON value per line) to a topic",
