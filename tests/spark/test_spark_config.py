@@ -111,6 +111,7 @@ def test_a_session_that_fails_to_start_is_tried_again_after_a_growing_delay_not_
     monkeypatch.setattr(session, "clock", lambda: now[0])
     monkeypatch.setattr(session, "_session", None)
     monkeypatch.setattr(session, "_failure", None)
+    monkeypatch.setattr(session, "_retry", session.Backoff(session.FIRST_RETRY, session.LAST_RETRY))
     monkeypatch.setenv(CONF_ENV, "{not json")
     with pytest.raises(ConfigError, match="is not valid JSON"):
         session.get_session()

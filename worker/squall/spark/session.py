@@ -17,9 +17,9 @@ import sys
 import threading
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from squall.backoff import Backoff
 from squall.errors import ConfigError
 from squall.process.contract import SPARK_CONF
 
@@ -48,14 +48,8 @@ _session: SparkSession | None = None
 clock = time.monotonic
 
 
-@dataclass(frozen=True)
-class _Failure:
-    error: BaseException
-    delay: float
-    retry_at: float
-
-
-_failure: _Failure | None = None
+_retry = Backoff(FIRST_RETRY, LAST_RETRY)
+_failure: BaseException | None = None  # why the last build failed, while its retry is not due
 
 
 def spark_conf(env: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -102,16 +96,17 @@ def get_session() -> SparkSession:
             _forget(_session)
             _session = None
         now = clock()
-        if _failure is not None and now < _failure.retry_at:
-            raise ConfigError(f"the SparkSession failed to start ({_failure.error}); next try in "
-                              f"{_failure.retry_at - now:.1f} s") from _failure.error
+        if _failure is not None and not _retry.due(now):
+            raise ConfigError(f"the SparkSession failed to start ({_failure}); next try in "
+                              f"{_retry.retry_at - now:.1f} s") from _failure
         try:
             _session = _build(spark_conf())
         except Exception as exc:
-            delay = FIRST_RETRY if _failure is None else min(2 * _failure.delay, LAST_RETRY)
-            _failure = _Failure(exc, delay, clock() + delay)  # from the failure: a start takes seconds
+            _failure = exc
+            _retry.failed(clock())  # from the failure: a start takes seconds
             raise
         _failure = None
+        _retry.succeeded()
         return _session
 
 

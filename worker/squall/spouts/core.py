@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from squall.api import DEFAULT_STREAM
+from squall.backoff import Backoff
 from squall.spouts.config import OffsetSpoutConfig
 from squall.spouts.guarantees import ProcessingGuarantee
 from squall.spouts.offsets import OffsetManager
@@ -78,7 +79,7 @@ class OffsetCore:
         self._retry = RetryService(config.retry, now=now)
         self._assigned: set[TopicPartition] = set()
         self._unresolved: set[TopicPartition] = set()  # assigned, where to start not known yet (on_assigned)
-        self._resolve_at, self._resolve_delay = 0.0, 0.0  # when to ask again, after a growing delay
+        self._resolve = Backoff(1.0, RESOLVE_MAX_DELAY)  # when to ask again
         self._offsets: dict[TopicPartition, OffsetManager] = {}
         self._in_flight: set[MessageId] = set()
         self._waiting: dict[TopicPartition, deque[Record]] = {}
@@ -140,7 +141,7 @@ class OffsetCore:
                 self._commit_acked(self._assigned)
             else:
                 self._commit_positions(self._assigned, sync=False)
-        if self._unresolved and now >= self._resolve_at:
+        if self._unresolved and self._resolve.due(now):
             self.on_assigned(set(self._unresolved))
         if now >= self._next_end_offsets:
             self._next_end_offsets = now + END_OFFSETS_PERIOD
@@ -189,17 +190,15 @@ class OffsetCore:
             # and never emitted. Where to start stays unknown until a later next_tuple asks again; what the
             # client reads of them meanwhile is dropped, and the seek to the start goes back for it.
             self._unresolved.update(new)
-            first = not self._resolve_delay  # one report an outage; each lookup may wait its timeout
-            self._resolve_delay = min(2 * self._resolve_delay, RESOLVE_MAX_DELAY) if not first else 1.0
-            self._resolve_at = self._now() + self._resolve_delay
+            first = self._resolve.failed(self._now())  # one report an outage; each lookup may wait its timeout
             log.warning("cannot tell where to start reading %s: %s; asking again in %g s",
-                        ", ".join(map(str, new)), exc, self._resolve_delay)
+                        ", ".join(map(str, new)), exc, self._resolve.delay)
             if first:
                 self._report(exc)
             return
         self._unresolved.difference_update(new)
         if not self._unresolved:
-            self._resolve_delay = 0.0
+            self._resolve.succeeded()
         for tp in new:
             if tp in resume:
                 start = resume[tp]
