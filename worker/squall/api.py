@@ -104,7 +104,7 @@ class SpoutOutputCollector(Protocol):
         """Emit to one task of a bolt that consumes ``stream`` with a direct grouping."""
 
     def report_error(self, exc: BaseException) -> None:
-        """Record an error for this component (throttled; always logged)."""
+        """Log and record an error for this component (throttled: beyond the limit it is only counted)."""
 
 
 class OutputCollector(Protocol):
@@ -134,7 +134,7 @@ class OutputCollector(Protocol):
         """Restart the message timeout of every tree the tuple belongs to (for slow work)."""
 
     def report_error(self, exc: BaseException) -> None:
-        """Record an error for this component (throttled; always logged)."""
+        """Log and record an error for this component (throttled: beyond the limit it is only counted)."""
 
     def call_soon_threadsafe(self, fn: Callable[[], None]) -> None:
         """Run ``fn`` on this bolt's executor thread soon; callable from any thread."""
@@ -153,7 +153,7 @@ class BasicOutputCollector(Protocol):
         """Restart the message timeout of the input's trees."""
 
     def report_error(self, exc: BaseException) -> None:
-        """Record an error for this component (throttled; always logged)."""
+        """Log and record an error for this component (throttled: beyond the limit it is only counted)."""
 
 
 class Component:

@@ -1,4 +1,4 @@
-"""``report_error``: every error is logged; at most N per interval per executor are recorded."""
+"""``report_error``: at most N errors per interval per executor are logged and recorded; the rest are counted."""
 
 from __future__ import annotations
 
@@ -60,16 +60,26 @@ class ErrorReporter:
         self.suppressed = 0
 
     def report(self, exc: BaseException, *, task: int) -> bool:
-        """Log ``exc``; record it unless throttled. Returns whether it was recorded."""
-        trace = "".join(traceback.format_exception(exc))
-        log.error("component %s task %d reported an error:\n%s", self.component, task, trace.rstrip())
+        """Log and record ``exc`` unless throttled. Returns whether it was recorded.
+
+        A throttled error is only counted (by the caller, in ``squall_errors_total``): a bolt that fails
+        every tuple would otherwise write a traceback per tuple, thousands a second, filling the node's
+        disk and spending more on formatting them than on the work. The first one of a window says so."""
         now = self._clock()
         if now - self._window_start >= self._interval:
             self._window_start, self._in_window = now, 0
         if self._in_window >= self._max:
+            if self._in_window == self._max:
+                self._in_window += 1
+                log.error("component %s reported more than %d errors within %g s: until those %g s are over, "
+                          "its further errors are only counted (squall_errors_total), not logged "
+                          "(errorReporting.maxPerInterval, intervalSeconds)", self.component, self._max,
+                          self._interval, self._interval)
             self.suppressed += 1
             return False
         self._in_window += 1
         self.reported += 1
+        trace = "".join(traceback.format_exception(exc))
+        log.error("component %s task %d reported an error:\n%s", self.component, task, trace.rstrip())
         self._log.add(ReportedError(self.component, task, time.time(), f"{type(exc).__name__}: {exc}", trace))
         return True

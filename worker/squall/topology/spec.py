@@ -165,7 +165,7 @@ class SpoutWait(_Model):
 
 
 class ErrorReporting(_Model):
-    """Throttling of ``report_error``: every error is logged, at most this many are recorded."""
+    """Throttling of ``report_error``: at most this many errors are logged and recorded; all are counted."""
 
     max_per_interval: int = Field(default=5, ge=1)
     interval_seconds: float = Field(default=10.0, gt=0)
