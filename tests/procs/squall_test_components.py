@@ -114,6 +114,19 @@ class SlowInit(Sink):
             time.sleep(3)
 
 
+class GatedPrepare(Sink):
+    """A Sink whose ``prepare()`` waits until the file ``test.prepare_gate`` exists, saying so on stderr
+    (a model loaded at start); without that key it prepares at once."""
+
+    def prepare(self, conf, context, collector):
+        super().prepare(conf, context, collector)
+        gate = conf.get("test.prepare_gate")
+        if gate and not os.path.exists(gate):
+            print("prepare waits for its gate", file=sys.stderr, flush=True)
+            while not os.path.exists(gate):
+                time.sleep(0.05)  # another process opens it: a file has no event to wait on here
+
+
 class SlowSink(Bolt):
     """Takes ``test.delay`` seconds per tuple (the 'slow bolt' of the backpressure test)."""
 

@@ -749,6 +749,40 @@ def test_ready_means_processing_healthy_means_alive(cluster):
              timeout=60, sup=sup, what="both processes ready again")
 
 
+def test_a_process_switched_to_a_plan_whose_prepare_takes_long_stays_alive_not_ready(cluster, tmp_path):
+    """At a pod's start the startupProbe waits for prepare(); after a rebalance's switch nothing did:
+    /healthz failed for as long as the new plan's prepare() took, and the liveness probe would kill a pod
+    whose prepare took 30 s (as the pod's first start may take startupTimeoutSeconds). Found by the
+    lifecycle audit."""
+    import urllib.error
+    import urllib.request
+
+    from squall.topology import TopologySpec
+
+    def status(child, path: str) -> int:
+        try:
+            with urllib.request.urlopen(child.url(path), timeout=5) as resp:
+                return resp.status
+        except urllib.error.HTTPError as exc:
+            return exc.code
+
+    sup = cluster(count=-1, workers=1, ackers=1, sink="GatedPrepare", config={"test.rate": 500})
+    wait_for(lambda t: t.acked["a-numbers"] >= 10, timeout=60, sup=sup, what="the topology to run")
+    gate = tmp_path / "gate"
+    doc = sup.spec.to_dict()
+    slow = TopologySpec.from_dict({**doc, "config": {**doc["config"], "test.prepare_gate": str(gate)}})
+    sup.rebalance(slow, timeout=30)
+    worker = sup.child("worker-0")
+    deadline = time.monotonic() + 60
+    while "prepare waits for its gate" not in worker.log_path.read_text() and time.monotonic() < deadline:
+        time.sleep(0.1)  # another process's log: no event to wait on
+    assert "prepare waits for its gate" in worker.log_path.read_text()
+    # its new plan's metrics server answers before prepare() begins
+    assert (status(worker, "/healthz"), status(worker, "/readyz")) == (200, 503)
+    gate.touch()
+    wait_for(lambda t: status(worker, "/readyz") == 200, timeout=60, sup=sup, what="the new plan to be ready")
+
+
 def test_trees_of_frames_sent_to_a_dead_worker_fail_at_once_not_at_their_timeout(cluster, tmp_path):
     """The frames a dead worker's stream had not delivered are counted as dropped and their trees fail
     now: the spout replays them within seconds, long before the 15 s message timeout. Those replays,

@@ -162,8 +162,10 @@ class Process:
     """Builds the runtime, transport and metrics of one process, and runs it until SIGTERM, or until a
     rebalance switches it to another spec (:attr:`switch_to`: :func:`main` then builds the next one)."""
 
-    def __init__(self, cfg: ProcessConfig) -> None:
+    def __init__(self, cfg: ProcessConfig, *, switched: bool = False) -> None:
+        """``switched``: built by a rebalance's switch, not at the pod's start."""
         self.cfg = cfg
+        self.switched = switched
         self.plan = cfg.spec.fingerprint()
         plan = Plan(cfg.spec)
         wiring = assign(plan.layout).wiring(cfg.role, cfg.index)
@@ -187,6 +189,7 @@ class Process:
                                      healthy=self.healthy, ready=self.ready, errors=self.recent_errors,
                                      latency=self.latency)
         self.started = False  # spouts opened and bolts prepared
+        self.built_at = self.runtime.clock()
         self.activated = False
         self.suspended = cfg.spec.suspended
         self.generation = self._generation()  # of what ``suspended`` was last taken from (see _suspend)
@@ -210,9 +213,14 @@ class Process:
                 for e in self.runtime.errors.recent()]
 
     def healthy(self) -> bool:
-        """Started (spouts opened, bolts prepared: until then the startupProbe waits) and the scheduler
-        loop ran lately (``GET /healthz``)."""
-        return self.started and self.runtime.clock() - self.runtime.heartbeat < HEALTHY_WITHIN
+        """The scheduler loop ran lately (``GET /healthz``). Before the spouts are opened and the bolts
+        prepared: not at the pod's start, where the startupProbe waits for it; after a switch nothing else
+        waits for the new plan's ``prepare()``, so it counts as alive for as long as a start may take
+        (``startupTimeoutSeconds``): the liveness probe killed a pod whose prepare took 30 s."""
+        now = self.runtime.clock()
+        if not self.started:
+            return self.switched and now - self.built_at < self.cfg.spec.startup_timeout_seconds
+        return now - self.runtime.heartbeat < HEALTHY_WITHIN
 
     def ready(self) -> bool:
         """Processing: streams to and from every peer are up and the spouts are active (or the topology
@@ -537,7 +545,7 @@ def main(role: str) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, on_signal)
     while cfg is not None:
-        process = Process(cfg)
+        process = Process(cfg, switched=bool(current))
         current[:] = [process]
         if terminated:  # while it was built, the signal reached the process before it
             process.terminate()
