@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -119,12 +120,25 @@ def test_run_prints_a_components_first_error_on_the_terminal_once(tmp_path):
     spec.write_text("name: broken\nworkers: 2\nspouts:\n"
                     "  - {name: source, className: broken_open:Source, parallelism: 2}\n")
     run_dir = tmp_path / "run"
-    proc = subprocess.run([sys.executable, "-m", "squall", "run", str(spec), "--duration", "3", "--insecure",
-                           "--run-dir", str(run_dir)], cwd=REPO, capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(REPO)])})
-    assert proc.returncode == 0, proc.stderr
-    told = [line for line in proc.stderr.splitlines() if line.startswith("source reported an error")]
-    assert len(told) == 1, proc.stderr
+    proc = subprocess.Popen([sys.executable, "-m", "squall", "run", str(spec), "--insecure", "--run-dir",
+                             str(run_dir)], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(REPO)])})
+    seen: list[str] = []
+    try:
+        lines = iter(proc.stderr.readline, "")
+        for line in lines:  # until both workers' tasks reported, and the run printed a progress line after
+            seen.append(line)
+            reported = [p for p in run_dir.glob("worker-*.log") if "reported an error" in p.read_text()]
+            if len(reported) == 2 and line.startswith("acked") and any("reported an error" in s for s in seen):
+                break
+        proc.send_signal(signal.SIGINT)
+        seen += proc.communicate(timeout=60)[1].splitlines(keepends=True)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, "".join(seen)
+    told = [line.rstrip("\n") for line in seen if line.startswith("source reported an error")]
+    assert len(told) == 1, "".join(seen)
     assert re.fullmatch(r"source reported an error \(worker-[01]\): FileNotFoundError: no input at "
                         r"/nowhere/records\.db; produce it first; more in " + re.escape(f"{run_dir}/"), told[0])
 

@@ -895,13 +895,15 @@ def _log_says(child, text: str, *, timeout: float = 60) -> None:
         time.sleep(0.05)
 
 
-def test_a_command_a_busy_process_did_not_take_in_time_is_not_carried_out_later(cluster, tmp_path):
+def test_a_command_a_busy_process_did_not_take_in_time_is_not_carried_out_later(cluster, tmp_path, monkeypatch):
     """worker-1's scheduler loop is busy in a bolt for 8 s. A DEACTIVATE it did not take within 5 s was
     answered as refused, which ends a rebalance, and was carried out anyway once the bolt returned: the
     spouts stayed held, though the rebalance had given up (found by the lifecycle audit). Now it is
-    answered as not carried out (retryable), and it is not carried out. A rebalance that fails so lets
-    the spouts it held go again (before, worker-0's stayed held for twice the message timeout and 60 s)."""
+    answered as not carried out (retryable), and it is not carried out. A rebalance sends it again for
+    15 s, so it goes through once the bolt returns; one that fails all the same lets the spouts it held
+    go again (before, worker-0's stayed held for twice the message timeout and 60 s)."""
     from squall.errors import CommandError
+    from squall.process import supervisor
 
     gate = tmp_path / "slow"
     gate.touch()
@@ -921,13 +923,20 @@ def test_a_command_a_busy_process_did_not_take_in_time_is_not_carried_out_later(
 
     gate.touch()
     _log_says(busy, "slow execute begins", times=2)
-    with pytest.raises(CommandError, match="did not take the command within 5 s"):
-        sup.rebalance(sup.spec.model_copy(update={"max_spout_pending": 500}))
+    with monkeypatch.context() as patched:
+        patched.setattr(supervisor, "COMMAND_RETRY", 0.0)  # not sent again: the rebalance fails
+        with pytest.raises(CommandError, match="did not take the command within 5 s"):
+            sup.rebalance(sup.spec.model_copy(update={"max_spout_pending": 500}))
     client = sup.control(spouts)
     try:
         assert not client.status().held
     finally:
         client.close()
+
+    gate.touch()
+    _log_says(busy, "slow execute begins", times=3)
+    done = sup.rebalance(sup.spec.model_copy(update={"max_spout_pending": 400}))
+    assert done.drained and "slow execute ends" in busy.log_path.read_text().split("slow execute begins")[3]
 
 
 def _log_says(child, text: str, *, times: int = 1, timeout: float = 60) -> None:
