@@ -166,7 +166,9 @@ def status_schema() -> dict[str, Any]:
             "step": {"type": "string", "enum": ["Draining", "Switching", "Replacing"]},
             "started": {"type": "string", "format": "date-time"},
             "switched": {"type": "string", "format": "date-time", "description": "when the pods were switched "
-                         "or replaced (after the drain)"}}},
+                         "or replaced (after the drain)"},
+            "refused": {"type": "string", "description": "why a process refused to switch to the target plan: the "
+                        "rebalance stopped there, and the pods run on their plan until the spec changes"}}},
         "conditions": {"type": "array", "items": _condition_schema(),
                        "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
         "errors": {"type": "array", "description": "the most recent errors, oldest first", "items": {

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import logging
 import threading
@@ -33,7 +34,7 @@ from kubernetes.client.exceptions import ApiException
 from squall.errors import CommandError, TopologyError
 from squall.metrics.http import MetricsServer
 from squall.process.contract import ACKER, WORKER
-from squall.process.control import ControlClient, ProcessState
+from squall.process.control import COMMAND_WAIT, ControlClient, ProcessState
 from squall.topology.spec import TopologySpec
 from squall.transport.tls import Credentials, issue
 from squall_operator import admission, rebalance, resource, status
@@ -58,7 +59,9 @@ log = logging.getLogger(__name__)
 _T = TypeVar("_T")
 RETRY_DELAY = 10.0  # seconds before kopf retries a reconcile the API server refused
 ERRORS_TIMEOUT = 2.0  # seconds to wait for a pod's GET /errors
-ANSWER_TIMEOUT = 2.0  # seconds to wait for a process's answer to a rebalance's command
+# seconds to wait for a process's answer to a rebalance's command: longer than a busy process waits for its
+# loop, so that it answers (and is not taken for one that cannot, whose trees a drain would not wait for)
+ANSWER_TIMEOUT = COMMAND_WAIT + 2.0
 ASKING = 8  # pods asked at once
 RECHECK = 0.5  # seconds before a rebalance under way is looked at again
 COMPONENT = "app.kubernetes.io/component"
@@ -107,6 +110,8 @@ class Operator:
         self.known: set[tuple[str, str]] = set()  # (namespace, name) of the Topologies seen, for resync()
         self._due: dict[tuple[str, str], float] = {}  # Topologies to reconcile again soon: monotonic deadline
         self._due_lock = threading.Lock()
+        # (namespace, name) → (target plan, when this operator first saw that rebalance under way)
+        self._watched: dict[tuple[str, str], tuple[str, datetime]] = {}
         self.resync_task: asyncio.Task[None] | None = None
 
     def later(self, namespace: str, name: str, delay: float) -> None:
@@ -147,8 +152,9 @@ class Operator:
         for namespace, name in topologies:
             try:
                 await asyncio.to_thread(self.reconcile, namespace, name, log, read_errors=read_errors)
-            except kopf.TemporaryError:
-                clean = False  # refused by the API server: reported in the status and an Event, retried next time
+            except kopf.TemporaryError as exc:  # refused by the API server: reported in the status and an Event
+                clean = False
+                self.later(namespace, name, exc.delay or RETRY_DELAY)
             except Exception:  # one Topology's trouble must not stop the others' repair
                 clean = False
                 log.exception("reconcile of Topology %s/%s failed", namespace, name)
@@ -167,6 +173,17 @@ class Operator:
         logger.info("%s", self.features.describe())
         if self.settings.clusterwide:
             install_cel(self.kube, self.features, logger)
+
+    def _watching(self, namespace: str, name: str, ongoing: Mapping[str, Any] | None, now: datetime) -> datetime | None:
+        """When this operator first saw the rebalance ``ongoing`` of a Topology (None: none under way)."""
+        key = (namespace, name)
+        if not ongoing:
+            self._watched.pop(key, None)
+            return None
+        seen = self._watched.get(key)
+        if seen is None or seen[0] != ongoing.get("target"):
+            seen = self._watched[key] = (str(ongoing.get("target")), now)
+        return seen[1]
 
     def _lock(self, namespace: str, name: str) -> threading.Lock:
         with self._locks_guard:
@@ -221,24 +238,32 @@ class Operator:
 
         states = _each_pod(ask, [pod for _, _, pod in pods])
         return [rebalance.Pod(name=pod["metadata"]["name"], role=role, ordinal=i, state=state,
-                              template=(pod["metadata"].get("annotations") or {}).get(TEMPLATE_HASH))
+                              template=(pod["metadata"].get("annotations") or {}).get(TEMPLATE_HASH),
+                              running=self._address(pod, "grpc") is not None)
                 for (role, i, pod), state in zip(pods, states, strict=True)]
 
     def _carry_out(self, decision: rebalance.Decision, pods: list[tuple[str, int, Manifest]], *, namespace: str,
                    spec: TopologySpec, tls: Credentials | None, logger: logging.Logger | logging.LoggerAdapter,
-                   commands: tuple[str, ...]) -> None:
+                   commands: tuple[str, ...]) -> dict[str, Any] | None:
         """Send a rebalance's commands (``commands``: which of deactivate, switch, activate) and delete the
-        pods it replaces. A command that fails is retried at the next reconcile."""
+        pods it replaces. A command that went unanswered is retried at the next reconcile; a SWITCH that a
+        process refused stops the rebalance: the rebalance to report instead (None: none refused)."""
         by_name = {pod["metadata"]["name"]: pod for _, _, pod in pods}
+        stopped = None
         for command in commands:
             for name in getattr(decision, command):
                 try:
                     self._command(by_name[name], tls, lambda process, command=command:
                                   process.switch(spec) if command == "switch" else getattr(process, command)())
                 except CommandError as exc:
-                    logger.warning("rebalance: %s %s failed (retried): %s", command, name, exc)
+                    if command == "switch" and exc.refused and decision.rebalance is not None:
+                        logger.warning("rebalance: %s refused the switch, not sent again: %s", name, exc)
+                        stopped = stopped or rebalance.refused(decision.rebalance, name, str(exc))
+                    else:
+                        logger.warning("rebalance: %s %s failed (retried): %s", command, name, exc)
         for name in decision.delete:
             self.kube.delete(Ref("v1", "Pod", namespace, name))
+        return stopped
 
     def _suspend(self, found: list[rebalance.Pod], pods: list[tuple[str, int, Manifest]], *, spec: TopologySpec,
                  generation: int, tls: Credentials | None, logger: logging.Logger | logging.LoggerAdapter) -> None:
@@ -329,8 +354,10 @@ class Operator:
             pods = self._pods(namespace, name, {role: max(wanted[role], ((sts or {}).get("spec") or {}).get(
                 "replicas") or 0) for role, sts in live.items()})
             found = self._found(pods, tls)
+            now = datetime.now(UTC)
             decision = rebalance.decide(
-                spec=spec, pods=found, previous=previous.get("rebalance"), now=datetime.now(UTC),
+                spec=spec, pods=found, previous=previous.get("rebalance"), now=now,
+                watched_since=self._watching(namespace, name, previous.get("rebalance"), now),
                 templates={m["metadata"]["labels"][COMPONENT]: template_hash(m) for m in manifests
                            if m["kind"] == "StatefulSet"})
             self._carry_out(decision, pods, namespace=namespace, spec=spec, tls=tls, logger=logger,
@@ -348,8 +375,10 @@ class Operator:
                 if applied.changed:
                     self._event(topology, "Normal", "Applied", applied.summary())
                 live = {role: applied.live.get(("StatefulSet", getattr(names, role))) for role in ROLES}
-                self._carry_out(decision, pods, namespace=namespace, spec=spec, tls=tls, logger=logger,
-                                commands=("switch", "activate"))
+                stopped = self._carry_out(decision, pods, namespace=namespace, spec=spec, tls=tls, logger=logger,
+                                          commands=("switch", "activate"))
+                if stopped is not None:  # the status's Degraded condition and its Warning Event say why
+                    decision = dataclasses.replace(decision, rebalance=stopped)  # again: the spouts go again soon
             self._suspend(found, pods, spec=spec, generation=generation or 0, tls=tls, logger=logger)
             for kind, reason, message in decision.events:
                 logger.info("rebalance: %s: %s", reason, message)
@@ -376,8 +405,9 @@ class Operator:
                 return True  # the Topology is gone; Kubernetes collects its StatefulSets
             previous = topology.get("status") or {}
             generation = topology["metadata"].get("generation")
-            if previous.get("phase") == status.FAILED or previous.get("observedGeneration") != generation:
-                return True  # the spec is invalid, or not applied yet: the reconcile writes the status
+            if previous.get("phase") == status.FAILED or previous.get("observedGeneration") != generation or \
+                    status.apply_failing(previous):
+                return True  # the spec is invalid, or not (all) applied yet: the reconcile writes the status
             spec = resource.check_spec(name, topology.get("spec"), namespace=namespace)
             names = Names(name)
             workers = self.kube.get(Ref("apps/v1", "StatefulSet", namespace, names.worker))

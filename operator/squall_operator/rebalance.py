@@ -23,6 +23,11 @@ The rebalance is over when every pod of the new spec answers with its plan. A po
 the operator (its gRPC port unreachable) is waited for :data:`ANSWER_GRACE` at most: a process that
 cannot reach its peers when its spec file changes to another plan switches to it by itself
 (:mod:`squall.process.pod`), and Kubernetes updates that file from the ConfigMap.
+
+A drain counts as done only when every running pod answered that it holds nothing: a pod whose process
+is too busy to answer (a long bolt call) may hold trees. A SWITCH a process refuses (it cannot run the
+new spec: a class its image lacks) is not sent again: the rebalance stops there (``refused``), the held
+spouts go again on the plan they run, and the spec must change before it is tried again.
 """
 
 from __future__ import annotations
@@ -51,6 +56,7 @@ class Pod:
     ordinal: int
     template: str | None  # the hash of the template it was made from
     state: ProcessState | None = None  # what its process said; None: no answer (starting, stopping, unreachable)
+    running: bool = False  # its pod runs, so its process could hold trees even when it does not answer
 
 
 @dataclass(frozen=True)
@@ -72,9 +78,11 @@ def _parse(text: str) -> datetime:
 
 
 def decide(*, spec: TopologySpec, templates: Mapping[str, str], pods: Sequence[Pod],
-           previous: Mapping[str, Any] | None, now: datetime) -> Decision:
+           previous: Mapping[str, Any] | None, now: datetime, watched_since: datetime | None = None) -> Decision:
     """What to do about ``pods`` for ``spec`` (whose pod templates hash to ``templates``, by role), with
-    the rebalance ``previous`` in progress, at ``now``."""
+    the rebalance ``previous`` in progress, at ``now``. ``watched_since``: when this operator first saw
+    ``previous`` (its start, for one it began): a drain's time counts from then, since while no operator
+    ran the processes' holds may have lapsed, and their spouts emitted again."""
     target = spec.fingerprint()
     wanted = {WORKER: spec.workers, ACKER: spec.num_ackers}
 
@@ -103,6 +111,11 @@ def decide(*, spec: TopologySpec, templates: Mapping[str, str], pods: Sequence[P
         return Decision(rebalance=None, activate=held, events=events)
 
     events: list[tuple[str, str, str]] = []
+    if current is not None and current.get("refused"):
+        if not any(new_template(p) for p in outdated):  # a new image may have what the spec needs
+            held = tuple(p.name for p in pods if p.state is not None and p.state.held and p.state.member)
+            return Decision(rebalance=current, activate=held)
+        current = {k: v for k, v in current.items() if k != "refused"}
     if current is None:
         step = REPLACING if spec.upgrade_strategy == RECREATE else DRAINING
         current = {"target": target, "strategy": spec.upgrade_strategy, "step": step,
@@ -115,7 +128,8 @@ def decide(*, spec: TopologySpec, templates: Mapping[str, str], pods: Sequence[P
         else:
             events.append(("Normal", REPLACING, f"replacing {len(outdated)} outdated pod(s) at once, without "
                            "draining (upgradeStrategy Recreate)"))
-    waited = (now - _parse(current["started"])).total_seconds()
+    began = _parse(current["started"])
+    waited = (now - (began if watched_since is None else max(began, watched_since))).total_seconds()
 
     if current["step"] == REPLACING:
         return Decision(rebalance=current, delete=tuple(p.name for p in outdated if not surplus(p)), again=True,
@@ -123,7 +137,8 @@ def decide(*, spec: TopologySpec, templates: Mapping[str, str], pods: Sequence[P
 
     if current["step"] == DRAINING:
         answering = [p for p in pods if p.state is not None]
-        drained = all(p.state.held and p.state.idle for p in answering if p.state is not None)
+        silent = [p.name for p in pods if p.state is None and p.running]  # busy, perhaps holding trees
+        drained = not silent and all(p.state.held and p.state.idle for p in answering if p.state is not None)
         if not drained and waited < spec.message_timeout_seconds:
             return Decision(rebalance=current, apply=False, again=True, events=tuple(events),
                             deactivate=tuple(p.name for p in answering if p.state is not None and not p.state.held))
@@ -132,10 +147,17 @@ def decide(*, spec: TopologySpec, templates: Mapping[str, str], pods: Sequence[P
             events.append(("Normal", "Drained", f"no tree in flight after {waited:.0f} s: switching to plan {target}"))
         else:
             pending = sum(p.state.pending for p in answering if p.state is not None)
-            events.append(("Warning", "DrainTimedOut", f"{pending} tree(s) still in flight after "
+            unheard = f" and {len(silent)} running pod(s) did not answer ({', '.join(silent)})" if silent else ""
+            events.append(("Warning", "DrainTimedOut", f"{pending} tree(s) still in flight{unheard} after "
                            f"{spec.message_timeout_seconds} s: switching anyway; they are dropped (a spout that "
                            "replays from a durable source emits them again)"))
 
     replace = tuple(p.name for p in outdated if new_template(p) and not surplus(p))
     switch = tuple(p.name for p in outdated if not new_template(p) and not surplus(p) and other_plan(p))
     return Decision(rebalance=current, delete=replace, switch=switch, again=True, events=tuple(events))
+
+
+def refused(rebalance: Mapping[str, Any], pod: str, reason: str) -> dict[str, Any]:
+    """``rebalance`` stopped by ``pod``'s process refusing its SWITCH with ``reason``."""
+    return {**rebalance, "refused": f"{pod} refused to switch to plan {rebalance['target']}: {reason}; the pods "
+                                    "run on the plan they had: change the spec (or the image) to try again"}

@@ -178,6 +178,12 @@ def apply_failed(previous: dict[str, Any], message: str, *, generation: int | No
     ], "errors": with_error(previous.get("errors") or [], message, at=at)}
 
 
+def apply_failing(current: dict[str, Any]) -> bool:
+    """Whether the last apply failed (:func:`apply_failed`): only a reconcile that applies clears that."""
+    return any(c.get("type") == "Degraded" and c.get("reason") == "ApplyFailed"
+               for c in current.get("conditions") or ())
+
+
 def compute(spec: TopologySpec, *, workers: dict[str, Any] | None, ackers: dict[str, Any] | None,
             previous: dict[str, Any], generation: int | None, at: str, problems: Sequence[PodProblem] = (),
             reported: list[dict[str, Any]] | None = None, rebalance: dict[str, Any] | None = KEEP) -> dict[str, Any]:
@@ -201,7 +207,10 @@ def compute(spec: TopologySpec, *, workers: dict[str, Any] | None, ackers: dict[
         return _condition(kind, status=status, reason=reason, message=message, generation=generation,
                           previous=conditions, at=at)
 
-    if rebalance:
+    if rebalance and rebalance.get("refused"):
+        progressing = cond("Progressing", False, "SwitchRefused", "the spec's plan cannot run in the pods; change it "
+                           "(or the image) to try again")
+    elif rebalance:
         progressing = cond("Progressing", True, rebalance["step"],
                            f"{rebalance['step'].lower()} to plan {rebalance['target']} since {rebalance['started']} "
                            f"(upgradeStrategy {rebalance['strategy']})")
@@ -215,7 +224,10 @@ def compute(spec: TopologySpec, *, workers: dict[str, Any] | None, ackers: dict[
     degraded = done and not all_ready and was_running and not rebalance  # a rebalance's pods are unready on purpose
     degraded_reason, degraded_message = ("PodsNotReady", counts) if degraded else ("AsExpected", counts)
     errors = list(previous.get("errors") or [])
-    if problems and not all_ready:
+    if rebalance and rebalance.get("refused"):
+        degraded, degraded_reason, degraded_message = True, "SwitchRefused", rebalance["refused"]
+        errors = with_error(errors, degraded_message, at=at)
+    elif problems and not all_ready:
         # a pod that cannot run is reported at once, whether the topology ever ran or not
         degraded, degraded_reason = True, problems[0].reason
         degraded_message = "; ".join(str(p) for p in problems[:3]) + (

@@ -7,7 +7,9 @@ StatefulSet status the controller would, and check the ownerReferences the colle
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
+import json
 import logging
 import os
 import sys
@@ -239,13 +241,13 @@ async def test_suspend_rewrites_only_the_config_map(api, start_operator):
     await eventually("a second Running event", lambda: len(events(api, "Running")) == 2)
 
 
-async def test_suspend_reaches_the_running_processes_at_once_not_only_through_their_spec_file(
-        api, start_operator, tmp_path, monkeypatch):
-    """The worker processes behind the emulated pods are real (``squall run``'s, on loopback): the
-    operator tells them ``suspended`` over their control channel, so their spouts stop and start
-    again while their mounted spec file (here: untouched) still says otherwise, as it would until
-    the kubelet updates it, up to a minute later."""
-    monkeypatch.chdir(REPO)  # the processes import examples.wordcount from the working directory
+@contextlib.asynccontextmanager
+async def processes_behind_pods(api, start_operator, tmp_path, **settings):
+    """The worker and acker processes of SPEC started as ``squall run`` starts them (on loopback, real
+    gRPC), the operator, and Topology ``wc`` whose emulated pods are those processes: yields the spec
+    file the processes read (the kubelet's mount, untouched unless a test writes it), the supervisor,
+    and a function that says how each worker process is (None: not answering yet). ``settings``: the
+    operator's."""
     spec = check_spec("wc", SPEC, namespace=NAMESPACE)  # what the operator runs: the processes' plan is its plan
     path = tmp_path / "wc.yaml"
     path.write_text(yaml.safe_dump(spec.to_dict()))
@@ -264,14 +266,29 @@ async def test_suspend_reaches_the_running_processes_at_once_not_only_through_th
         # the spout's task runs in one of the workers: that one's spouts are active
         await eventually("the spout's worker process active", lambda: (s := states()) and any(x.active for x in s),
                          timeout=30)
-        await start_operator(tls=False)
+        await start_operator(tls=False, **settings)
         await create_topology(api, "wc", SPEC)
         await eventually("the StatefulSets", lambda: obj(api, STATEFULSETS, "wc-worker") and obj(api, STATEFULSETS,
                                                                                                   "wc-acker"))
         for child in sup.children:
             await put_pod(api, f"wc-{child.name}", "wc", {"phase": "Running", "podIP": "127.0.0.1"},
                           grpc_port=child.grpc_port)
+        yield path, sup, states
+    finally:
+        for client in clients.values():
+            client.close()
+        sup.stop()
 
+
+async def test_suspend_reaches_the_running_processes_at_once_not_only_through_their_spec_file(
+        api, start_operator, tmp_path, monkeypatch):
+    """The worker processes behind the emulated pods are real (``squall run``'s, on loopback): the
+    operator tells them ``suspended`` over their control channel, so their spouts stop and start
+    again while their mounted spec file (here: untouched) still says otherwise, as it would until
+    the kubelet updates it, up to a minute later."""
+    monkeypatch.chdir(REPO)  # the processes import examples.wordcount from the working directory
+    async with processes_behind_pods(api, start_operator, tmp_path) as (path, sup, states):
+        spec = sup.spec
         await patch_spec(api, "wc", {"suspended": True})
         await eventually("every worker process suspended, its spouts stopped",
                          lambda: (s := states()) and all(x.suspended and not x.active for x in s), timeout=20)
@@ -288,10 +305,72 @@ async def test_suspend_reaches_the_running_processes_at_once_not_only_through_th
         await eventually("every worker to read the older file", lambda: all(
             "as of generation 2; generation 3 is followed" in log.read_text() for log in logs), timeout=20)
         assert (s := states()) and all(not x.suspended for x in s)
-    finally:
-        for client in clients.values():
-            client.close()
-        sup.stop()
+
+
+async def test_a_switch_the_processes_refuse_stops_the_rebalance_says_why_and_lets_their_spouts_go_again(
+        api, start_operator, tmp_path, monkeypatch, caplog):
+    """A class the image lacks passes validation (nothing is imported there), so the processes refuse
+    the SWITCH. It was sent again about once a second for ever, the spouts held, the status saying
+    nothing (found by the operator audit). Now it is sent once, the Topology is Degraded with the
+    processes' reason and a Warning Event, and the processes go on with the plan they run."""
+    monkeypatch.chdir(REPO)
+    async with processes_behind_pods(api, start_operator, tmp_path) as (_, sup, states):
+        old = sup.spec.fingerprint()
+        bolts = copy.deepcopy(SPEC["bolts"])
+        bolts[1]["className"] = "examples.no_such_module:WordCount"
+        await patch_spec(api, "wc", {"bolts": bolts})
+        degraded = await eventually("Degraded: SwitchRefused", lambda: (c := condition(api, "wc", "Degraded"))
+                                    .get("reason") == "SwitchRefused" and c, timeout=40)
+        assert "refused to switch" in degraded["message"] and "no_such_module" in degraded["message"]
+        assert condition(api, "wc", "Progressing")["status"] == "False"
+        await eventually("a Warning Event SwitchRefused", lambda: events(api, "SwitchRefused"))  # after the status
+        await eventually("the spouts going again on the old plan", lambda: (s := states()) and all(
+            x.plan == old and not x.held for x in s) and any(x.active for x in s), timeout=20)
+        refusals = [r for r in caplog.records if "refused the switch, not sent again" in r.getMessage()]
+        assert len(refusals) == len(sup.children)  # one SWITCH per process, never again
+
+
+async def test_a_write_refused_mid_rebalance_is_tried_again_soon_and_stays_reported_through_pod_events(
+        api, start_operator, tmp_path, monkeypatch, caplog):
+    """The API server refuses the new StatefulSet in a rebalance's switch. Such a write was tried again only
+    at the next resync (the step runs outside kopf, which retried nothing), the spouts held meanwhile;
+    and the next pod event rewrote the status from the pods, erasing Degraded ApplyFailed (found by the
+    operator audit). The emulator stores what it is sent, whatever a stub answers, so the refusal is made
+    in the operator's client here, where the real API server's would come back."""
+    from kubernetes.client.exceptions import ApiException
+
+    from squall_operator.apply import Kube
+
+    refused: list[str] = []
+    real = Kube.patch
+
+    def patch(self, ref, body, *, status=False):
+        if ref.kind == "StatefulSet" and ref.name == "wc-worker" and not status:
+            refused.append(ref.name)
+            error = ApiException(status=422, reason="Unprocessable Entity")
+            error.body = json.dumps({"kind": "Status", "code": 422, "reason": "Invalid",
+                                     "message": 'StatefulSet.apps "wc-worker" is invalid: spec.template'})
+            raise error
+        return real(self, ref, body, status=status)
+
+    monkeypatch.chdir(REPO)
+    async with processes_behind_pods(api, start_operator, tmp_path, resync_seconds=600) as (_, sup, _states):
+        monkeypatch.setattr(Kube, "patch", patch)
+        await patch_spec(api, "wc", {"resources": {"requests": {"cpu": "200m"}}})  # a new template: a rebalance
+        await eventually("Degraded: ApplyFailed", lambda: condition(api, "wc", "Degraded").get("reason")
+                         == "ApplyFailed", timeout=40)
+        tried = len(refused)
+
+        def handled() -> int:
+            return sum("Handler 'pods' succeeded" in r.getMessage() for r in caplog.records)
+
+        before = handled()
+        await put_pod(api, "wc-worker-0", "wc", {"phase": "Running", "podIP": "127.0.0.1", "conditions": [
+            {"type": "Ready", "status": "False"}]}, grpc_port=sup.child("worker-0").grpc_port)
+        await eventually("the pod event handled", lambda: handled() > before)
+        assert condition(api, "wc", "Degraded")["reason"] == "ApplyFailed"
+        await eventually("the write tried again within its retry delay, not at the resync",
+                         lambda: len(refused) > tried, timeout=30)
 
 
 async def test_optional_children_come_and_go(api, start_operator):

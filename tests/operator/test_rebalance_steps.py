@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 from squall.process.control import ProcessState
 from squall.topology.spec import TopologySpec
-from squall_operator.rebalance import DRAINING, REPLACING, SWITCHING, TIME_FORMAT, Pod, decide
+from squall_operator.rebalance import DRAINING, REPLACING, SWITCHING, TIME_FORMAT, Pod, decide, refused
 
 BASE = {"name": "wc", "workers": 2, "messageTimeoutSeconds": 20, "spouts": [{"name": "s", "className": "m:S"}]}
 OLD, NEW = TopologySpec.from_dict(BASE), TopologySpec.from_dict({**BASE, "workers": 3})
@@ -129,3 +129,56 @@ def test_a_pod_that_never_answers_is_waited_for_a_grace_period_only():
     assert waiting.rebalance is not None and waiting.again and not waiting.events
     given_up = decide(spec=NEW, templates=TEMPLATES, pods=some_silent, previous=drained.rebalance, now=at(61))
     assert given_up.rebalance is None and "3 of 6 pods answer" in given_up.events[0][2]
+
+
+def test_a_running_pod_that_does_not_answer_keeps_the_drain_waiting_until_the_message_timeout():
+    """Its process may be busy in a long bolt call, holding trees: it counted as drained, the switch
+    dropped its trees, and the Event said no tree was in flight (found by the operator audit). A pod
+    that does not run (pending, gone) holds none."""
+    first = decide(spec=NEW, templates=TEMPLATES, pods=pods(OLD), previous=None, now=T0)
+    busy = [p if p.name != "wc-worker-1" else Pod(p.name, p.role, p.ordinal, p.template, running=True)
+            for p in pods(OLD, held=True)]
+    waiting = decide(spec=NEW, templates=TEMPLATES, pods=busy, previous=first.rebalance, now=at(5))
+    assert waiting.rebalance["step"] == DRAINING and not waiting.apply
+    late = decide(spec=NEW, templates=TEMPLATES, pods=busy, previous=first.rebalance, now=at(20))
+    assert late.events[0][:2] == ("Warning", "DrainTimedOut") and "did not answer (wc-worker-1)" in late.events[0][2]
+    gone = [p if p.name != "wc-worker-1" else Pod(p.name, p.role, p.ordinal, p.template)
+            for p in pods(OLD, held=True)]
+    drained = decide(spec=NEW, templates=TEMPLATES, pods=gone, previous=first.rebalance, now=at(5))
+    assert drained.rebalance["step"] == SWITCHING and drained.events[0][1] == "Drained"
+
+
+def test_a_drain_counts_its_time_from_when_this_operator_saw_it():
+    """An operator restarted mid-drain after more than the message timeout found the time up, and
+    switched processes whose holds had lapsed (their spouts emitting again) without deactivating them
+    (found by the operator audit): they are deactivated, and drained for the message timeout again."""
+    first = decide(spec=NEW, templates=TEMPLATES, pods=pods(OLD), previous=None, now=T0)
+    lapsed = pods(OLD, pending=30)  # the holds lapsed while no operator ran
+    back = decide(spec=NEW, templates=TEMPLATES, pods=lapsed, previous=first.rebalance, now=at(300),
+                  watched_since=at(300))
+    assert back.rebalance["step"] == DRAINING and not back.apply and set(back.deactivate) == {p.name for p in lapsed}
+    held = pods(OLD, held=True, pending=30)
+    assert not decide(spec=NEW, templates=TEMPLATES, pods=held, previous=first.rebalance, now=at(319),
+                      watched_since=at(300)).apply
+    assert decide(spec=NEW, templates=TEMPLATES, pods=held, previous=first.rebalance, now=at(320),
+                  watched_since=at(300)).apply
+
+
+def test_a_refused_switch_is_not_sent_again_and_the_held_spouts_go_again_on_their_plan():
+    """A SWITCH every process refuses (a class the image lacks passes the webhook, which imports nothing)
+    was sent again about once a second for ever, the spouts held, with nothing in the status (found by
+    the operator audit)."""
+    first = decide(spec=NEW, templates=TEMPLATES, pods=pods(OLD), previous=None, now=T0)
+    switching = decide(spec=NEW, templates=TEMPLATES, pods=pods(OLD, held=True), previous=first.rebalance, now=at(1))
+    stopped = refused(switching.rebalance, "wc-worker-0", "cannot import module 'app'")
+    assert "wc-worker-0 refused to switch" in stopped["refused"] and "cannot import" in stopped["refused"]
+    after = decide(spec=NEW, templates=TEMPLATES, pods=pods(OLD, held=True), previous=stopped, now=at(2))
+    assert after.rebalance == stopped and not after.switch and not after.delete and not after.deactivate
+    assert set(after.activate) == {p.name for p in pods(OLD)}
+    # a new image (a new template) may have the class: the rebalance goes on, the refusal forgotten
+    tried = decide(spec=NEW, templates={"worker": "t2", "acker": "t2"}, pods=pods(OLD), previous=stopped, now=at(3))
+    assert "refused" not in tried.rebalance and set(tried.delete) == {p.name for p in pods(OLD)}
+    # another spec: a rebalance of its own
+    other = TopologySpec.from_dict({**BASE, "workers": 4})
+    fresh = decide(spec=other, templates=TEMPLATES, pods=pods(OLD, held=True), previous=stopped, now=at(4))
+    assert fresh.rebalance["target"] == other.fingerprint() and "refused" not in fresh.rebalance

@@ -28,6 +28,9 @@ from squall.transport.tls import SERVER_NAME, Credentials
 
 METHOD = "/squall.v1.Squall/Control"
 TIMEOUT = 10.0  # seconds for one command: a process answers from its scheduler loop within milliseconds
+# Seconds a process waits for its scheduler loop to carry a command out (busy in a bolt, say) before it
+# answers that it did not: a client that waits less takes a busy process for an unreachable one.
+COMMAND_WAIT = 5.0
 MAX_MESSAGE = 16 << 20  # a spec is small; this only bounds what a command may carry
 
 

@@ -28,6 +28,7 @@ from squall.metrics.registry import process_registry
 from squall.metrics.scrape import latency_path
 from squall.process import contract
 from squall.process.contract import ACKER, WORKER
+from squall.process.control import COMMAND_WAIT
 from squall.process.thread_names import name_native_threads
 from squall.proto.squall_pb2 import ControlRequest, ProcessState
 from squall.topology.assignment import assign
@@ -40,7 +41,6 @@ from squall.transport.tls import Credentials
 log = logging.getLogger("squall.process")
 
 HEALTHY_WITHIN = 10.0  # seconds since the scheduler loop last ran
-COMMAND_WAIT = 5.0  # seconds a rebalance's command waits for the scheduler loop to carry it out
 # A draining process with nothing pending of its own stays up until it has been idle this long, and at
 # least this long after its SIGTERM: its bolts and acker may still be serving trees of other workers'
 # spouts, and the SIGTERMs of a topology's processes land one by one (what a peer's spouts emit until
