@@ -3,7 +3,11 @@
 A template is a core/v1 PodSpec fragment. :func:`check` refuses unknown fields (as the API server's
 strict field validation would, on every Kubernetes version) and what the operator must own, whether
 overridden or removed with a ``null``: the main container's command, ports and environment
-contract, the spec mount and volumes, the non-root security context and the selector labels.
+contract, the spec mount and volumes, the non-root security context and the selector labels; and
+what Kubernetes' Pod Security Standard ``restricted`` forbids (the node's namespaces, hostPath and
+other node-bound volumes, host ports, added capabilities, unconfined profiles), so that whoever may
+create a Topology gets no more from its pods than a restricted namespace would allow. Containers a
+template adds run with the main container's hardening unless they set otherwise where allowed.
 :func:`merge` applies it as ``kubectl patch --type strategic`` would: maps merge, lists of named
 items merge by their key, other lists replace, and ``null`` removes a key.
 """
@@ -61,6 +65,18 @@ _OWNED_CONTAINER_NULLS = {
 }
 _OWNED_POD_CONTEXT = ("runAsNonRoot", "seccompProfile")
 _OWNED_CONTAINER_CONTEXT = ("runAsNonRoot", "allowPrivilegeEscalation", "capabilities")
+# Pod Security Standard "restricted": the volume types it allows, the sysctls it calls safe, the one
+# capability a container may add, the SELinux types it allows
+_VOLUME_TYPES = {"configMap", "csi", "downwardAPI", "emptyDir", "ephemeral", "persistentVolumeClaim", "projected",
+                 "secret"}
+_SAFE_SYSCTLS = {"kernel.shm_rmid_forced", "net.ipv4.ip_local_port_range", "net.ipv4.ip_unprivileged_port_start",
+                 "net.ipv4.tcp_syncookies", "net.ipv4.ping_group_range", "net.ipv4.ip_local_reserved_ports",
+                 "net.ipv4.tcp_keepalive_time", "net.ipv4.tcp_fin_timeout", "net.ipv4.tcp_keepalive_intvl",
+                 "net.ipv4.tcp_keepalive_probes"}
+_ADDABLE_CAPABILITIES = {"NET_BIND_SERVICE"}
+_SELINUX_TYPES = {"container_t", "container_init_t", "container_kvm_t", "container_engine_t"}
+_CONTAINER_LISTS = ("containers", "initContainers", "ephemeralContainers")
+_RESTRICTED = "Kubernetes' Pod Security Standard restricted, which the operator keeps"
 
 
 def templates(spec: TopologySpec) -> dict[str, PodTemplate]:
@@ -145,16 +161,18 @@ def _owned(pod: dict[str, Any], role: str, path: str) -> list[str]:
     problems = _nulls(pod, _OWNED_POD_NULLS, path)
     problems += _non_root(pod.get("securityContext"), f"{path}.securityContext")
     problems += _context_nulls(pod.get("securityContext"), _OWNED_POD_CONTEXT, f"{path}.securityContext")
+    problems += _restricted_pod(pod, path)
     for i, volume in enumerate(pod.get("volumes") or ()):
         if isinstance(volume, dict) and volume.get("name") in OWNED_VOLUMES:
             problems.append(f"{path}.volumes[{i}]: the volume {volume['name']!r} is the operator's; "
                             "name yours differently")
-    for kind in ("containers", "initContainers"):
+    for kind in _CONTAINER_LISTS:
         for i, container in enumerate(pod.get(kind) or ()):
             if not isinstance(container, dict):
                 continue
             where = f"{path}.{kind}[{i}]"
             problems += _non_root(container.get("securityContext"), f"{where}.securityContext")
+            problems += _restricted_container(container, where)
             if kind != "containers" or container.get("name") != MAIN_CONTAINER[role]:
                 continue
             problems += [f"{where}.{key}: {why}; remove it"
@@ -173,6 +191,58 @@ def _owned(pod: dict[str, Any], role: str, path: str) -> list[str]:
                     problems.append(f"{where}.env[{j}]: {name} is the process contract's (the mounted "
                                     f"spec carries the topology's settings); remove it ({', '.join(USER_VARS)} "
                                     "may be set)")
+    return problems
+
+
+def _restricted_pod(pod: dict[str, Any], path: str) -> list[str]:
+    """What the restricted standard forbids at the pod's level."""
+    problems = [f"{path}.{key}: the pods do not share the node's namespaces ({_RESTRICTED}); remove it"
+                for key in ("hostNetwork", "hostPID", "hostIPC") if pod.get(key) is True]
+    for i, volume in enumerate(pod.get("volumes") or ()):
+        kinds = [k for k in volume if k != "name"] if isinstance(volume, dict) else []
+        problems += [f"{path}.volumes[{i}].{kind}: {kind} volumes are not allowed ({_RESTRICTED}); use one of "
+                     f"{', '.join(sorted(_VOLUME_TYPES))}" for kind in kinds if kind not in _VOLUME_TYPES]
+    context = pod.get("securityContext")
+    if isinstance(context, dict):
+        problems += _profiles(context, f"{path}.securityContext")
+        problems += [f"{path}.securityContext.sysctls[{i}]: {s.get('name')} is not a safe sysctl ({_RESTRICTED}); "
+                     "remove it" for i, s in enumerate(context.get("sysctls") or ())
+                     if isinstance(s, dict) and s.get("name") not in _SAFE_SYSCTLS]
+    return problems
+
+
+def _restricted_container(container: dict[str, Any], path: str) -> list[str]:
+    """What the restricted standard forbids in one container."""
+    problems = [f"{path}.ports[{i}].hostPort: the pods take no port of the node ({_RESTRICTED}); remove it"
+                for i, port in enumerate(container.get("ports") or ())
+                if isinstance(port, dict) and port.get("hostPort")]
+    context = container.get("securityContext")
+    if not isinstance(context, dict):
+        return problems
+    where = f"{path}.securityContext"
+    problems += _profiles(context, where)
+    capabilities = context.get("capabilities")
+    added = (capabilities.get("add") or ()) if isinstance(capabilities, dict) else ()
+    problems += [f"{where}.capabilities.add: {cap} is not allowed ({_RESTRICTED}, which allows only "
+                 f"{', '.join(sorted(_ADDABLE_CAPABILITIES))}); remove it"
+                 for cap in added if cap not in _ADDABLE_CAPABILITIES]
+    if context.get("procMount") not in (None, "Default"):
+        problems.append(f"{where}.procMount: only Default is allowed ({_RESTRICTED}); remove it")
+    if (context.get("windowsOptions") or {}).get("hostProcess") is True:
+        problems.append(f"{where}.windowsOptions.hostProcess: not allowed ({_RESTRICTED}); remove it")
+    return problems
+
+
+def _profiles(context: dict[str, Any], path: str) -> list[str]:
+    """Unconfined seccomp or AppArmor, and SELinux options beyond the container types."""
+    problems = [f"{path}.{key}.type: Unconfined is not allowed ({_RESTRICTED}); use RuntimeDefault or Localhost"
+                for key in ("seccompProfile", "appArmorProfile")
+                if isinstance(context.get(key), dict) and context[key].get("type") == "Unconfined"]
+    selinux = context.get("seLinuxOptions")
+    if isinstance(selinux, dict) and (selinux.get("user") or selinux.get("role")
+                                      or selinux.get("type") not in (None, *_SELINUX_TYPES)):
+        problems.append(f"{path}.seLinuxOptions: only the types {', '.join(sorted(_SELINUX_TYPES))} and a level "
+                        f"are allowed ({_RESTRICTED}); remove the rest")
     return problems
 
 
@@ -250,8 +320,27 @@ def customise(pod: dict[str, Any], template: PodTemplate | None) -> dict[str, An
             if extra:
                 meta[part] = {**extra, **meta.get(part, {})}  # the operator's own keys win
     if template.spec:
-        pod["spec"] = _without_empty_maps(merge(pod["spec"], template.spec))
+        pod["spec"] = harden(_without_empty_maps(merge(pod["spec"], template.spec)))
     return pod
+
+
+def harden(spec: dict[str, Any]) -> dict[str, Any]:
+    """``spec`` (a PodSpec) whose every container runs without privilege escalation and drops every
+    capability (what it adds it keeps), as the operator's own: a sidecar or an init container a template
+    adds got the runtime's defaults, escalation allowed. Settings a template may not make are refused by
+    :func:`check`; a key it left out is filled in."""
+    for kind in _CONTAINER_LISTS:
+        for container in spec.get(kind) or ():
+            if not isinstance(container, dict):
+                continue
+            context = container.get("securityContext")
+            if not isinstance(context, dict):  # none, or a null in a container the template adds
+                context = container["securityContext"] = {}
+            context.setdefault("allowPrivilegeEscalation", False)
+            if not isinstance(context.get("capabilities"), dict):
+                context["capabilities"] = {}
+            context["capabilities"].setdefault("drop", ["ALL"])
+    return spec
 
 
 def _without_empty_maps(value: Any, key: str = "") -> Any:

@@ -166,10 +166,9 @@ def _meta(name: str, *, namespace: str, topology: str, component: str) -> dict[s
 def config_map(spec: TopologySpec, *, namespace: str, generation: int = 0) -> Manifest:
     """The whole spec as ``topology.yaml``, mounted into every pod; workers follow its ``suspended``,
     unless the operator's command from a newer ``generation`` (the Topology's, in the file beside it)
-    said otherwise. With a Spark executors' pod template, that too (Spark's driver reads it from a file)."""
+    said otherwise. With Spark, the executors' pod template too (Spark's driver reads it from a file)."""
     data = {SPEC_FILE: yaml.safe_dump(spec.to_dict(), sort_keys=False), contract.GENERATION_FILE: str(generation)}
-    executors = pods.templates(spec).get(pods.SPARK_EXECUTORS)
-    if executors is not None:
+    if spec.spark is not None:
         data[EXECUTOR_TEMPLATE_FILE] = yaml.safe_dump(executor_pod(spec), sort_keys=False)
     return {"apiVersion": "v1", "kind": "ConfigMap",
             "metadata": _meta(Names(spec.name).config_map, namespace=namespace, topology=spec.name, component="spec"),
@@ -178,13 +177,21 @@ def config_map(spec: TopologySpec, *, namespace: str, generation: int = 0) -> Ma
 
 def executor_pod(spec: TopologySpec) -> Manifest:
     """The pod template file of Spark's executors (``spark.kubernetes.executor.podTemplateFile``): the
-    spec's template over Spark's executor container, which Spark completes (image, command, memory)."""
+    spec's template over Spark's executor container, which Spark completes (image, command, memory),
+    hardened as the worker pods are (non-root, no privilege escalation, no capability, the runtime's
+    seccomp profile, no API token: an executor never calls the API server). The user is the image's:
+    an executor image of its own (``spark.executorImage``) runs as its own non-root user."""
     main = pods.MAIN_CONTAINER[pods.SPARK_EXECUTORS]
-    pod = {"metadata": {}, "spec": {"containers": [{"name": main}]}}
-    template = pods.templates(spec)[pods.SPARK_EXECUTORS]
-    if template.resources is not None:
+    pod: dict[str, Any] = {"metadata": {}, "spec": {
+        "automountServiceAccountToken": False,
+        "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
+        "containers": [{"name": main}]}}
+    template = pods.templates(spec).get(pods.SPARK_EXECUTORS)
+    if template is not None and template.resources is not None:
         pod["spec"]["containers"][0]["resources"] = template.resources.model_dump(by_alias=True, exclude_none=True)
-    return {"apiVersion": "v1", "kind": "Pod", **pods.customise(pod, template)}
+    pod = pods.customise(pod, template)
+    pod["spec"] = pods.harden(pod["spec"])
+    return {"apiVersion": "v1", "kind": "Pod", **pod}
 
 
 def service_account(spec: TopologySpec, *, namespace: str) -> Manifest:
@@ -300,9 +307,8 @@ def spark_conf(spec: TopologySpec, *, namespace: str, image: str) -> dict[str, s
         **{f"spark.kubernetes.executor.label.{k}": v
            for k, v in selector(spec.name, component="spark-executor").items()},
     }
-    if spec.pod_template is not None and spec.pod_template.spark_executors is not None:
-        conf["spark.kubernetes.executor.podTemplateFile"] = f"{SPEC_DIR}/{EXECUTOR_TEMPLATE_FILE}"
-        conf["spark.kubernetes.executor.podTemplateContainerName"] = pods.MAIN_CONTAINER[pods.SPARK_EXECUTORS]
+    conf["spark.kubernetes.executor.podTemplateFile"] = f"{SPEC_DIR}/{EXECUTOR_TEMPLATE_FILE}"
+    conf["spark.kubernetes.executor.podTemplateContainerName"] = pods.MAIN_CONTAINER[pods.SPARK_EXECUTORS]
     return {**conf, **spark.conf}
 
 

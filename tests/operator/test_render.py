@@ -255,6 +255,9 @@ def test_spark_driver_and_executors():
         "spark.kubernetes.executor.label.app.kubernetes.io/name": "squall",
         "spark.kubernetes.executor.label.app.kubernetes.io/instance": "wc",
         "spark.kubernetes.executor.label.app.kubernetes.io/component": "spark-executor",
+        # hardened as the worker pods are (squall_operator.render.executor_pod)
+        "spark.kubernetes.executor.podTemplateFile": "/etc/squall/executor-pod-template.yaml",
+        "spark.kubernetes.executor.podTemplateContainerName": "spark-kubernetes-executor",
     }
     assert "SQUALL_SPARK_CONF" not in env(acker) and "SQUALL_POD_NAME" not in {e["name"] for e in env_list(acker)}
     assert worker["spec"]["template"]["spec"]["automountServiceAccountToken"] is True
