@@ -26,3 +26,51 @@ def test_a_connection_that_sends_no_whole_request_is_closed_and_the_server_serve
         assert fetch(f"http://127.0.0.1:{server.port}/healthz") == "ok\n"
     finally:
         server.stop()
+
+
+def test_connections_beyond_the_cap_are_closed_at_once_and_the_probes_answer_once_they_go(monkeypatch):
+    """One thread per connection, with no bound: 1,000 connections that send nothing (or a byte now and
+    then) held 1,000 threads (found by the security audit)."""
+    import threading
+
+    monkeypatch.setattr(http, "MAX_CONNECTIONS", 4)
+    server = MetricsServer(registry=CollectorRegistry(), host="127.0.0.1", port=0, healthy=lambda: True)
+    server.start()
+    before = threading.active_count()
+    held = [socket.create_connection(("127.0.0.1", server.port), timeout=30) for _ in range(4)]
+    try:
+        with socket.create_connection(("127.0.0.1", server.port), timeout=30) as extra:
+            assert extra.recv(100) == b""  # closed at once, not a thread of its own
+        assert threading.active_count() <= before + 4
+    finally:
+        for sock in held:
+            sock.close()
+    try:
+        import time
+
+        deadline = time.monotonic() + 30
+        while True:  # the held ones' threads end once they read their clients' end: nothing to wait on here
+            try:
+                assert fetch(f"http://127.0.0.1:{server.port}/healthz") == "ok\n"
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "the slots of closed connections were never given back"
+                time.sleep(0.01)
+    finally:
+        server.stop()
+
+
+def test_errors_last_n_answers_the_newest_n():
+    """The operator reads ``/errors?last=5``: a pod's whole error log need not cross for five rows."""
+    import json
+
+    rows = [{"component": "c", "task": 1, "time": float(i), "error": f"E: {i}"} for i in range(8)]
+    server = MetricsServer(registry=CollectorRegistry(), host="127.0.0.1", port=0, healthy=lambda: True,
+                           errors=lambda: rows)
+    server.start()
+    try:
+        url = f"http://127.0.0.1:{server.port}/errors"
+        assert [r["error"] for r in json.loads(fetch(url + "?last=3"))] == ["E: 5", "E: 6", "E: 7"]
+        assert json.loads(fetch(url)) == rows and json.loads(fetch(url + "?last=0")) == []
+    finally:
+        server.stop()

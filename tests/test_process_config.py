@@ -147,6 +147,25 @@ def test_tls_files_come_from_squall_tls_dir(spec_file, tmp_path):
         ProcessConfig.from_env(WORKER, {**env, "SQUALL_TLS_DIR": str(tmp_path / "nowhere")})
 
 
+def test_tls_files_planted_before_neither_keep_their_mode_nor_send_the_key_elsewhere(tmp_path):
+    """A run directory in a shared /tmp: a key file another user made world-readable kept its mode, and a
+    link sent the key wherever it pointed (found by the security audit)."""
+    from squall.transport.tls import issue
+
+    tls_dir, elsewhere = tmp_path / "tls", tmp_path / "stolen"
+    tls_dir.mkdir()
+    elsewhere.write_bytes(b"")
+    (tls_dir / "tls.key").symlink_to(elsewhere)
+    (tls_dir / "tls.crt").write_bytes(b"old")
+    (tls_dir / "tls.crt").chmod(0o666)
+    credentials = issue("wc")
+    credentials.write(tls_dir)
+    assert elsewhere.read_bytes() == b"" and not (tls_dir / "tls.key").is_symlink()
+    assert (tls_dir / "tls.key").read_bytes() == credentials.key
+    assert all((tls_dir / name).stat().st_mode & 0o077 == 0 for name in ("tls.key", "tls.crt", "ca.crt"))
+    assert sorted(p.name for p in tls_dir.iterdir()) == ["ca.crt", "tls.crt", "tls.key"]  # no file left over
+
+
 def _worker_0(spec_file: str):
     """Worker 0's process of the spec: its runtime and transport (gRPC on loopback), built, not run."""
     from squall.process.pod import Process

@@ -224,6 +224,10 @@ MALFORMED = {
                            "values holds a msgpack timestamp"),
     "timestamp in ext 32": (lambda b, s: _one(b, s, values=b"\x91\x92\xa1w\xc9\x00\x00\x00\x04\xff\x00\x00\x00\x01"),
                             "values holds a msgpack timestamp"),
+    # walked for timestamps (it holds a 0xff byte), it overflowed the stack: the reader thread died with a
+    # RecursionError, the frame counted as nothing (found by the security audit)
+    "nested 500 deep": (lambda b, s: _one(b, s, values=b"\x91\x92\xa1w" + b"\x91" * 500 + b"\xc4\x01\xff"),
+                        "nested more than 100 deep"),
     "verdict for a bolt": (lambda b, s: encode_verdicts([Notification(ACK, 5, b)]), "not a spout task of this worker"),
     "unknown verdict": (lambda b, s: encode_verdicts([Notification(7, 5, s)]), "unknown verdict kind"),
 }

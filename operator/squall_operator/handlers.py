@@ -16,11 +16,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import http.client
 import json
 import logging
 import threading
 import time
-import urllib.request
 from collections import defaultdict
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -58,7 +58,8 @@ from squall_operator.settings import Settings
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")
 RETRY_DELAY = 10.0  # seconds before kopf retries a reconcile the API server refused
-ERRORS_TIMEOUT = 2.0  # seconds to wait for a pod's GET /errors
+ERRORS_TIMEOUT = 2.0  # seconds to wait for a pod's GET /errors, in all
+ERRORS_MAX_BYTES = 256 << 10  # of a pod's GET /errors?last=5, far more than five errors take
 # seconds to wait for a process's answer to a rebalance's command: longer than a busy process waits for its
 # loop, so that it answers (and is not taken for one that cannot, whose trees a drain would not wait for)
 ANSWER_TIMEOUT = COMMAND_WAIT + 2.0
@@ -290,12 +291,10 @@ class Operator:
             address = self._address(pod, "metrics")
             if address is None:
                 return None
-            try:
-                with urllib.request.urlopen(f"http://{address}/errors", timeout=ERRORS_TIMEOUT) as response:
-                    errors = json.loads(response.read())
-            except (OSError, ValueError):
-                return None  # a pod that does not answer: its readiness and container state tell why
-            return [e for e in errors if isinstance(e, dict)] if isinstance(errors, list) else None
+            errors = _errors_of(address)
+            if not isinstance(errors, list):
+                return None
+            return [e for e in errors[-status.KEEP_ERRORS:] if isinstance(e, dict)]
 
         found = _each_pod(read, pods)
         return status.component_errors({pod["metadata"]["name"]: errors for pod, errors in zip(pods, found, strict=True)
@@ -441,6 +440,31 @@ class Operator:
         if event is not None:
             kind, reason, message = event
             self._event(topology, kind, reason, message)
+
+
+def _errors_of(address: str) -> Any:
+    """A pod's ``GET /errors?last=N``, parsed; None if it does not answer, in :data:`ERRORS_TIMEOUT` in all,
+    with at most :data:`ERRORS_MAX_BYTES` of JSON. A pod runs its user's code: an answer that never
+    ends, or one of millions of entries, must not hold up or exhaust the operator of every Topology.
+    Redirects are not followed."""
+    host, _, port = address.rpartition(":")
+    deadline = time.monotonic() + ERRORS_TIMEOUT
+    connection = http.client.HTTPConnection(host, int(port), timeout=ERRORS_TIMEOUT)
+    try:
+        connection.request("GET", f"/errors?last={status.KEEP_ERRORS}")
+        response = connection.getresponse()
+        if response.status != 200:
+            return None
+        body = bytearray()
+        while chunk := response.read1(1 << 16):
+            body += chunk
+            if len(body) > ERRORS_MAX_BYTES or time.monotonic() > deadline:
+                return None
+        return json.loads(body)
+    except (OSError, ValueError, http.client.HTTPException):
+        return None  # a pod that does not answer: its readiness and container state tell why
+    finally:
+        connection.close()
 
 
 def _owned(live: Manifest, topology: Mapping[str, Any]) -> bool:

@@ -8,10 +8,15 @@ import json
 import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 IDLE_SECONDS = 10.0
+# Connections served at once: each holds a thread. A scrape, the probes and the operator need a few; one
+# more is closed at once (the metrics port is the network's to reach, and a thread each had no bound).
+MAX_CONNECTIONS = 32
 
 
 class MetricsServer:
@@ -37,8 +42,12 @@ class MetricsServer:
                 elif self.path == "/readyz":
                     ok = outer.ready()
                     self._reply(200 if ok else 503, b"ready\n" if ok else b"not ready\n", "text/plain")
-                elif self.path == "/errors":
-                    self._reply(200, json.dumps(outer.errors(), indent=1).encode() + b"\n", "application/json")
+                elif self.path.split("?")[0] == "/errors":
+                    errors = outer.errors()
+                    last = parse_qs(urlsplit(self.path).query).get("last", [""])[0]
+                    if last.isdigit():  # ?last=N: the newest N (what the operator reads)
+                        errors = errors[-int(last):] if int(last) else []
+                    self._reply(200, json.dumps(errors, indent=1).encode() + b"\n", "application/json")
                 elif self.path == "/latency":
                     self._reply(200, json.dumps(outer.latency()).encode() + b"\n", "application/json")
                 else:
@@ -76,3 +85,23 @@ class _Server(ThreadingHTTPServer):
     # A local run's supervisor holds this process's ports while it is away (restarts, room for a
     # rebalance): a socket may share a held port only if it sets SO_REUSEPORT too.
     allow_reuse_port = True
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self._slots.acquire(blocking=False):
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)  # its thread gives the slot back
+        except BaseException:
+            self._slots.release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()

@@ -16,6 +16,7 @@ from squall.acker.acker import INIT, RESET, AckBatch, AckerMessage, Notification
 from squall.proto.squall_pb2 import AckerColumns, Batch, TupleColumns, VerdictColumns
 from squall.topology.plan import Plan
 from squall.tuples import Fields, Tuple
+from squall.values import MAX_DEPTH
 
 # Column item types (array codes), all little-endian on the wire: kind, root and value, spout task.
 U8, U32, U64, I32 = "B", "I", "Q", "i"
@@ -158,12 +159,14 @@ def _unpack(data: bytes, name: str) -> list:
     return items
 
 
-def _timestamped(value: Any) -> bool:
+def _timestamped(value: Any, depth: int = 0) -> bool:
     kind = type(value)
+    if (kind is list or kind is dict) and depth >= MAX_DEPTH:  # no value is: and a walk of it would recurse out
+        raise FrameError(f"a value is nested more than {MAX_DEPTH} deep, which no tuple value is")
     if kind is list:
-        return any(map(_timestamped, value))
+        return any(_timestamped(item, depth + 1) for item in value)
     if kind is dict:
-        return any(_timestamped(k) or _timestamped(v) for k, v in value.items())
+        return any(_timestamped(k, depth + 1) or _timestamped(v, depth + 1) for k, v in value.items())
     return kind is msgpack.Timestamp
 
 

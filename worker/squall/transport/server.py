@@ -160,11 +160,12 @@ class Receiver:
             for frame in frames:
                 try:
                     items = self.decoder.decode(frame)
-                except FrameError as exc:
+                except Exception as exc:  # noqa: BLE001 - a decoder bug is no reason for the reader to die unseen
+                    error = str(exc) if isinstance(exc, FrameError) else f"{type(exc).__name__}: {exc}"
                     with self._lock:
                         self.stats.malformed += 1
-                    log.error("closing the %s stream from %s: malformed frame: %s", lane, sender, exc)
-                    stream.error = str(exc)
+                    log.error("closing the %s stream from %s: malformed frame: %s", lane, sender, error)
+                    stream.error = error
                     return
                 with self._lock:
                     self.stats.batches[key] = self.stats.batches.get(key, 0) + 1

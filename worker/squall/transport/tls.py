@@ -12,6 +12,8 @@ from __future__ import annotations
 import datetime
 import hashlib
 import ipaddress
+import os
+import tempfile
 from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,13 +46,16 @@ class Credentials:
                               f"({exc.filename}); it must hold {CA_FILE}, {CERT_FILE} and {KEY_FILE}") from None
 
     def write(self, directory: str | Path) -> Path:
-        """Write the three files into ``directory`` (the key readable by its owner only)."""
+        """Write the three files into ``directory`` (made readable by its owner only), each readable by its
+        owner only: a new file renamed into place, so that a file or a link planted there before (a run
+        directory in a shared /tmp) neither keeps its mode nor sends the key elsewhere."""
         directory = Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
+        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
         for name, data in ((CA_FILE, self.ca), (CERT_FILE, self.cert), (KEY_FILE, self.key)):
-            path = directory / name
-            path.touch(mode=0o600)
-            path.write_bytes(data)
+            fd, temporary = tempfile.mkstemp(dir=directory, prefix=f".{name}.")  # 0600, and its own
+            with os.fdopen(fd, "wb") as file:
+                file.write(data)
+            os.replace(temporary, directory / name)
         return directory
 
     def server(self) -> grpc.ServerCredentials:
