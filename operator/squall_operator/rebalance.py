@@ -104,9 +104,12 @@ def decide(*, spec: TopologySpec, templates: Mapping[str, str], pods: Sequence[P
         if current is not None and len(answered) < sum(wanted.values()) and \
                 (now - _parse(current.get("switched", current["started"]))).total_seconds() < ANSWER_GRACE:
             return Decision(rebalance=current, again=True)
+        complete = len(answered) >= sum(wanted.values())  # else some pod is silent, or was never made
         events = () if previous is None else (
-            ("Normal", "Rebalanced", f"{len(answered)} of {sum(wanted.values())} pods answer with plan {target}, "
-                                     f"{(now - _parse(previous['started'])).total_seconds():.0f} s after it began"),)
+            ("Normal" if complete else "Warning", "Rebalanced" if complete else "RebalanceIncomplete",
+             f"{len(answered)} of {sum(wanted.values())} pods answer with plan {target}, "
+             f"{(now - _parse(previous['started'])).total_seconds():.0f} s after it began"
+             + ("" if complete else f"; the others were given {ANSWER_GRACE:.0f} s")),)
         held = tuple(p.name for p in pods if p.state is not None and p.state.held and p.state.member)
         return Decision(rebalance=None, activate=held, events=events)
 

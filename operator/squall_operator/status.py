@@ -15,7 +15,7 @@ from typing import Any
 
 from squall.process.contract import WORKER
 from squall.topology.spec import TopologySpec
-from squall_operator.render import selector
+from squall_operator.render import Names, selector
 
 PENDING, RUNNING, SUSPENDED, FAILED = "Pending", "Running", "Suspended", "Failed"
 KEEP_ERRORS = 5
@@ -24,6 +24,9 @@ MESSAGE_CHARS = 400  # of a termination message or a component's error, in the s
 POD_KEYS = ("workers", "readyWorkers", "ackers", "readyAckers", "ready", "selector", "specHash", "componentErrors",
             "rebalance")
 KEEP: Any = object()  # compute(rebalance=KEEP): the rebalance in progress stays as the previous status says
+# Seconds a rollout may take before it counts as stuck (a Deployment's progressDeadlineSeconds): the
+# pods a StatefulSet could not make (a ResourceQuota, Pod Security admission) show only in its Events
+PROGRESS_DEADLINE = 600
 # A container waiting for one of these will not start by itself: someone must act
 STUCK = {"CrashLoopBackOff", "ImagePullBackOff", "ErrImagePull", "InvalidImageName", "CreateContainerConfigError",
          "CreateContainerError", "RunContainerError"}
@@ -118,6 +121,10 @@ class Rollout:
 
 def now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _parse(text: str) -> datetime:
+    return datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
 
 
 def _condition(kind: str, *, status: bool, reason: str, message: str, generation: int | None,
@@ -224,8 +231,18 @@ def compute(spec: TopologySpec, *, workers: dict[str, Any] | None, ackers: dict[
     degraded = done and not all_ready and was_running and not rebalance  # a rebalance's pods are unready on purpose
     degraded_reason, degraded_message = ("PodsNotReady", counts) if degraded else ("AsExpected", counts)
     errors = list(previous.get("errors") or [])
+    stuck = progressing["status"] == "True" and not done and \
+        (_parse(at) - _parse(progressing["lastTransitionTime"])).total_seconds() >= PROGRESS_DEADLINE
     if rebalance and rebalance.get("refused"):
         degraded, degraded_reason, degraded_message = True, "SwitchRefused", rebalance["refused"]
+        errors = with_error(errors, degraded_message, at=at)
+    elif stuck and not problems:
+        degraded, degraded_reason = True, "ProgressDeadlineExceeded"
+        degraded_message = (f"{w.replicas}/{w.wanted} worker and {a.replicas}/{a.wanted} acker pods exist, "
+                            f"{w.updated} and {a.updated} from the current template, after "
+                            f"{PROGRESS_DEADLINE // 60} min: `kubectl describe statefulset` of "
+                            f"{Names(spec.name).worker} and {Names(spec.name).acker} shows why a pod is not "
+                            "made (a ResourceQuota, Pod Security admission)")
         errors = with_error(errors, degraded_message, at=at)
     elif problems and not all_ready:
         # a pod that cannot run is reported at once, whether the topology ever ran or not

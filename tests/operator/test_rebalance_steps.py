@@ -129,6 +129,7 @@ def test_a_pod_that_never_answers_is_waited_for_a_grace_period_only():
     assert waiting.rebalance is not None and waiting.again and not waiting.events
     given_up = decide(spec=NEW, templates=TEMPLATES, pods=some_silent, previous=drained.rebalance, now=at(61))
     assert given_up.rebalance is None and "3 of 6 pods answer" in given_up.events[0][2]
+    assert given_up.events[0][:2] == ("Warning", "RebalanceIncomplete")  # was a Normal Rebalanced
 
 
 def test_a_running_pod_that_does_not_answer_keeps_the_drain_waiting_until_the_message_timeout():

@@ -196,3 +196,24 @@ def test_component_errors_are_the_newest_few_across_pods():
     assert st["componentErrors"] == rows
     kept = compute(SPEC, workers=sts(replicas=2), ackers=sts(replicas=1), previous=st, generation=1, at=T1)
     assert kept["componentErrors"] == rows  # not read this time: kept
+
+
+def test_a_rollout_that_makes_no_progress_for_ten_minutes_is_degraded():
+    """A pod its StatefulSet cannot make (a ResourceQuota, Pod Security admission) shows only in the
+    StatefulSet's Events: the Topology said Progressing RollingOut and Degraded AsExpected for ever,
+    its pods waiting for the missing peer (found by the operator audit). As a Deployment's progress
+    deadline, ten minutes of rollout without its end make it Degraded."""
+    running = compute(SPEC, workers=sts(replicas=2), ackers=sts(replicas=1), previous={}, generation=1, at=T0)
+    scaled = TopologySpec.from_dict({**SPEC.to_dict(), "workers": 3})
+    short = sts(replicas=2, wanted=3)  # the third pod never made
+    rolling = compute(scaled, workers=short, ackers=sts(replicas=1), previous=running, generation=2, at=T1)
+    assert cond(rolling, "Progressing") == ("True", "RollingOut") and cond(rolling, "Degraded")[0] == "False"
+    late = compute(scaled, workers=short, ackers=sts(replicas=1), previous=rolling, generation=2,
+                   at="2026-01-01T00:11:00Z")
+    assert cond(late, "Degraded") == ("True", "ProgressDeadlineExceeded")
+    degraded = next(c for c in late["conditions"] if c["type"] == "Degraded")
+    assert "2/3 worker and 1/1 acker pods exist" in degraded["message"] and "wc-worker" in degraded["message"]
+    assert transition(rolling, late)[:2] == ("Warning", "ProgressDeadlineExceeded")
+    done = compute(scaled, workers=sts(replicas=3), ackers=sts(replicas=1), previous=late, generation=2,
+                   at="2026-01-01T00:12:00Z")
+    assert cond(done, "Degraded")[0] == "False"
