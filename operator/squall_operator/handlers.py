@@ -49,6 +49,7 @@ from squall_operator.render import (
     Names,
     child_refs,
     credentials,
+    instance,
     render,
     resolve_image,
     template_hash,
@@ -206,8 +207,9 @@ class Operator:
         role (StatefulSet pods are named ``<set>-<ordinal>``)."""
         names = Names(topology)
         wanted = [(role, i, f"{getattr(names, role)}-{i}") for role in ROLES for i in range(counts.get(role, 0))]
-        return [(role, i, pod) for role, i, pod in
-                ((role, i, self.kube.get(Ref("v1", "Pod", namespace, n))) for role, i, n in wanted) if pod is not None]
+        live = {pod["metadata"]["name"]: pod
+                for pod in self.kube.pods(namespace, {**instance(topology), MANAGED_BY_LABEL: MANAGED_BY})}
+        return [(role, i, live[name]) for role, i, name in wanted if name in live]
 
     @staticmethod
     def _address(pod: Manifest, port_name: str) -> str | None:

@@ -27,6 +27,7 @@ from operator_kit import (
     events,
     eventually,
     logged,
+    mark,
     obj,
     patch,
     put_pod,
@@ -203,6 +204,28 @@ async def test_a_pod_whose_errors_never_end_does_not_hold_the_resync_and_only_th
         assert [r["pod"] for r in rows] == ["wc-worker-1"] and set(asked) == {"last=5"}
     finally:
         await runner.cleanup()
+
+
+async def test_a_status_refresh_reads_the_pods_in_one_list_not_one_get_each(api, start_operator, caplog):
+    """Every pod event refreshes the status, which read each pod by name: during a rollout of n pods,
+    about n events of n GETs each (found by the operator audit)."""
+    caplog.set_level(logging.INFO, logger="kopf.objects")
+    await start_operator()
+    await create_topology(api, "wc", {**SPEC, "workers": 3})
+    await eventually("the worker StatefulSet", lambda: obj(api, STATEFULSETS, "wc-worker"))
+    for i in range(3):
+        await put_pod(api, f"wc-worker-{i}", "wc", {"phase": "Pending"})
+
+    def handled() -> int:
+        return sum("Handler 'pods' succeeded" in r.getMessage() for r in caplog.records)
+
+    await eventually("the pods' events handled", lambda: handled() >= 3)
+    position, before = mark(api), handled()
+    await put_pod(api, "wc-worker-1", "wc", {"phase": "Running", "podIP": "127.0.0.1"})
+    await eventually("its event handled", lambda: handled() > before)
+    reads = [(r.method.value, r.url.path) for r in list(api)[position:] if "/pods" in r.url.path]
+    assert not [r for r in reads if r[0] == "GET" and r[1].rsplit("/", 1)[-1].startswith("wc-")], reads
+    assert ("GET", f"/api/v1/namespaces/{NAMESPACE}/pods") in reads
 
 
 @pytest.mark.parametrize("served, expected, version", [
