@@ -164,6 +164,7 @@ def test_tls_files_planted_before_neither_keep_their_mode_nor_send_the_key_elsew
     assert (tls_dir / "tls.key").read_bytes() == credentials.key
     assert all((tls_dir / name).stat().st_mode & 0o077 == 0 for name in ("tls.key", "tls.crt", "ca.crt"))
     assert sorted(p.name for p in tls_dir.iterdir()) == ["ca.crt", "tls.crt", "tls.key"]  # no file left over
+    assert tls_dir.stat().st_mode & 0o077 == 0  # made before, and others could list it
 
 
 def _worker_0(spec_file: str):

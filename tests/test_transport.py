@@ -27,6 +27,7 @@ from squall.transport import Transport
 from squall.transport.codec import Decoder, FrameError, encode_acker, encode_tuples, encode_verdicts
 from squall.transport.outbox import AckerOutbox
 from squall.tuples import Fields, Tuple
+from squall.values import check_values
 
 
 class Words(Spout):
@@ -228,9 +229,24 @@ MALFORMED = {
     # RecursionError, the frame counted as nothing (found by the security audit)
     "nested 500 deep": (lambda b, s: _one(b, s, values=b"\x91\x92\xa1w" + b"\x91" * 500 + b"\xc4\x01\xff"),
                         "nested more than 100 deep"),
+    "nested 101 deep": (lambda b, s: _one(b, s, values=b"\x91\x92\xa1w" + b"\x91" * 101 + b"\xc4\x01\xff"),
+                        "nested more than 100 deep"),
     "verdict for a bolt": (lambda b, s: encode_verdicts([Notification(ACK, 5, b)]), "not a spout task of this worker"),
     "unknown verdict": (lambda b, s: encode_verdicts([Notification(7, 5, s)]), "unknown verdict kind"),
 }
+
+
+def test_a_value_nested_as_deep_as_an_emit_allows_decodes_though_its_column_is_walked(plan):
+    """The walk for timestamps counted from the column, two levels above a value: a value nested 100 deep,
+    which an emit allows, closed its stream as malformed when its column held a 0xff byte (found by the
+    review)."""
+    value: list = [b"\xff"]
+    for _ in range(99):
+        value = [value]
+    check_values(["w", value], fields=("word", "meta"), component="c", stream="s")  # an emit takes it
+    upper, words = plan.component_tasks["upper"][0], plan.component_tasks["words"][0]
+    [tup] = decoder(plan).decode(_one(upper, words, values=msgpack.packb([["w", value]])))
+    assert tup.values[1] == value
 
 
 @pytest.mark.parametrize("case", sorted(MALFORMED))

@@ -16,9 +16,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import http.client
 import json
 import logging
+import socket
 import threading
 import time
 from collections import defaultdict
@@ -242,7 +242,7 @@ class Operator:
         states = _each_pod(ask, [pod for _, _, pod in pods])
         return [rebalance.Pod(name=pod["metadata"]["name"], role=role, ordinal=i, state=state,
                               template=(pod["metadata"].get("annotations") or {}).get(TEMPLATE_HASH),
-                              running=self._address(pod, "grpc") is not None)
+                              running=_running(pod, role))
                 for (role, i, pod), state in zip(pods, states, strict=True)]
 
     def _carry_out(self, decision: rebalance.Decision, pods: list[tuple[str, int, Manifest]], *, namespace: str,
@@ -444,29 +444,51 @@ class Operator:
             self._event(topology, kind, reason, message)
 
 
+def _running(pod: Manifest, role: str) -> bool:
+    """Whether a pod's process runs (its main container is running, not waiting to be restarted): one that
+    does not answer then may be busy, holding trees."""
+    statuses = (pod.get("status") or {}).get("containerStatuses") or ()
+    return any(c.get("name") == role and "running" in (c.get("state") or {}) for c in statuses)
+
+
 def _errors_of(address: str) -> Any:
     """A pod's ``GET /errors?last=N``, parsed; None if it does not answer, in :data:`ERRORS_TIMEOUT` in all,
-    with at most :data:`ERRORS_MAX_BYTES` of JSON. A pod runs its user's code: an answer that never
-    ends, or one of millions of entries, must not hold up or exhaust the operator of every Topology.
-    Redirects are not followed."""
+    with at most :data:`ERRORS_MAX_BYTES`. A pod runs its user's code: an answer that never ends (its
+    headers too), or one of millions of entries, must not hold up or exhaust the operator of every
+    Topology. Redirects are not followed. A process older than ``?last=`` answers it 404: then ``/errors``."""
     host, _, port = address.rpartition(":")
     deadline = time.monotonic() + ERRORS_TIMEOUT
-    connection = http.client.HTTPConnection(host, int(port), timeout=ERRORS_TIMEOUT)
-    try:
-        connection.request("GET", f"/errors?last={status.KEEP_ERRORS}")
-        response = connection.getresponse()
-        if response.status != 200:
+    for path in (f"/errors?last={status.KEEP_ERRORS}", "/errors"):
+        answer = _get(host, int(port), path, deadline)
+        if answer is None or answer[0] not in (200, 404):
             return None
-        body = bytearray()
-        while chunk := response.read1(1 << 16):
-            body += chunk
-            if len(body) > ERRORS_MAX_BYTES or time.monotonic() > deadline:
+        if answer[0] == 200:
+            try:
+                return json.loads(answer[1])
+            except ValueError:
                 return None
-        return json.loads(body)
-    except (OSError, ValueError, http.client.HTTPException):
+    return None
+
+
+def _get(host: str, port: int, path: str, deadline: float) -> tuple[int, bytes] | None:
+    """An HTTP/1.0 GET (the server closes once it answered), read whole by ``deadline``: (status, body)."""
+    data = bytearray()
+    try:
+        with socket.create_connection((host, port), timeout=max(deadline - time.monotonic(), 0.001)) as sock:
+            sock.sendall(f"GET {path} HTTP/1.0\r\nHost: {host}\r\n\r\n".encode())
+            while chunk := sock.recv(1 << 16):
+                data += chunk
+                left = deadline - time.monotonic()
+                if left <= 0 or len(data) > ERRORS_MAX_BYTES:
+                    return None
+                sock.settimeout(left)
+    except OSError:
         return None  # a pod that does not answer: its readiness and container state tell why
-    finally:
-        connection.close()
+    head, end, body = bytes(data).partition(b"\r\n\r\n")
+    status_line = head.split(b"\r\n", 1)[0].split()
+    if not end or len(status_line) < 2 or not status_line[1].isdigit():
+        return None
+    return int(status_line[1]), body
 
 
 def _owned(live: Manifest, topology: Mapping[str, Any]) -> bool:

@@ -76,6 +76,7 @@ _SAFE_SYSCTLS = {"kernel.shm_rmid_forced", "net.ipv4.ip_local_port_range", "net.
 _ADDABLE_CAPABILITIES = {"NET_BIND_SERVICE"}
 _SELINUX_TYPES = {"container_t", "container_init_t", "container_kvm_t", "container_engine_t"}
 _CONTAINER_LISTS = ("containers", "initContainers", "ephemeralContainers")
+_APPARMOR_ANNOTATION = "container.apparmor.security.beta.kubernetes.io/"
 _RESTRICTED = "Kubernetes' Pod Security Standard restricted, which the operator keeps"
 
 
@@ -100,6 +101,10 @@ def check(spec: TopologySpec) -> None:
         labels = template.metadata.labels if template.metadata else {}
         problems += [f"{where}.metadata.labels.{key}: the selector labels are the operator's; remove it"
                      for key in _SELECTOR_LABELS if key in labels]
+        annotations = (template.metadata.annotations if template.metadata else None) or {}
+        problems += [f"{where}.metadata.annotations.{key}: unconfined is not allowed ({_RESTRICTED}); remove it"
+                     for key, value in annotations.items()
+                     if key.startswith(_APPARMOR_ANNOTATION) and str(value).lower() == "unconfined"]
         if template.spec is not None:
             problems += _unknown_fields(template.spec, "V1PodSpec", f"{where}.spec") if _models() else []
             problems += _owned(template.spec, role, f"{where}.spec")
@@ -222,6 +227,9 @@ def _restricted_container(container: dict[str, Any], path: str) -> list[str]:
     where = f"{path}.securityContext"
     problems += _profiles(context, where)
     capabilities = context.get("capabilities")
+    if isinstance(capabilities, dict) and "drop" in capabilities and "ALL" not in (capabilities["drop"] or ()):
+        problems.append(f"{where}.capabilities.drop: the pods drop ALL capabilities; keep ALL in the list or "
+                        "remove it (add what you need under capabilities.add)")
     added = (capabilities.get("add") or ()) if isinstance(capabilities, dict) else ()
     problems += [f"{where}.capabilities.add: {cap} is not allowed ({_RESTRICTED}, which allows only "
                  f"{', '.join(sorted(_ADDABLE_CAPABILITIES))}); remove it"
@@ -251,18 +259,11 @@ def _nulls(given: dict[str, Any], owned: dict[str, str], path: str) -> list[str]
 
 
 def _context_nulls(context: Any, owned: tuple[str, ...], path: str) -> list[str]:
-    """A ``null`` on a key of the operator's security context that keeps the pods non-root and restricted,
-    or a capability drop without ``ALL`` (as good as a ``null``)."""
+    """A ``null`` on a key of the operator's security context that keeps the pods non-root and restricted."""
     if not isinstance(context, dict):
         return []
-    problems = [f"{path}.{key}: null would remove the operator's {key}; remove the null"
-                for key in owned if key in context and context[key] is None]
-    capabilities = context.get("capabilities")
-    if "capabilities" in owned and isinstance(capabilities, dict) and "drop" in capabilities \
-            and "ALL" not in (capabilities["drop"] or ()):
-        problems.append(f"{path}.capabilities.drop: the pods drop ALL capabilities; keep ALL in the list or "
-                        "remove it (add what you need under capabilities.add)")
-    return problems
+    return [f"{path}.{key}: null would remove the operator's {key}; remove the null"
+            for key in owned if key in context and context[key] is None]
 
 
 def _non_root(context: Any, path: str) -> list[str]:

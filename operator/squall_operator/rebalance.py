@@ -118,7 +118,7 @@ def decide(*, spec: TopologySpec, templates: Mapping[str, str], pods: Sequence[P
         if not any(new_template(p) for p in outdated):  # a new image may have what the spec needs
             held = tuple(p.name for p in pods if p.state is not None and p.state.held and p.state.member)
             return Decision(rebalance=current, activate=held)
-        current = {k: v for k, v in current.items() if k != "refused"}
+        current = None  # the spouts went again meanwhile: a rebalance of its own, drained first
     if current is None:
         step = REPLACING if spec.upgrade_strategy == RECREATE else DRAINING
         current = {"target": target, "strategy": spec.upgrade_strategy, "step": step,

@@ -179,13 +179,21 @@ def test_containers_a_template_adds_run_without_privilege_escalation_and_capabil
      "podTemplate.workers.spec.securityContext.sysctls[0]: kernel.msgmax is not a safe sysctl"),
     ({"spec": {"ephemeralContainers": [{"name": "debug", "image": "x", "securityContext": {"privileged": True}}]}},
      "podTemplate.workers.spec.ephemeralContainers[0].securityContext.privileged: the pods run unprivileged"),
+    # a sidecar that drops one capability kept all the others (found by the review)
+    ({"spec": {"containers": [{"name": "proxy", "image": "x", "securityContext": {"capabilities": {
+        "drop": ["NET_RAW"]}}}]}},
+     "podTemplate.workers.spec.containers[0].securityContext.capabilities.drop: the pods drop ALL capabilities"),
+    ({"metadata": {"annotations": {"container.apparmor.security.beta.kubernetes.io/worker": "unconfined"}}},
+     "podTemplate.workers.metadata.annotations.container.apparmor.security.beta.kubernetes.io/worker: "
+     "unconfined is not allowed"),
 ], ids=lambda v: v if isinstance(v, str) else None)
 def test_what_the_restricted_pod_security_standard_forbids_is_refused(template, message):
     """Whoever may create a Topology got pods on the node's network, its root filesystem, or with any
     capability, through the pod template; the gate refused only privileged and root (found by the
     security audit). Now it keeps Kubernetes' Pod Security Standard restricted."""
     assert message in refused(template)
-    assert "Pod Security Standard restricted" in refused(template) or "unprivileged" in message
+    assert "Pod Security Standard restricted" in refused(template) or "unprivileged" in message \
+        or "drop ALL" in message
 
 
 def test_what_the_restricted_standard_allows_passes():

@@ -176,10 +176,28 @@ def test_a_refused_switch_is_not_sent_again_and_the_held_spouts_go_again_on_thei
     after = decide(spec=NEW, templates=TEMPLATES, pods=pods(OLD, held=True), previous=stopped, now=at(2))
     assert after.rebalance == stopped and not after.switch and not after.delete and not after.deactivate
     assert set(after.activate) == {p.name for p in pods(OLD)}
-    # a new image (a new template) may have the class: the rebalance goes on, the refusal forgotten
-    tried = decide(spec=NEW, templates={"worker": "t2", "acker": "t2"}, pods=pods(OLD), previous=stopped, now=at(3))
-    assert "refused" not in tried.rebalance and set(tried.delete) == {p.name for p in pods(OLD)}
+    # a new image (a new template) may have the class: a rebalance of its own, drained first (the spouts
+    # went again meanwhile: replacing the pods at once dropped their trees; found by the review)
+    tried = decide(spec=NEW, templates={"worker": "t2", "acker": "t2"}, pods=pods(OLD, pending=40), previous=stopped,
+                   now=at(3))
+    assert "refused" not in tried.rebalance and tried.rebalance["step"] == DRAINING and not tried.delete
+    assert tried.rebalance["started"] == at(3).strftime(TIME_FORMAT) and set(tried.deactivate) == {
+        p.name for p in pods(OLD)}
     # another spec: a rebalance of its own
     other = TopologySpec.from_dict({**BASE, "workers": 4})
     fresh = decide(spec=other, templates=TEMPLATES, pods=pods(OLD, held=True), previous=stopped, now=at(4))
     assert fresh.rebalance["target"] == other.fingerprint() and "refused" not in fresh.rebalance
+
+
+def test_a_pod_counts_as_running_only_while_its_process_container_runs():
+    """A pod crash-looping is in phase Running: it was taken for a busy process holding trees, so every
+    drain waited the whole message timeout for it (found by the review)."""
+    from squall_operator.handlers import _running
+
+    def pod(state: dict) -> dict:
+        return {"status": {"phase": "Running", "containerStatuses": [
+            {"name": "log-shipper", "state": {"running": {}}}, {"name": "worker", "state": state}]}}
+
+    assert _running(pod({"running": {"startedAt": "2026-01-01T00:00:00Z"}}), "worker")
+    assert not _running(pod({"waiting": {"reason": "CrashLoopBackOff"}}), "worker")
+    assert not _running({"status": {"phase": "Pending"}}, "worker")

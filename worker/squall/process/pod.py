@@ -387,7 +387,7 @@ class Process:
             raise CommandError(f"the spec to switch to is topology {spec.name!r}; this process runs "
                                f"{self.cfg.spec.name!r}")
         if self.terminated:  # a switch would leave its drain, dropping what it drains
-            raise CommandError(f"{self.cfg.name} is draining to exit (SIGTERM): it takes no other plan")
+            raise CommandError(f"{self.cfg.name} is draining to exit (SIGTERM): it takes no other plan", refused=False)
         if spec.fingerprint() == self.plan:  # back to its own plan: in it again, if a switch left it out
             self.held, self.member = False, True
             self._set_spouts()

@@ -181,7 +181,8 @@ class Supervisor:
         self.spec_path = Path(spec_path).resolve()
         self.spec = spec
         self.run_dir = Path(run_dir)
-        self.run_dir.mkdir(mode=0o700, parents=True, exist_ok=True)  # its logs may hold what the topology read
+        # its logs may hold what the topology read; one the user gave, made before, is left as it is
+        self.run_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         self._lock = _lock(self.run_dir)
         counts = {WORKER: max(room, spec.workers), ACKER: max(room, spec.num_ackers)}
         roles = [(role, i) for role in contract.ROLES for i in range(counts[role])]

@@ -154,7 +154,7 @@ def _unpack(data: bytes, name: str) -> list:
     # msgpack decodes its timestamp type itself, never asking ext_hook: an extension of type -1 has the
     # byte 0xff, so only a column that holds one is walked (a scan at memchr's speed: a pattern search for
     # the headers took longer than decoding the column)
-    if b"\xff" in data and _timestamped(items):
+    if b"\xff" in data and _timestamped(items, -2):  # a value is two levels down: column, then tuple
         raise FrameError(f"{name} holds a msgpack timestamp (extension type -1), which no tuple value is")
     return items
 

@@ -51,6 +51,7 @@ class Credentials:
         directory in a shared /tmp) neither keeps its mode nor sends the key elsewhere."""
         directory = Path(directory)
         directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        directory.chmod(0o700)  # one made before, by this user or planted
         for name, data in ((CA_FILE, self.ca), (CERT_FILE, self.cert), (KEY_FILE, self.key)):
             fd, temporary = tempfile.mkstemp(dir=directory, prefix=f".{name}.")  # 0600, and its own
             with os.fdopen(fd, "wb") as file:
