@@ -178,14 +178,17 @@ def config_map(spec: TopologySpec, *, namespace: str, generation: int = 0) -> Ma
 def executor_pod(spec: TopologySpec) -> Manifest:
     """The pod template file of Spark's executors (``spark.kubernetes.executor.podTemplateFile``): the
     spec's template over Spark's executor container, which Spark completes (image, command, memory),
-    hardened as the worker pods are (non-root, no privilege escalation, no capability, the runtime's
-    seccomp profile, no API token: an executor never calls the API server). The user is the image's:
-    an executor image of its own (``spark.executorImage``) runs as its own non-root user."""
+    hardened as the worker pods are (no privilege escalation, no capability, the runtime's seccomp
+    profile, no API token: an executor never calls the API server), and on the topology's image as its
+    user. An executor image of its own (``spark.executorImage``) runs as its image's user: the kubelet
+    cannot tell whether a named ``USER`` (``apache/spark``'s ``spark``) is root, and would refuse to start
+    it with ``runAsNonRoot``; its template may set ``runAsUser``."""
     main = pods.MAIN_CONTAINER[pods.SPARK_EXECUTORS]
+    context: dict[str, Any] = {"seccompProfile": {"type": "RuntimeDefault"}}
+    if spec.spark is not None and spec.spark.executor_image is None:
+        context = {"runAsNonRoot": True, "runAsUser": RUN_AS, "runAsGroup": RUN_AS, "fsGroup": RUN_AS, **context}
     pod: dict[str, Any] = {"metadata": {}, "spec": {
-        "automountServiceAccountToken": False,
-        "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
-        "containers": [{"name": main}]}}
+        "automountServiceAccountToken": False, "securityContext": context, "containers": [{"name": main}]}}
     template = pods.templates(spec).get(pods.SPARK_EXECUTORS)
     if template is not None and template.resources is not None:
         pod["spec"]["containers"][0]["resources"] = template.resources.model_dump(by_alias=True, exclude_none=True)

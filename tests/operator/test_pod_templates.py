@@ -4,6 +4,7 @@ where they set an unknown field or one the operator owns."""
 from __future__ import annotations
 
 import copy
+import re
 
 import kubernetes_validate
 import pytest
@@ -110,7 +111,8 @@ def test_spark_executors_template_goes_to_the_pod_template_file():
     template = yaml.safe_load(objs["ConfigMap", "wc-spec"]["data"]["executor-pod-template.yaml"])
     assert template == {"apiVersion": "v1", "kind": "Pod", "metadata": {"labels": {"team": "ml"}}, "spec": {
         "automountServiceAccountToken": False,
-        "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
+        "securityContext": {"runAsNonRoot": True, "runAsUser": 10001, "runAsGroup": 10001, "fsGroup": 10001,
+                            "seccompProfile": {"type": "RuntimeDefault"}},
         "containers": [{"name": "spark-kubernetes-executor", "resources": {"limits": {"nvidia.com/gpu": 1}},
                         "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}}],
         "nodeSelector": {"gpu": "true"}}}
@@ -133,6 +135,12 @@ def test_spark_executors_are_hardened_without_a_template_of_their_own():
                                                                     "capabilities": {"drop": ["ALL"]}}
     conf = yaml.safe_load(env(objs["StatefulSet", "wc-worker"])["SQUALL_SPARK_CONF"])
     assert conf["spark.kubernetes.executor.podTemplateFile"] == "/etc/squall/executor-pod-template.yaml"
+    # an executor image of its own runs as its user, which may be a name the kubelet cannot check (found
+    # by the review: apache/spark's USER spark failed to start with runAsNonRoot and no runAsUser)
+    own = check_spec("wc", {**SPARK, "spark": {**SPARK["spark"], "executorImage": "apache/spark:3.5.1"}})
+    template = yaml.safe_load(by_kind(render(own, namespace=NS, image="squall:1"))[
+        "ConfigMap", "wc-spec"]["data"]["executor-pod-template.yaml"])
+    assert template["spec"]["securityContext"] == {"seccompProfile": {"type": "RuntimeDefault"}}
 
 
 def test_containers_a_template_adds_run_without_privilege_escalation_and_capabilities():
@@ -365,3 +373,17 @@ def test_a_request_above_its_limit_is_refused(doc, message):
 def test_requests_within_their_limits_pass():
     check_spec("wc", {**BASE, "resources": {"requests": {"cpu": "500m", "memory": "1Gi"},
                                             "limits": {"cpu": 1, "memory": "1024Mi", "nvidia.com/gpu": 1}}})
+
+
+@pytest.mark.parametrize("key", ["spark.kubernetes.executor.volumes.hostPath.root.options.path",
+                                 "spark.kubernetes.driver.volumes.hostPath.root.mount.path",
+                                 "spark.kubernetes.executor.podTemplateFile",
+                                 "spark.kubernetes.authenticate.executor.serviceAccountName",
+                                 "spark.kubernetes.executor.annotation.container.apparmor.security.beta.kubernetes.io/x"])
+def test_spark_settings_that_would_make_pods_past_the_template_checks_are_refused(key):
+    """spark.conf went to Spark as it was: a hostPath volume of the node's root filesystem, or another
+    pod template, got past the restricted checks of podTemplate (found by the review)."""
+    with pytest.raises(TopologyError, match=rf"spark\.conf: {re.escape(key)} is not allowed: .* "
+                                            r"podTemplate\.sparkExecutors"):
+        check_spec("wc", {**SPARK, "spark": {**SPARK["spark"], "conf": {key: "/"}}})
+    check_spec("wc", {**SPARK, "spark": {**SPARK["spark"], "conf": {"spark.kubernetes.executor.request.cores": "1"}}})

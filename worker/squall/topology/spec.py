@@ -24,6 +24,7 @@ from pydantic import (
     PrivateAttr,
     ValidationError,
     WithJsonSchema,
+    field_validator,
     model_validator,
 )
 from pydantic.alias_generators import to_camel
@@ -231,6 +232,22 @@ class Spark(_Model):
     executor_memory: str = Field(default="1g", pattern=r"^[0-9]+[kmgtKMGT]?$")
     driver_memory: str = Field(default="1g", pattern=r"^[0-9]+[kmgtKMGT]?$")
     conf: dict[str, str] = Field(default_factory=dict, description="extra spark.* settings")
+
+    @field_validator("conf")
+    @classmethod
+    def _no_pod_settings(cls, conf: dict[str, str]) -> dict[str, str]:
+        # Spark would make its executor pods from these, past the operator's pod template checks: a
+        # hostPath volume of the node's root filesystem, another pod template, another account
+        for key in conf:
+            if _SPARK_POD_SETTINGS.match(key):
+                raise ValueError(f"{key} is not allowed: Spark would make its pods with it, past the pod template "
+                                 "checks (Pod Security Standard restricted); give volumes and other pod settings "
+                                 "in podTemplate.sparkExecutors")
+        return conf
+
+
+_SPARK_POD_SETTINGS = re.compile(r"spark\.kubernetes\.((driver|executor)\.(volumes\.|podTemplate|annotation\."
+                                 r"container\.apparmor)|authenticate\.)")
 
 
 class Resources(_Model):
