@@ -74,3 +74,30 @@ def test_errors_last_n_answers_the_newest_n():
         assert json.loads(fetch(url)) == rows and json.loads(fetch(url + "?last=0")) == []
     finally:
         server.stop()
+
+
+def test_a_request_that_comes_a_byte_at_a_time_is_cut_off_after_the_idle_time(monkeypatch):
+    """The timeout bounded each read, not the request: a byte every few seconds held a connection, and
+    with 32 such ones every slot, so /healthz went unanswered and the liveness probe would restart the
+    pod (found by the review)."""
+    import time
+
+    monkeypatch.setattr(http, "IDLE_SECONDS", 0.4)
+    server = MetricsServer(registry=CollectorRegistry(), host="127.0.0.1", port=0, healthy=lambda: True)
+    server.start()
+    try:
+        with socket.create_connection(("127.0.0.1", server.port), timeout=30) as slow:
+            deadline = time.monotonic() + 30
+            closed = False
+            while not closed and time.monotonic() < deadline:
+                try:
+                    slow.sendall(b"G")  # never a whole request line, never idle for a whole timeout
+                    slow.settimeout(0.1)
+                    closed = slow.recv(100) == b""
+                except TimeoutError:
+                    continue
+                except OSError:
+                    closed = True
+            assert closed, "a request trickling in was served for good"
+    finally:
+        server.stop()

@@ -4,8 +4,11 @@ as JSON) on one small HTTP server thread."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import socket
 import threading
+import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -13,7 +16,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
-IDLE_SECONDS = 10.0
+IDLE_SECONDS = 10.0  # a connection is served this long at most, however slowly its request comes
 # Connections served at once: each holds a thread. A scrape, the probes and the operator need a few; one
 # more is closed at once (the metrics port is the network's to reach, and a thread each had no bound).
 MAX_CONNECTIONS = 32
@@ -72,13 +75,23 @@ class MetricsServer:
         self._http.daemon_threads = True
         self.port = self._http.server_address[1]
         self._thread = threading.Thread(target=self._http.serve_forever, name="metrics", daemon=True)
+        self._stopped = threading.Event()
+        self._watchdog = threading.Thread(target=self._cut_overdue, name="metrics-watchdog", daemon=True)
 
     def start(self) -> None:
         self._thread.start()
+        self._watchdog.start()
 
     def stop(self) -> None:
+        self._stopped.set()
         self._http.shutdown()
         self._http.server_close()
+
+    def _cut_overdue(self) -> None:
+        # The handler's timeout bounds each read, not a request: one byte every few seconds kept a
+        # connection, and its slot, for good.
+        while not self._stopped.wait(min(1.0, IDLE_SECONDS / 4)):
+            self._http.cut_overdue(IDLE_SECONDS)
 
 
 class _Server(ThreadingHTTPServer):
@@ -89,6 +102,17 @@ class _Server(ThreadingHTTPServer):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+        self._served: dict[socket.socket, float] = {}  # connection → when its thread took it
+        self._served_lock = threading.Lock()
+
+    def cut_overdue(self, seconds: float) -> None:
+        """Shut the connections served longer than ``seconds`` down: their threads then end."""
+        now = time.monotonic()
+        with self._served_lock:
+            overdue = [sock for sock, since in self._served.items() if now - since > seconds]
+        for sock in overdue:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
 
     def process_request(self, request: Any, client_address: Any) -> None:
         if not self._slots.acquire(blocking=False):
@@ -101,7 +125,11 @@ class _Server(ThreadingHTTPServer):
             raise
 
     def process_request_thread(self, request: Any, client_address: Any) -> None:
+        with self._served_lock:
+            self._served[request] = time.monotonic()
         try:
             super().process_request_thread(request, client_address)
         finally:
+            with self._served_lock:
+                del self._served[request]
             self._slots.release()
