@@ -114,6 +114,7 @@ class Operator:
         self._due_lock = threading.Lock()
         # (namespace, name) → (target plan, when this operator first saw that rebalance under way)
         self._watched: dict[tuple[str, str], tuple[str, datetime]] = {}
+        self._reconciling: set[tuple[str, str]] = set()  # Topologies a resync or a due step reconciles now
         self.resync_task: asyncio.Task[None] | None = None
 
     def later(self, namespace: str, name: str, delay: float) -> None:
@@ -133,10 +134,22 @@ class Operator:
         await asyncio.gather(self._resync_every(), self._resync_due())
 
     async def _resync_every(self) -> None:
-        while True:
-            await asyncio.sleep(self.settings.resync_seconds)
-            if await self._reconcile_all(sorted(self.known), read_errors=True):
-                self.metrics.resynced()
+        # A pass is not waited for by the next: a Topology whose pods are slow to answer holds up its own
+        # pass, and the next one goes on without it (see _reconcile_all), not every Topology's.
+        passes: set[asyncio.Task[None]] = set()
+        try:
+            while True:
+                await asyncio.sleep(self.settings.resync_seconds)
+                task = asyncio.create_task(self._resync_pass(), name="resync pass")
+                passes.add(task)
+                task.add_done_callback(passes.discard)
+        finally:
+            for task in passes:
+                task.cancel()
+
+    async def _resync_pass(self) -> None:
+        if await self._reconcile_all(sorted(self.known), read_errors=True):
+            self.metrics.resynced()
 
     async def _resync_due(self) -> None:
         while True:
@@ -149,18 +162,31 @@ class Operator:
             await self._reconcile_all(due, read_errors=False)
 
     async def _reconcile_all(self, topologies: list[tuple[str, str]], *, read_errors: bool) -> bool:
-        """Reconcile each of ``topologies``; whether all went without error."""
-        clean = True
-        for namespace, name in topologies:
-            try:
-                await asyncio.to_thread(self.reconcile, namespace, name, log, read_errors=read_errors)
-            except kopf.TemporaryError as exc:  # refused by the API server: reported in the status and an Event
-                clean = False
-                self.later(namespace, name, exc.delay or RETRY_DELAY)
-            except Exception:  # one Topology's trouble must not stop the others' repair
-                clean = False
-                log.exception("reconcile of Topology %s/%s failed", namespace, name)
-        return clean
+        """Reconcile each of ``topologies``, :data:`ASKING` at a time (one whose pods are slow to answer, a
+        busy process costs ANSWER_TIMEOUT, does not hold up the others' steps); whether all went without
+        error."""
+        room = asyncio.Semaphore(ASKING)
+
+        async def one(namespace: str, name: str) -> bool:
+            if (namespace, name) in self._reconciling:  # an earlier pass's, slow: this one goes on without it
+                if not read_errors:
+                    self.later(namespace, name, RECHECK)  # a step due: it comes once that one is done
+                return True
+            self._reconciling.add((namespace, name))
+            async with room:
+                try:
+                    await asyncio.to_thread(self.reconcile, namespace, name, log, read_errors=read_errors)
+                except kopf.TemporaryError as exc:  # refused by the API server: in the status and an Event
+                    self.later(namespace, name, exc.delay or RETRY_DELAY)
+                    return False
+                except Exception:  # one Topology's trouble must not stop the others' repair
+                    log.exception("reconcile of Topology %s/%s failed", namespace, name)
+                    return False
+                finally:
+                    self._reconciling.discard((namespace, name))
+                return True
+
+        return all(await asyncio.gather(*(one(namespace, name) for namespace, name in topologies)))
 
     def discover(self, logger: logging.Logger | logging.LoggerAdapter) -> None:
         """Find what the cluster supports, write accordingly, and add the CEL rules to the CRD where

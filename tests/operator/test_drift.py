@@ -167,6 +167,38 @@ async def test_the_resync_asks_a_topologys_pods_for_their_errors_at_once(api, st
             release.set()
 
 
+async def test_a_topology_whose_pods_are_slow_to_answer_does_not_hold_up_the_others(api, start_operator,
+                                                                                     monkeypatch):
+    """Topologies were reconciled one after another: one whose pods took their timeout to answer (a busy
+    process: 7 s a command) held up every other Topology's resync and rebalance steps (found by the
+    review). They are reconciled side by side now."""
+    monkeypatch.setattr(handlers, "ERRORS_TIMEOUT", 60.0)  # the slow pod answers only once released
+    release = asyncio.Event()
+    reported = [{"component": "split", "task": 2, "time": time.time(), "error": "ValueError: bad line"}]
+
+    async def slow(_: aiohttp.web.Request) -> aiohttp.web.Response:
+        await release.wait()
+        return aiohttp.web.json_response([])
+
+    async def quick(_: aiohttp.web.Request) -> aiohttp.web.Response:
+        return aiohttp.web.json_response(reported)
+
+    async with errors_served(slow) as slow_port, errors_served(quick) as quick_port:
+        try:
+            await start_operator(resync_seconds=0.3)
+            for name in ("aa", "bb"):  # the resync takes them in this order
+                await create_topology(api, name, SPEC)
+                await eventually(f"{name}'s StatefulSet", lambda name=name: obj(api, STATEFULSETS, f"{name}-worker"))
+            await put_pod(api, "aa-worker-0", "aa", {"phase": "Running", "podIP": "127.0.0.1"}, metrics_port=slow_port)
+            await put_pod(api, "bb-worker-0", "bb", {"phase": "Running", "podIP": "127.0.0.1"},
+                          metrics_port=quick_port)
+            rows = await eventually("bb's errors while aa's pod is still asked",
+                                    lambda: status(api, "bb").get("componentErrors"), timeout=20)
+            assert rows[0]["pod"] == "bb-worker-0" and not release.is_set()
+        finally:
+            release.set()
+
+
 async def test_a_pod_whose_errors_never_end_does_not_hold_the_resync_and_only_the_newest_are_asked_for(
         api, start_operator, monkeypatch):
     """A pod runs its user's code, and its ``/errors`` answer was read for as long as bytes kept coming
