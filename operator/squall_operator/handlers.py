@@ -294,6 +294,21 @@ class Operator:
             self.kube.delete(Ref("v1", "Pod", namespace, name))
         return stopped
 
+    def _checked(self, decision: rebalance.Decision, pods: list[tuple[str, int, Manifest]], *, spec: TopologySpec,
+                 tls: Credentials | None, logger: logging.Logger | logging.LoggerAdapter) -> dict[str, Any] | None:
+        """Ask a process to be switched whether it could run ``spec`` before its children are applied: the
+        rebalance stopped if it could not (None: it could, or did not answer, and the switch will tell)."""
+        assert decision.rebalance is not None
+        name = decision.switch[0]
+        pod = next(pod for _, _, pod in pods if pod["metadata"]["name"] == name)
+        try:
+            self._command(pod, tls, lambda process: process.check(spec))
+        except CommandError as exc:
+            if exc.refused:
+                logger.warning("rebalance: %s cannot run the new spec, nothing of it is applied: %s", name, exc)
+                return rebalance.refused(decision.rebalance, name, str(exc))
+        return None
+
     def _suspend(self, found: list[rebalance.Pod], pods: list[tuple[str, int, Manifest]], *, spec: TopologySpec,
                  generation: int, tls: Credentials | None, logger: logging.Logger | logging.LoggerAdapter) -> None:
         """Tell each running worker process whose ``suspended`` is not the spec's: at once, where the
@@ -389,6 +404,10 @@ class Operator:
                            if m["kind"] == "StatefulSet"})
             self._carry_out(decision, pods, namespace=namespace, spec=spec, tls=tls, logger=logger,
                             commands=("deactivate",))
+            if decision.apply and decision.switch and decision.rebalance is not None:
+                stopped = self._checked(decision, pods, spec=spec, tls=tls, logger=logger)
+                if stopped is not None:  # nothing of the new spec is applied; the spouts go again at the next step
+                    decision = dataclasses.replace(decision, rebalance=stopped, apply=False, switch=(), delete=())
             if decision.apply:
                 try:
                     prune = [Ref(v, k, namespace, n) for v, k, n in child_refs(name, pdb_api=self.features.pdb_api)]
@@ -406,6 +425,9 @@ class Operator:
                                           commands=("switch", "activate"))
                 if stopped is not None:  # the status's Degraded condition and its Warning Event say why
                     decision = dataclasses.replace(decision, rebalance=stopped)  # again: the spouts go again soon
+            else:  # a refused rebalance applies nothing, and lets the held spouts go
+                self._carry_out(decision, pods, namespace=namespace, spec=spec, tls=tls, logger=logger,
+                                commands=("activate",))
             self._suspend(found, pods, spec=spec, generation=generation or 0, tls=tls, logger=logger)
             for kind, reason, message in decision.events:
                 logger.info("rebalance: %s: %s", reason, message)

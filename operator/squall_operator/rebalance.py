@@ -25,9 +25,11 @@ cannot reach its peers when its spec file changes to another plan switches to it
 (:mod:`squall.process.pod`), and Kubernetes updates that file from the ConfigMap.
 
 A drain counts as done only when every running pod answered that it holds nothing: a pod whose process
-is too busy to answer (a long bolt call) may hold trees. A SWITCH a process refuses (it cannot run the
-new spec: a class its image lacks) is not sent again: the rebalance stops there (``refused``), the held
-spouts go again on the plan they run, and the spec must change before it is tried again.
+is too busy to answer (a long bolt call) may hold trees. Before the new children are applied for an
+in-place switch, a process is asked whether it could run the new spec (``CHECK``: a class its image
+lacks passes validation, which imports nothing). If it could not, or a SWITCH is refused all the same,
+the rebalance stops there (``refused``): nothing more is applied, the held spouts go again on the plan
+they run, and the spec (or the image) must change before it is tried again.
 """
 
 from __future__ import annotations
@@ -117,7 +119,7 @@ def decide(*, spec: TopologySpec, templates: Mapping[str, str], pods: Sequence[P
     if current is not None and current.get("refused"):
         if not any(new_template(p) for p in outdated):  # a new image may have what the spec needs
             held = tuple(p.name for p in pods if p.state is not None and p.state.held and p.state.member)
-            return Decision(rebalance=current, activate=held)
+            return Decision(rebalance=current, apply=False, activate=held)  # the children stay as they are
         current = None  # the spouts went again meanwhile: a rebalance of its own, drained first
     if current is None:
         step = REPLACING if spec.upgrade_strategy == RECREATE else DRAINING

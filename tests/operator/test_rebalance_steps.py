@@ -175,6 +175,7 @@ def test_a_refused_switch_is_not_sent_again_and_the_held_spouts_go_again_on_thei
     assert "wc-worker-0 refused to switch" in stopped["refused"] and "cannot import" in stopped["refused"]
     after = decide(spec=NEW, templates=TEMPLATES, pods=pods(OLD, held=True), previous=stopped, now=at(2))
     assert after.rebalance == stopped and not after.switch and not after.delete and not after.deactivate
+    assert not after.apply  # nothing more of the spec: a scale it has would take pods the old plan needs
     assert set(after.activate) == {p.name for p in pods(OLD)}
     # a new image (a new template) may have the class: a rebalance of its own, drained first (the spouts
     # went again meanwhile: replacing the pods at once dropped their trees; found by the review)

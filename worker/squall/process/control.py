@@ -115,6 +115,11 @@ class ControlClient:
         flight is dropped, so drain first."""
         return self._send(ControlRequest(command=ControlRequest.SWITCH, spec=json.dumps(spec.to_dict())))
 
+    def check(self, spec: TopologySpec) -> ProcessState:
+        """Whether the process could run ``spec`` (it imports its classes): its state, or
+        :class:`CommandError` (``refused``) saying why not. Nothing changes."""
+        return self._send(ControlRequest(command=ControlRequest.CHECK, spec=json.dumps(spec.to_dict())))
+
     def close(self) -> None:
         self._channel.close()
 

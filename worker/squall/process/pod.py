@@ -326,7 +326,7 @@ class Process:
     def control(self, request: ControlRequest) -> ProcessState:
         """Carry out a command on the scheduler loop (called on a gRPC server thread)."""
         spec = None
-        if request.command == ControlRequest.SWITCH:
+        if request.command in (ControlRequest.SWITCH, ControlRequest.CHECK):
             try:
                 spec = TopologySpec.from_dict(json.loads(request.spec), source="the spec to switch to")
             except (ValueError, SquallError) as exc:
@@ -378,24 +378,34 @@ class Process:
         elif command == ControlRequest.SWITCH:
             assert spec is not None
             self._switch(spec, why="rebalance")
+        elif command == ControlRequest.CHECK:
+            assert spec is not None
+            self._runnable(spec)
         return self._state()
+
+    def _runnable(self, spec: TopologySpec) -> None:
+        """Refuse a spec this process could not run: another topology's, or one whose classes it cannot
+        import (a className the image lacks, which validation, importing nothing, lets through)."""
+        if spec.name != self.cfg.spec.name:
+            raise CommandError(f"the spec to switch to is topology {spec.name!r}; this process runs "
+                               f"{self.cfg.spec.name!r}")
+        try:
+            Plan(spec)
+        except SquallError as exc:
+            raise CommandError(f"{self.cfg.name} cannot run the spec to switch to: {exc}") from None
 
     def _switch(self, spec: TopologySpec, *, why: str) -> None:
         """Leave the loop to run ``spec`` next (:func:`main` builds it); a spec with no place for this
         process holds its spouts until it is removed; the same plan only lets the spouts go again."""
-        if spec.name != self.cfg.spec.name:
-            raise CommandError(f"the spec to switch to is topology {spec.name!r}; this process runs "
-                               f"{self.cfg.spec.name!r}")
         if self.terminated:  # a switch would leave its drain, dropping what it drains
             raise CommandError(f"{self.cfg.name} is draining to exit (SIGTERM): it takes no other plan", refused=False)
         if spec.fingerprint() == self.plan:  # back to its own plan: in it again, if a switch left it out
             self.held, self.member = False, True
             self._set_spouts()
             return
+        self._runnable(spec)  # before leaving this plan
         try:
             cfg = self.cfg.running(spec)
-            if cfg is not None:
-                Plan(cfg.spec)  # imports its classes: refuse a spec that cannot run before leaving this one
         except SquallError as exc:
             raise CommandError(f"{self.cfg.name} cannot run the spec to switch to: {exc}") from None
         self.held, self.held_since = True, self.runtime.clock()
