@@ -99,6 +99,9 @@ class RecordingApi(client.ApiClient):
                              .encode())
         body = json.loads(body) if isinstance(body, (str, bytes)) else body
         base = path.removesuffix("/status")
+        if method == "GET" and re.fullmatch(r"/(api/v1|apis/[^/]+/[^/]+)/namespaces/[^/]+/[^/]+", path):  # a LIST
+            items = [obj for at, obj in self.objects.items() if at.rsplit("/", 1)[0] == path]
+            return _Response(200, json.dumps({"items": items}).encode())
         if method == "POST":
             path = f"{path}/{body['metadata'].get('name') or body['metadata']['generateName'] + str(len(self.objects))}"
             self.objects[path] = {**body, "metadata": {**body["metadata"], "uid": f"uid-{len(self.objects)}"}}

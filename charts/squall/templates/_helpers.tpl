@@ -152,12 +152,12 @@ needs it (operator/squall_operator/); tests/chart/test_chart_rbac.py checks them
 - apiGroups: [monitoring.coreos.com]
   resources: [podmonitors]
   verbs: [get, create, patch, delete]
-# handlers.Operator._pods reads the worker and acker pods (container states into the status);
+# handlers.Operator._pods lists the worker and acker pods (container states into the status);
 # kopf watches them (on.event "pods"); a rebalance deletes the pods whose template changed
 # (squall_operator.rebalance: the StatefulSets' updateStrategy is OnDelete)
 - apiGroups: [""]
   resources: [pods]
-  verbs: [get, list, watch, delete]
+  verbs: [list, watch, delete]
 # the operator (apply.Kube.event) and kopf post core v1 Events
 - apiGroups: [""]
   resources: [events]
