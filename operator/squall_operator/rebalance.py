@@ -36,16 +36,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from squall.process.contract import ACKER, WORKER
 from squall.process.control import ProcessState
 from squall.topology.spec import TopologySpec
+from squall_operator.status import TIME_FORMAT, parse_time
 
 DRAIN, RECREATE = "Drain", "Recreate"
 DRAINING, SWITCHING, REPLACING = "Draining", "Switching", "Replacing"
-TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
 ANSWER_GRACE = 60.0  # seconds after the switch that the pods of the new spec are given to answer with its plan
 
 
@@ -75,10 +75,6 @@ class Decision:
     events: tuple[tuple[str, str, str], ...] = field(default=())  # (type, reason, message) to post
 
 
-def _parse(text: str) -> datetime:
-    return datetime.strptime(text, TIME_FORMAT).replace(tzinfo=UTC)
-
-
 def decide(*, spec: TopologySpec, templates: Mapping[str, str], pods: Sequence[Pod],
            previous: Mapping[str, Any] | None, now: datetime, watched_since: datetime | None = None) -> Decision:
     """What to do about ``pods`` for ``spec`` (whose pod templates hash to ``templates``, by role), with
@@ -97,6 +93,9 @@ def decide(*, spec: TopologySpec, templates: Mapping[str, str], pods: Sequence[P
     def other_plan(pod: Pod) -> bool:
         return pod.state is not None and pod.state.member and pod.state.plan != target
 
+    def held() -> tuple[str, ...]:  # the pods whose spouts a rebalance holds, to let go
+        return tuple(p.name for p in pods if p.state is not None and p.state.held and p.state.member)
+
     outdated = [p for p in pods if surplus(p) or new_template(p) or other_plan(p)]
     current = dict(previous) if previous and previous.get("target") == target else None
     if not outdated:
@@ -104,22 +103,20 @@ def decide(*, spec: TopologySpec, templates: Mapping[str, str], pods: Sequence[P
         # it follows its spec file by itself) is waited for ANSWER_GRACE after the switch at most.
         answered = [p for p in pods if p.state is not None and p.state.plan == target]
         if current is not None and len(answered) < sum(wanted.values()) and \
-                (now - _parse(current.get("switched", current["started"]))).total_seconds() < ANSWER_GRACE:
+                (now - parse_time(current.get("switched", current["started"]))).total_seconds() < ANSWER_GRACE:
             return Decision(rebalance=current, again=True)
         complete = len(answered) >= sum(wanted.values())  # else some pod is silent, or was never made
         events = () if previous is None else (
             ("Normal" if complete else "Warning", "Rebalanced" if complete else "RebalanceIncomplete",
              f"{len(answered)} of {sum(wanted.values())} pods answer with plan {target}, "
-             f"{(now - _parse(previous['started'])).total_seconds():.0f} s after it began"
+             f"{(now - parse_time(previous['started'])).total_seconds():.0f} s after it began"
              + ("" if complete else f"; the others were given {ANSWER_GRACE:.0f} s")),)
-        held = tuple(p.name for p in pods if p.state is not None and p.state.held and p.state.member)
-        return Decision(rebalance=None, activate=held, events=events)
+        return Decision(rebalance=None, activate=held(), events=events)
 
     events: list[tuple[str, str, str]] = []
     if current is not None and current.get("refused"):
         if not any(new_template(p) for p in outdated):  # a new image may have what the spec needs
-            held = tuple(p.name for p in pods if p.state is not None and p.state.held and p.state.member)
-            return Decision(rebalance=current, apply=False, activate=held)  # the children stay as they are
+            return Decision(rebalance=current, apply=False, activate=held())  # the children stay as they are
         current = None  # the spouts went again meanwhile: a rebalance of its own, drained first
     if current is None:
         step = REPLACING if spec.upgrade_strategy == RECREATE else DRAINING
@@ -133,7 +130,7 @@ def decide(*, spec: TopologySpec, templates: Mapping[str, str], pods: Sequence[P
         else:
             events.append(("Normal", REPLACING, f"replacing {len(outdated)} outdated pod(s) at once, without "
                            "draining (upgradeStrategy Recreate)"))
-    began = _parse(current["started"])
+    began = parse_time(current["started"])
     waited = (now - (began if watched_since is None else max(began, watched_since))).total_seconds()
 
     if current["step"] == REPLACING:

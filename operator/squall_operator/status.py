@@ -19,6 +19,7 @@ from squall_operator.render import Names, selector
 
 PENDING, RUNNING, SUSPENDED, FAILED = "Pending", "Running", "Suspended", "Failed"
 KEEP_ERRORS = 5
+TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"  # of every time in the status
 MESSAGE_CHARS = 400  # of a termination message or a component's error, in the status
 # Status keys that describe pods; an invalid spec leaves the last known values in place.
 POD_KEYS = ("workers", "readyWorkers", "ackers", "readyAckers", "ready", "selector", "specHash", "componentErrors",
@@ -85,7 +86,7 @@ def pod_problems(pods: list[dict[str, Any]]) -> list[PodProblem]:
 def component_errors(reported: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
     """The newest errors the components reported (``GET /errors`` of each pod, by pod), newest last."""
     rows = [{"pod": pod, "component": str(e.get("component")), "task": e.get("task"),
-             "time": datetime.fromtimestamp(float(e.get("time") or 0), UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+             "time": datetime.fromtimestamp(float(e.get("time") or 0), UTC).strftime(TIME_FORMAT),
              "error": _clip(str(e.get("error", "")))}
             for pod, errors in reported.items() for e in errors]
     return sorted(rows, key=lambda r: (r["time"], r["pod"]))[-KEEP_ERRORS:]
@@ -120,11 +121,12 @@ class Rollout:
 
 
 def now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.now(UTC).strftime(TIME_FORMAT)
 
 
-def _parse(text: str) -> datetime:
-    return datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+def parse_time(text: str) -> datetime:
+    """A time of the status (:data:`TIME_FORMAT`)."""
+    return datetime.strptime(text, TIME_FORMAT).replace(tzinfo=UTC)
 
 
 def _condition(kind: str, *, status: bool, reason: str, message: str, generation: int | None,
@@ -232,7 +234,7 @@ def compute(spec: TopologySpec, *, workers: dict[str, Any] | None, ackers: dict[
     degraded_reason, degraded_message = ("PodsNotReady", counts) if degraded else ("AsExpected", counts)
     errors = list(previous.get("errors") or [])
     stuck = progressing["status"] == "True" and not done and \
-        (_parse(at) - _parse(progressing["lastTransitionTime"])).total_seconds() >= PROGRESS_DEADLINE
+        (parse_time(at) - parse_time(progressing["lastTransitionTime"])).total_seconds() >= PROGRESS_DEADLINE
     if rebalance and rebalance.get("refused"):
         degraded, degraded_reason, degraded_message = True, "SwitchRefused", rebalance["refused"]
         errors = with_error(errors, degraded_message, at=at)
