@@ -101,8 +101,7 @@ class _Server(ThreadingHTTPServer):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
-        self._served: dict[socket.socket, float] = {}  # connection → when its thread took it
+        self._served: dict[socket.socket, float] = {}  # connection → when it was taken: at most MAX_CONNECTIONS
         self._served_lock = threading.Lock()
 
     def cut_overdue(self, seconds: float) -> None:
@@ -115,21 +114,25 @@ class _Server(ThreadingHTTPServer):
                 sock.shutdown(socket.SHUT_RDWR)
 
     def process_request(self, request: Any, client_address: Any) -> None:
-        if not self._slots.acquire(blocking=False):
+        with self._served_lock:
+            room = len(self._served) < MAX_CONNECTIONS
+            if room:
+                self._served[request] = time.monotonic()
+        if not room:
             self.shutdown_request(request)
             return
         try:
-            super().process_request(request, client_address)  # its thread gives the slot back
+            super().process_request(request, client_address)  # its thread lets the connection go
         except BaseException:
-            self._slots.release()
+            self._let_go(request)
             raise
 
     def process_request_thread(self, request: Any, client_address: Any) -> None:
-        with self._served_lock:
-            self._served[request] = time.monotonic()
         try:
             super().process_request_thread(request, client_address)
         finally:
-            with self._served_lock:
-                del self._served[request]
-            self._slots.release()
+            self._let_go(request)
+
+    def _let_go(self, request: Any) -> None:
+        with self._served_lock:
+            self._served.pop(request, None)
