@@ -183,18 +183,16 @@ def executor_pod(spec: TopologySpec) -> Manifest:
     user. An executor image of its own (``spark.executorImage``) runs as its image's user: the kubelet
     cannot tell whether a named ``USER`` (``apache/spark``'s ``spark``) is root, and would refuse to start
     it with ``runAsNonRoot``; its template may set ``runAsUser``."""
-    main = pods.MAIN_CONTAINER[pods.SPARK_EXECUTORS]
     context: dict[str, Any] = {"seccompProfile": {"type": "RuntimeDefault"}}
     if spec.spark is not None and spec.spark.executor_image is None:
         context = {"runAsNonRoot": True, "runAsUser": RUN_AS, "runAsGroup": RUN_AS, "fsGroup": RUN_AS, **context}
-    pod: dict[str, Any] = {"metadata": {}, "spec": {
-        "automountServiceAccountToken": False, "securityContext": context, "containers": [{"name": main}]}}
+    container: dict[str, Any] = {"name": pods.MAIN_CONTAINER[pods.SPARK_EXECUTORS]}
     template = pods.templates(spec).get(pods.SPARK_EXECUTORS)
     if template is not None and template.resources is not None:
-        pod["spec"]["containers"][0]["resources"] = template.resources.model_dump(by_alias=True, exclude_none=True)
-    pod = pods.customise(pod, template)
-    pod["spec"] = pods.harden(pod["spec"])
-    return {"apiVersion": "v1", "kind": "Pod", **pod}
+        container["resources"] = template.resources.model_dump(by_alias=True, exclude_none=True)
+    pod = {"metadata": {}, "spec": pods.harden({"automountServiceAccountToken": False, "securityContext": context,
+                                                "containers": [container]})}
+    return {"apiVersion": "v1", "kind": "Pod", **pods.customise(pod, template)}  # which hardens what it adds
 
 
 def service_account(spec: TopologySpec, *, namespace: str) -> Manifest:
