@@ -36,9 +36,10 @@ from squall.metrics.http import MetricsServer
 from squall.process.contract import ACKER, WORKER
 from squall.process.control import COMMAND_WAIT, ControlClient, ProcessState
 from squall.topology.spec import TopologySpec
-from squall.transport.tls import Credentials, issue
+from squall.transport.tls import Credentials
 from squall_operator import admission, rebalance, resource, status
 from squall_operator.apply import ApplyError, Kube, Manifest, Ref, apply
+from squall_operator.certificates import Certificates, TopologyCredentials
 from squall_operator.cluster import Features, install_cel
 from squall_operator.metrics import OperatorMetrics
 from squall_operator.render import (
@@ -115,6 +116,7 @@ class Operator:
         # (namespace, name) → (target plan, when this operator first saw that rebalance under way)
         self._watched: dict[tuple[str, str], tuple[str, datetime]] = {}
         self._reconciling: set[tuple[str, str]] = set()  # Topologies a resync or a due step reconciles now
+        self.certificates = Certificates()
         self.resync_task: asyncio.Task[None] | None = None
 
     def later(self, namespace: str, name: str, delay: float) -> None:
@@ -222,11 +224,16 @@ class Operator:
             return self.kube.serves("monitoring.coreos.com", "v1", "podmonitors")
         return self.settings.podmonitor == "true"
 
-    def _credentials(self, namespace: str, name: str) -> Credentials:
-        """The topology's TLS credentials: those of its Secret, or new ones if it has none (the first
-        reconcile, or someone deleted the Secret to rotate them: the new CA then rolls the pods)."""
-        secret = self.kube.get(Ref("v1", "Secret", namespace, Names(name).tls))
-        return credentials(secret) or issue(name)
+    def _credentials(self, topology: Manifest) -> TopologyCredentials:
+        """The topology's TLS credentials: those its pods hold, and those to render (new ones if its Secret
+        is missing or due for renewal: the new CA then replaces the pods)."""
+        namespace, name = topology["metadata"]["namespace"], topology["metadata"]["name"]
+        secret = credentials(self.kube.get(Ref("v1", "Secret", namespace, Names(name).tls)))
+        tls = self.certificates.of((namespace, name), secret, datetime.now(UTC))
+        if tls.issued is not None:
+            log.info("%s/%s: %s", namespace, name, tls.issued)
+            self._event(topology, "Normal", "CertificateRenewed", tls.issued)
+        return tls
 
     def _pods(self, namespace: str, topology: str, counts: Mapping[str, int]) -> list[tuple[str, int, Manifest]]:
         """(role, ordinal, pod) of the topology's worker and acker pods that exist, up to ``counts`` of each
@@ -365,6 +372,7 @@ class Operator:
             if topology is None:
                 self.known.discard((namespace, name))
                 self.metrics.forget(namespace, name)
+                self.certificates.forget((namespace, name))
                 return  # deleted meanwhile
             if topology["metadata"].get("deletionTimestamp"):
                 # Being deleted (foreground, or held by a finalizer): the garbage collector removes its
@@ -382,11 +390,13 @@ class Operator:
                 self._write(topology, previous, status.failed(previous, str(exc), generation=generation,
                                                               at=status.now()))
                 return
-            tls = self._credentials(namespace, spec.name) if self.settings.tls else None
+            certificates = self._credentials(topology) if self.settings.tls else None
+            tls = certificates.held if certificates else None  # the pods' own: what commands to them present
             own = (self.settings.own_namespace,) if self.settings.own_namespace else ()
             manifests = render(spec, namespace=namespace, image=image, podmonitor=self._podmonitor(),
                                monitor_labels=dict(self.settings.podmonitor_labels), pdb_api=self.features.pdb_api,
-                               tls=tls, metrics_from=self.settings.metrics_from, control_from=own,
+                               tls=certificates.rendered if certificates else None,
+                               metrics_from=self.settings.metrics_from, control_from=own,
                                generation=generation or 0, evict_unhealthy=self.features.unhealthy_eviction)
             kopf.adopt(manifests, owner=topology)
             names = Names(name)
@@ -417,6 +427,8 @@ class Operator:
                                                                         at=status.now()))
                     raise kopf.TemporaryError(str(exc), delay=RETRY_DELAY) from exc
                 self.metrics.applied(applied)
+                if certificates is not None:
+                    self.certificates.written((namespace, name), certificates.rendered)
                 logger.info("reconciled: %s", applied.summary())
                 if applied.changed:
                     self._event(topology, "Normal", "Applied", applied.summary())
@@ -434,6 +446,8 @@ class Operator:
                 self._event(topology, kind, reason, message)
             if decision.again:
                 self.later(namespace, name, RECHECK)
+            if (held := self.certificates.held((namespace, name))) is not None:
+                self.metrics.certificate(namespace, name, held.validity()[1])
             current = self._status(spec, namespace, workers=live[WORKER], ackers=live[ACKER] if spec.num_ackers
                                    else None, previous=previous, generation=generation, read_errors=read_errors,
                                    rebalancing=decision.rebalance)

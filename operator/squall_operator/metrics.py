@@ -12,6 +12,7 @@ import functools
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from datetime import datetime
 from typing import Any, TypeVar
 
 from prometheus_client import Counter, Gauge, Histogram, disable_created_metrics
@@ -61,6 +62,7 @@ class OperatorMetrics:
                                  "until the first pass)", registry=r)
         self.last_resync.set_to_current_time()
         self._topologies: dict[tuple[str, str], dict[str, Any]] = {}
+        self._expiries: dict[tuple[str, str], float] = {}
         r.register(_TopologyCollector(self))
 
     def watch_ready(self, is_set: Callable[[], bool]) -> None:
@@ -112,9 +114,14 @@ class OperatorMetrics:
         """The status the operator just computed for a Topology."""
         self._topologies[(namespace, name)] = current
 
+    def certificate(self, namespace: str, name: str, until: datetime) -> None:
+        """The certificate a Topology's pods hold is valid until ``until``."""
+        self._expiries[(namespace, name)] = until.timestamp()
+
     def forget(self, namespace: str, name: str) -> None:
         """A Topology is gone."""
         self._topologies.pop((namespace, name), None)
+        self._expiries.pop((namespace, name), None)
 
     def admitted(self, *, allowed: bool) -> None:
         """The webhook allowed or rejected a Topology."""
@@ -122,7 +129,8 @@ class OperatorMetrics:
 
 
 class _TopologyCollector:
-    """Topologies by phase, and which are Degraded, from the statuses the operator last computed."""
+    """Topologies by phase and which are Degraded, from the statuses the operator last computed, and when
+    their certificates expire."""
 
     def __init__(self, metrics: OperatorMetrics) -> None:
         self.metrics = metrics
@@ -147,4 +155,10 @@ class _TopologyCollector:
             degraded.add_metric([namespace, name, condition.get("reason", "") if on else ""], 1.0 if on else 0.0)
         for phase, n in counts.items():
             phases.add_metric([phase], n)
-        yield from (phases, degraded)
+        expiries = GaugeMetricFamily("squall_operator_certificate_expiry_timestamp_seconds", "When the TLS "
+                                     "certificate a Topology's pods hold expires (Unix time; the operator "
+                                     "renews it when a third of its validity is left)",
+                                     labels=["topology_namespace", "topology"])
+        for (namespace, name), until in list(self.metrics._expiries.items()):
+            expiries.add_metric([namespace, name], until)
+        yield from (phases, degraded, expiries)

@@ -146,6 +146,25 @@ TESTS = [
                                "the operator applies. kubectl logs -n squall-system squall-0; the Topologies' "
                                "ApplyFailed Events say why."}}]},
     ]},
+    {"name": "a certificate not renewed", "interval": "1m", "input_series": [
+        # promtool's clock starts at 0: clicks' certificate expires in 29 days, views' in 31
+        {"series": 'squall_operator_certificate_expiry_timestamp_seconds{namespace="squall-system", pod="squall-0", '
+                   'topology_namespace="prod", topology="clicks"}', "values": f"{29 * 86400}x90"},
+        {"series": 'squall_operator_certificate_expiry_timestamp_seconds{namespace="squall-system", pod="squall-0", '
+                   'topology_namespace="prod", topology="views"}', "values": f"{31 * 86400}x90"},
+    ], "alert_rule_test": [
+        {"eval_time": "50m", "alertname": "SquallCertificateExpiring", "exp_alerts": []},
+        {"eval_time": "70m", "alertname": "SquallCertificateExpiring", "exp_alerts": [{
+            "exp_labels": {"severity": "warning", "topology_namespace": "prod", "topology": "clicks"},
+            "exp_annotations": {
+                "summary": "The TLS certificate of Topology prod/clicks expires in 28d 22h 50m 0s",
+                "description": "The operator renews a Topology's certificate when a third of its year is left, "
+                               "about 4 months before it expires; this one was not renewed, and when it expires "
+                               "the topology's processes cannot reach each other. The Topology's Events and the "
+                               "operator's log say why (kubectl describe topology clicks -n prod); deleting its "
+                               "Secret clicks-tls issues new ones at once (docs/operator.md, \"Mutual TLS, and "
+                               "rotating the CA\")."}}]},
+    ]},
     {"name": "the operator down", "interval": "1m", "input_series": [
         # ready, then not ready from 5m (kopf lost its watches), then not scraped at all from 20m
         {"series": 'squall_operator_ready{namespace="squall-system", pod="squall-0"}', "values": "1x5 0x15 _x20"},
@@ -204,7 +223,7 @@ def test_the_issue_s_alerts_are_all_there_and_tested():
     names = [r["alert"] for group in rules()["groups"] for r in group["rules"]]
     assert names == ["SquallSpoutLagGrowing", "SquallFailureRatioHigh", "SquallTreesTimingOut",
                      "SquallBoltOverCapacity", "SquallProcessesDown", "SquallOperatorDown", "SquallTopologyDegraded",
-                     "SquallOperatorReconcileErrors", "SquallOperatorResyncStalled"]
+                     "SquallCertificateExpiring", "SquallOperatorReconcileErrors", "SquallOperatorResyncStalled"]
     tested = {t["alertname"] for case in TESTS for t in case["alert_rule_test"] if t["exp_alerts"]}
     assert tested == set(names), f"alerts never seen firing in TESTS: {set(names) - tested}"
 

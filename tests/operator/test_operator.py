@@ -46,8 +46,10 @@ from operator_kit import (
 )
 
 from squall.errors import CommandError
+from squall.process import supervisor
 from squall.process.control import ControlClient, ProcessState
 from squall.process.supervisor import Supervisor
+from squall.transport.tls import Credentials
 from squall_operator.resource import check_spec
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(60)]
@@ -242,18 +244,21 @@ async def test_suspend_rewrites_only_the_config_map(api, start_operator):
 
 
 @contextlib.asynccontextmanager
-async def processes_behind_pods(api, start_operator, tmp_path, **settings):
+async def processes_behind_pods(api, start_operator, tmp_path, *, tls: Credentials | None = None, **settings):
     """The worker and acker processes of SPEC started as ``squall run`` starts them (on loopback, real
     gRPC), the operator, and Topology ``wc`` whose emulated pods are those processes: yields the spec
     file the processes read (the kubelet's mount, untouched unless a test writes it), the supervisor,
-    and a function that says how each worker process is (None: not answering yet). ``settings``: the
+    and a function that says how each worker process is (None: not answering yet). ``tls``: the
+    credentials the processes hold (None: plaintext, and the operator's TLS off). ``settings``: the
     operator's."""
     spec = check_spec("wc", SPEC, namespace=NAMESPACE)  # what the operator runs: the processes' plan is its plan
     path = tmp_path / "wc.yaml"
     path.write_text(yaml.safe_dump(spec.to_dict()))
-    sup = Supervisor(spec_path=path, spec=spec, run_dir=tmp_path / "run", insecure=True)
+    with pytest.MonkeyPatch.context() as patched:
+        patched.setattr(supervisor, "issue", lambda topology: tls)
+        sup = Supervisor(spec_path=path, spec=spec, run_dir=tmp_path / "run", insecure=tls is None)
     sup.start()
-    clients = {c.name: ControlClient(f"127.0.0.1:{c.grpc_port}") for c in sup.children}
+    clients = {c.name: ControlClient(f"127.0.0.1:{c.grpc_port}", tls=tls) for c in sup.children}
     try:
         workers = [clients[f"worker-{i}"] for i in range(spec.workers)]
 
@@ -266,7 +271,7 @@ async def processes_behind_pods(api, start_operator, tmp_path, **settings):
         # the spout's task runs in one of the workers: that one's spouts are active
         await eventually("the spout's worker process active", lambda: (s := states()) and any(x.active for x in s),
                          timeout=30)
-        await start_operator(tls=False, **settings)
+        await start_operator(tls=tls is not None, **settings)
         await create_topology(api, "wc", SPEC)
         await eventually("the StatefulSets", lambda: obj(api, STATEFULSETS, "wc-worker") and obj(api, STATEFULSETS,
                                                                                                   "wc-acker"))

@@ -70,6 +70,9 @@ async def test_the_operator_counts_what_it_does_and_its_dashboard_shows_it(api, 
             samples, "squall_operator_reconciles_total")
         assert value(samples, "squall_operator_topology_degraded", topology_namespace=NAMESPACE, topology="wc",
                      reason="") == 0
+        expiry = value(samples, "squall_operator_certificate_expiry_timestamp_seconds",
+                       topology_namespace=NAMESPACE, topology="wc")
+        assert time.time() + 364 * 86400 < expiry < time.time() + 366 * 86400
 
         await roll_out(api, "wc-worker", ready=1)  # a worker pod dies
         await eventually("Degraded", lambda: value(scrape(port), "squall_operator_topology_degraded",

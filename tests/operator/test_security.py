@@ -3,6 +3,9 @@ only its own pods, and its metrics port only from named namespaces: kopf against
 
 from __future__ import annotations
 
+import base64
+from datetime import UTC, datetime, timedelta
+
 import pytest
 from operator_kit import (
     NETWORK_POLICIES,
@@ -10,16 +13,24 @@ from operator_kit import (
     SPEC,
     STATEFULSETS,
     create_topology,
+    events,
     eventually,
     obj,
+    patch,
     roll_out,
     status,
 )
 
 from squall.process.contract import TLS_DIR, TLS_MOUNT
+from squall.transport.tls import CA_FILE, CERT_FILE, KEY_FILE, Credentials, issue
 from squall_operator.render import TLS_CA, credentials
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(60)]
+
+
+def secret_data(tls: Credentials) -> dict[str, str]:
+    return {key: base64.b64encode(value).decode() for key, value in
+            ((CA_FILE, tls.ca), (CERT_FILE, tls.cert), (KEY_FILE, tls.key))}
 
 
 def ca_annotation(sts: dict) -> str | None:
@@ -63,6 +74,48 @@ async def test_a_deleted_secret_is_issued_again_and_the_new_ca_rolls_the_pods(ap
     for name in ("wc-worker", "wc-acker"):
         await eventually(f"{name} trusts the new CA",
                          lambda name=name: ca_annotation(obj(api, STATEFULSETS, name)) == new.fingerprint())
+
+
+async def test_a_certificate_due_for_renewal_is_replaced_the_new_ca_rolls_the_pods_and_an_event_says_why(
+        api, start_operator):
+    """Before, the certificate lived a year, and then every process of the topology failed its TLS handshakes."""
+    await start_operator()
+    await create_topology(api, "wc", SPEC)
+    await eventually("the Secret and the acker StatefulSet",
+                     lambda: obj(api, SECRETS, "wc-tls") and obj(api, STATEFULSETS, "wc-acker"))
+    for sts in ("wc-worker", "wc-acker"):
+        await roll_out(api, sts)
+    await eventually("Running", lambda: status(api, "wc").get("phase") == "Running")
+    old = issue("wc", now=datetime.now(UTC) - timedelta(days=300))  # 65 days left
+    await patch(api, SECRETS, "wc-tls", {"data": secret_data(old)})
+    new = await eventually("new credentials", lambda: (c := credentials(obj(api, SECRETS, "wc-tls"))) and
+                           c.ca != old.ca and c)
+    assert new.validity()[1] > datetime.now(UTC) + timedelta(days=364)
+    for name in ("wc-worker", "wc-acker"):
+        await eventually(f"{name} trusts the new CA",
+                         lambda name=name: ca_annotation(obj(api, STATEFULSETS, name)) == new.fingerprint())
+    [renewed] = events(api, "CertificateRenewed")
+    assert renewed["type"] == "Normal" and f"expires at {old.validity()[1]:%Y-%m-%d %H:%M} UTC" in renewed["message"]
+
+
+async def test_a_renewal_drains_the_processes_with_the_credentials_they_hold(api, start_operator, tmp_path,
+                                                                              monkeypatch):
+    """Real processes behind the emulated pods, holding credentials the Secret is then found to hold with 65
+    days left. The operator commanded the pods with the credentials it rendered: processes of the old CA
+    refused its DEACTIVATE and STATUS, so the drain never held their spouts nor waited for their trees."""
+    from test_operator import REPO, processes_behind_pods
+
+    monkeypatch.chdir(REPO)  # the processes import examples.wordcount from the working directory
+    old = issue("wc", now=datetime.now(UTC) - timedelta(days=300))
+    async with processes_behind_pods(api, start_operator, tmp_path, tls=old) as (_, sup, states):
+        await patch(api, SECRETS, "wc-tls", {"data": secret_data(old)})
+        await eventually("the rebalance's drain to end", lambda: events(api, "Drained") or events(api, "DrainTimedOut"),
+                         timeout=40)
+        assert not events(api, "DrainTimedOut")
+        held = states()
+        assert held and all(x.held and x.idle for x in held), held  # deactivated, and nothing left in flight
+        assert credentials(obj(api, SECRETS, "wc-tls")).ca != old.ca
+        assert events(api, "CertificateRenewed")
 
 
 async def test_the_network_policy_lets_in_the_topologys_pods_named_namespaces_on_metrics_and_the_operator(

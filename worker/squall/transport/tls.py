@@ -73,15 +73,23 @@ class Credentials:
         """A short digest of the CA: pods carry it, so a new CA rolls them."""
         return hashlib.sha256(self.ca).hexdigest()[:16]
 
+    def validity(self) -> tuple[datetime.datetime, datetime.datetime]:
+        """(from, until): when both the CA and the certificate are valid."""
+        from cryptography import x509
 
-def issue(topology: str, *, days: int = VALID_DAYS) -> Credentials:
-    """A new CA for ``topology`` and the one certificate its processes share (both servers and clients)."""
+        both = [x509.load_pem_x509_certificate(pem) for pem in (self.ca, self.cert)]
+        return max(c.not_valid_before_utc for c in both), min(c.not_valid_after_utc for c in both)
+
+
+def issue(topology: str, *, days: int = VALID_DAYS, now: datetime.datetime | None = None) -> Credentials:
+    """A new CA for ``topology`` and the one certificate its processes share (both servers and clients),
+    valid for ``days`` from ``now`` (default: the present)."""
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes
     from cryptography.hazmat.primitives.asymmetric import ec
     from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-    now = datetime.datetime.now(datetime.UTC)
+    now = now or datetime.datetime.now(datetime.UTC)
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"squall topology {topology} CA")])
     ca = (_builder(ca_name, ca_name, ca_key.public_key(), now, days)
