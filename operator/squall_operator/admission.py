@@ -1,10 +1,13 @@
 """The validating admission webhook: ``kubectl apply`` of a broken Topology is refused with the
 messages ``squall validate`` prints.
 
-kopf serves it (``on.validate``) over HTTPS with a self-signed certificate it makes at start-up, and
-keeps a ValidatingWebhookConfiguration named ``squall.dev`` pointing at it, CA bundle included. The
-certificate comes from :func:`squall.transport.tls.self_signed` (kopf's own builder needs
-``certbuilder``/``oscrypto``, which cannot load OpenSSL 3).
+kopf serves it (``on.validate``) over HTTPS with a self-signed certificate it makes at start-up. The
+chart creates the ValidatingWebhookConfiguration ``squall.dev``; the operator writes its webhook (CA
+bundle, where to reach it, rules) whenever its server starts, and removes it when the operator stops
+cleanly. So the operator needs only ``patch`` of that one configuration: kopf's own management of it
+creates configurations, a permission that would let whoever holds the operator's token intercept any
+object of the cluster. The certificate comes from :func:`squall.transport.tls.self_signed` (kopf's
+own builder needs ``certbuilder``/``oscrypto``, which cannot load OpenSSL 3).
 
 A host of the form ``<name>.<namespace>.svc`` is a Service of the cluster, and the configuration names
 that Service rather than a URL: the API server then finds the Service's address itself. With a URL it
@@ -14,18 +17,24 @@ cluster names, and every ``kubectl apply`` would fail with "no such host".
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import re
 from collections.abc import AsyncIterator, Callable, Collection
 from typing import Any
 
 import kopf
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 
 from squall.errors import TopologyError
 from squall.transport.tls import self_signed
 from squall_operator import resource
 from squall_operator.settings import Settings
 
-CONFIGURATION = resource.GROUP  # the ValidatingWebhookConfiguration's name
+CONFIGURATION = resource.GROUP  # the ValidatingWebhookConfiguration's name: the chart creates it
+HANDLER = "topology"  # the on.validate handler's id: the webhook's path, and its name's first label
+TIMEOUT_SECONDS = 10  # a check takes milliseconds; the API server waits no longer for an operator that hangs
 CERT_DAYS = 3650  # the certificate lives as long as the operator's pod; a restart makes a new one
 _LABEL = r"[a-z0-9](?:[-a-z0-9]*[a-z0-9])?"  # a DNS-1123 label: a Service's or a namespace's name
 SERVICE_HOST = re.compile(rf"^(?P<name>{_LABEL})\.(?P<namespace>{_LABEL})\.svc$")
@@ -33,15 +42,25 @@ SERVICE_HOST = re.compile(rf"^(?P<name>{_LABEL})\.(?P<namespace>{_LABEL})\.svc$"
 
 class SelfSignedServer(kopf.WebhookServer):
     """kopf's HTTPS webhook server, with its self-signed certificate built by ``cryptography``; reached
-    through a Service when its host is a Service's name."""
+    through a Service when its host is a Service's name. ``publish`` is awaited with the webhook's client
+    config whenever the server (re)starts, and with None when it stops."""
+
+    def __init__(self, *, publish: Callable[[kopf.WebhookClientConfig | None], Any], **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.publish = publish
 
     @staticmethod
     def build_certificate(hostnames: Collection[str], password: str | None = None) -> tuple[bytes, bytes]:
         return self_signed(hostnames, days=CERT_DAYS, password=password)
 
     async def __call__(self, fn: kopf.WebhookFn) -> AsyncIterator[kopf.WebhookClientConfig]:
-        async for config in super().__call__(fn):
-            yield client_config(config, host=self.host, port=self.port)
+        try:
+            async for config in super().__call__(fn):
+                config = client_config(config, host=self.host, port=self.port)
+                await self.publish(config)
+                yield config
+        finally:
+            await self.publish(None)
 
 
 def client_config(config: kopf.WebhookClientConfig, *, host: str | None,
@@ -56,13 +75,57 @@ def client_config(config: kopf.WebhookClientConfig, *, host: str | None,
     return kopf.WebhookClientConfig(**{k: v for k, v in config.items() if k != "url"}, service=reference)
 
 
-def configure(kopf_settings: kopf.OperatorSettings, settings: Settings) -> None:
-    """Serve the webhook on ``settings.webhook_port``, reachable as ``settings.webhook_host`` (off without one)."""
+def webhooks(config: kopf.WebhookClientConfig | None, settings: Settings) -> list[dict[str, Any]]:
+    """The configuration's webhooks for a server reached at ``config`` (None: none serves)."""
+    if config is None:
+        return []
+    reach = dict(config)
+    if "url" in reach:
+        reach["url"] = f"{reach['url'].rstrip('/')}/{HANDLER}"
+    if "service" in reach:
+        reach["service"] = {**reach["service"], "path": f"{reach['service'].get('path') or ''}/{HANDLER}"}
+    return [{"name": f"{HANDLER}.{CONFIGURATION}", "clientConfig": reach,
+             "rules": [{"apiGroups": [resource.GROUP], "apiVersions": [resource.VERSION],
+                        "resources": [resource.PLURAL], "operations": ["CREATE", "UPDATE"], "scope": "*"}],
+             "failurePolicy": settings.webhook_failure_policy, "matchPolicy": "Equivalent", "sideEffects": "None",
+             "timeoutSeconds": TIMEOUT_SECONDS, "admissionReviewVersions": ["v1"]}]
+
+
+class Configuration:
+    """Writes the webhook into the ValidatingWebhookConfiguration the chart made."""
+
+    def __init__(self, api: client.ApiClient, settings: Settings, logger: logging.Logger) -> None:
+        self.api = api
+        self.settings = settings
+        self.logger = logger
+
+    async def publish(self, config: kopf.WebhookClientConfig | None) -> None:
+        """Point the configuration at ``config`` (None: empty it, so that a stopped operator refuses
+        nothing). A refusal is logged, not raised: reconciling Topologies goes on without admission checks."""
+        hooks = webhooks(config, self.settings)
+        try:
+            await asyncio.to_thread(client.AdmissionregistrationV1Api(self.api).patch_validating_webhook_configuration,
+                                    CONFIGURATION, {"webhooks": hooks}, _content_type="application/merge-patch+json")
+        except ApiException as exc:
+            why = ("it does not exist: install it with the chart (helm upgrade puts it back)" if exc.status == 404
+                   else f"{exc.status} {exc.reason}")
+            self.logger.error("the ValidatingWebhookConfiguration %s was not %s: %s; %s", CONFIGURATION,
+                              "pointed at this operator" if hooks else "emptied", why,
+                              "Topologies are not checked on admission (the operator still reports an invalid "
+                              "spec as phase Failed)" if hooks else "it points at a server that is gone")
+            return
+        self.logger.info("the ValidatingWebhookConfiguration %s %s", CONFIGURATION,
+                         "points at this operator" if hooks else "is emptied: this operator stops")
+
+
+def configure(kopf_settings: kopf.OperatorSettings, settings: Settings, api: client.ApiClient) -> None:
+    """Serve the webhook on ``settings.webhook_port``, reachable as ``settings.webhook_host`` (off without
+    one), and keep the configuration pointing at it through ``api``."""
     if settings.webhook_host is None:
         return
+    configuration = Configuration(api, settings, logging.getLogger(__name__))
     kopf_settings.admission.server = SelfSignedServer(addr="0.0.0.0", port=settings.webhook_port,
-                                                      host=settings.webhook_host)
-    kopf_settings.admission.managed = CONFIGURATION
+                                                      host=settings.webhook_host, publish=configuration.publish)
 
 
 def check(*, name: str | None, namespace: str | None, spec: Any, old: Any) -> None:
@@ -77,13 +140,11 @@ def check(*, name: str | None, namespace: str | None, spec: Any, old: Any) -> No
         raise kopf.AdmissionError(str(exc), code=422) from None
 
 
-def register(registry: kopf.OperatorRegistry, settings: Settings,
-             on_review: Callable[..., None] = lambda *, allowed: None) -> None:
-    """The ``on.validate`` handler for Topologies; its failurePolicy is ``settings.webhook_failure_policy``.
+def register(registry: kopf.OperatorRegistry, on_review: Callable[..., None] = lambda *, allowed: None) -> None:
+    """The ``on.validate`` handler for Topologies (:func:`webhooks` says when the API server calls it).
     ``on_review(allowed=...)`` hears of every review's outcome (the operator's metrics)."""
-    @kopf.on.validate(resource.GROUP, resource.VERSION, resource.PLURAL, registry=registry, id="topology",
-                      operations=["CREATE", "UPDATE"],
-                      ignore_failures=settings.webhook_failure_policy == "Ignore")
+    @kopf.on.validate(resource.GROUP, resource.VERSION, resource.PLURAL, registry=registry, id=HANDLER,
+                      operations=["CREATE", "UPDATE"])
     def validate(name: str | None, namespace: str | None, spec: Any, old: Any, **_: Any) -> None:
         try:
             check(name=name, namespace=namespace, spec=spec, old=old)

@@ -78,8 +78,9 @@ def _each_pod(ask: Callable[[Manifest], _T], pods: list[Manifest]) -> list[_T]:
         return list(pool.map(ask, pods))
 
 
-def kopf_settings(operator: Settings) -> kopf.OperatorSettings:
-    """kopf's settings for this operator: one replica without peering, state kept in annotations."""
+def kopf_settings(operator: Settings, api: client.ApiClient) -> kopf.OperatorSettings:
+    """kopf's settings for this operator: one replica without peering, state kept in annotations; ``api``
+    writes the admission webhook's configuration."""
     settings = kopf.OperatorSettings()
     settings.peering.standalone = True
     # Watching named namespaces needs no cluster-wide permission to list namespaces (and CRDs):
@@ -95,7 +96,7 @@ def kopf_settings(operator: Settings) -> kopf.OperatorSettings:
     # cluster streamed to the operator only to be dropped by the handlers' own label filters.
     for children in CHILD_WATCHES:
         settings.watching.label_selectors[children] = f"{MANAGED_BY_LABEL}={MANAGED_BY}"
-    admission.configure(settings, operator)
+    admission.configure(settings, operator, api)
     return settings
 
 
@@ -582,7 +583,7 @@ def register(registry: kopf.OperatorRegistry, *, settings: Settings, api: client
     operator = Operator(settings=settings, kube=Kube(api))
     topologies = dict(group=resource.GROUP, version=resource.VERSION, plural=resource.PLURAL, registry=registry)
     if settings.webhook_host is not None:
-        admission.register(registry, settings, on_review=operator.metrics.admitted)
+        admission.register(registry, on_review=operator.metrics.admitted)
 
     counted = operator.metrics.counted  # failures and retries by handler id
 
@@ -662,7 +663,7 @@ async def operate(*, settings: Settings, api: client.ApiClient, registry: kopf.O
                             healthy=ready.is_set)
     metrics.start()
     try:
-        await kopf.operator(registry=registry, settings=kopf_settings(settings), standalone=True,
+        await kopf.operator(registry=registry, settings=kopf_settings(settings, api), standalone=True,
                             clusterwide=settings.clusterwide, namespaces=list(settings.namespaces),
                             liveness_endpoint=settings.liveness, stop_flag=stop_flag, ready_flag=ready)
     finally:

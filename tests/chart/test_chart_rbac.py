@@ -8,6 +8,7 @@ all of it, and allow nothing else but two documented extras.
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import json
 import logging
@@ -22,7 +23,7 @@ import yaml
 from chart_support import REPO, deployment_env, render
 from kubernetes import client
 
-from squall_operator import cluster, crd, handlers, resource
+from squall_operator import admission, cluster, crd, handlers, resource
 from squall_operator import render as operator_render
 from squall_operator.apply import Kube
 from squall_operator.settings import Settings
@@ -37,13 +38,9 @@ KOPF_EVENTS = {("", "events", "create")}
 KOPF_SCANNING = {("apiextensions.k8s.io", "customresourcedefinitions", "list"),
                  ("apiextensions.k8s.io", "customresourcedefinitions", "watch")}
 KOPF_NAMESPACES = {("", "namespaces", "list"), ("", "namespaces", "watch")}
-# kopf's admission.configuration_manager, with the webhook: it creates the configuration if absent and
-# patches its webhooks (URL, CA bundle, rules). kopf (_core/reactor/running.py) runs it for validating and
-# for mutating configurations alike, whatever handlers exist, and a refused create ends the operator: the
-# mutating one gets no webhooks, but must be allowed (seen on a real cluster: a crash loop).
-KOPF_WEBHOOK = {("admissionregistration.k8s.io", kind, verb) for kind in ("validatingwebhookconfigurations",
-                                                                          "mutatingwebhookconfigurations")
-                for verb in ("create", "patch")}
+# With the webhook, the operator writes it into the configuration the chart made (admission.Configuration),
+# and kopf manages no configuration (it would create them).
+WEBHOOK = {("admissionregistration.k8s.io", "validatingwebhookconfigurations", "patch")}
 # Granted although no request of the operator needs them, for the reasons the chart's comments give.
 FINALIZERS = {("squall.dev", "topologies/finalizers", "update")}  # kopf.adopt's blockOwnerDeletion
 
@@ -122,7 +119,8 @@ class RecordingApi(client.ApiClient):
         out = set()
         for method, path in self.requests:
             match = re.fullmatch(r"/(?:api/v1|apis/([^/]+)/[^/]+)/namespaces/[^/]+/([^/]+)(?:/([^/]+)(?:/([^/]+))?)?",
-                                 path) or re.fullmatch(r"/apis/([^/]+)/[^/]+/(customresourcedefinitions)/([^/]+)()",
+                                 path) or re.fullmatch(
+                r"/apis/([^/]+)/[^/]+/(customresourcedefinitions|validatingwebhookconfigurations)/([^/]+)()",
                                                        path)
             if match is None:
                 assert re.fullmatch(r"/apis/[^/]+/[^/]+", path), f"unexpected request {method} {path}"
@@ -189,6 +187,19 @@ def cluster_calls() -> set[Permission]:
     return api.permissions()
 
 
+def webhook_calls(settings: Settings) -> set[Permission]:
+    """What the operator calls to point the webhook configuration at itself, and to empty it."""
+    api = RecordingApi({})
+    api.objects[f"/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/{admission.CONFIGURATION}"] = {
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": admission.CONFIGURATION}}
+    configuration = admission.Configuration(api, settings, logging.getLogger("test"))
+    asyncio.run(configuration.publish({"caBundle": "Y2E=", "service": {"namespace": "n", "name": "s", "port": 1}}))
+    asyncio.run(configuration.publish(None))
+    assert WEBHOOK == api.permissions()
+    return api.permissions()
+
+
 def kopf_calls(settings: Settings) -> tuple[set[Permission], set[Permission]]:
     """What kopf calls for the operator with ``settings``: (in the namespaces it serves, cluster-wide).
 
@@ -205,12 +216,12 @@ def kopf_calls(settings: Settings) -> tuple[set[Permission], set[Permission]]:
             namespaced |= {(handler.selector.group or "", name, verb) for verb in verbs}
     assert ("squall.dev", "topologies", "watch") in namespaced and ("apps", "statefulsets", "watch") in namespaced
     cluster_wide: set[Permission] = set()
-    if not handlers.kopf_settings(settings).scanning.disabled:
+    if not handlers.kopf_settings(settings, client.ApiClient()).scanning.disabled:
         cluster_wide |= KOPF_SCANNING | (set() if settings.clusterwide else KOPF_NAMESPACES)
     if settings.clusterwide:
         cluster_wide |= cluster_calls()
     if settings.webhook_host:
-        cluster_wide |= KOPF_WEBHOOK
+        cluster_wide |= webhook_calls(settings)
     return namespaced, cluster_wide
 
 
@@ -296,4 +307,15 @@ def test_without_the_webhook_neither_its_service_nor_its_permissions():
         assert [s for s in chart.of_kind("Service") if s["metadata"]["name"] == "squall-webhook"] == []
         assert deployment_env(chart)["SQUALL_OPERATOR_WEBHOOK_HOST"] == ""
         granted = set().union(*(allowed(r["rules"]) for r in chart.of_kind("ClusterRole") + chart.of_kind("Role")))
-        assert not granted & KOPF_WEBHOOK
+        assert not granted & WEBHOOK
+        assert not chart.of_kind("ValidatingWebhookConfiguration")
+
+
+def test_the_operator_may_patch_the_one_webhook_configuration_the_chart_makes_and_create_none():
+    """A subject that may create or change webhook configurations can intercept any object of the cluster."""
+    chart = render()
+    (configuration,) = chart.of_kind("ValidatingWebhookConfiguration")
+    assert configuration["metadata"]["name"] == admission.CONFIGURATION and not configuration.get("webhooks")
+    rules = [r for r in chart.one("ClusterRole", "squall")["rules"] if "admissionregistration.k8s.io" in r["apiGroups"]]
+    assert rules == [{"apiGroups": ["admissionregistration.k8s.io"], "resources": ["validatingwebhookconfigurations"],
+                      "resourceNames": [admission.CONFIGURATION], "verbs": ["patch"]}]

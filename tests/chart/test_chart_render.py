@@ -44,7 +44,7 @@ VALUE_SETS = {
     },
     "existing-account": {"rbac": {"create": False}, "serviceAccount": {"create": False, "name": "squall-operator"}},
 }
-CLUSTER_SCOPED = {"ClusterRole", "ClusterRoleBinding"}
+CLUSTER_SCOPED = {"ClusterRole", "ClusterRoleBinding", "ValidatingWebhookConfiguration"}
 
 # kubernetes-validate has no schema for prometheus-operator's kinds: these cover the fields the chart
 # sets, from the monitoring.coreos.com/v1 API reference (unknown fields are refused, as the CRDs do).

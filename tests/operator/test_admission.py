@@ -27,6 +27,7 @@ from operator_kit import (
     obj,
     status,
 )
+from tests.chart.chart_support import render
 
 from squall.cli import main
 from squall_operator import crd, resource
@@ -50,6 +51,18 @@ BROKEN["podTemplate"] = {"workers": {"spec": {"containers": [{"name": "worker", 
 def declare_cluster_scoped(api: kmock.KubernetesEmulator, res: str, kind: str) -> None:
     api.resources[res] = kmock.ResourceInfo(kind=kind, singular=kind.lower(), namespaced=False,
                                             verbs={"get", "list", "watch", "create", "patch", "update"})
+
+
+async def install_webhook_configuration(api: kmock.KubernetesEmulator) -> None:
+    """What the chart installs for the webhook: the ValidatingWebhookConfiguration squall.dev, empty."""
+    declare_cluster_scoped(api, WEBHOOKS, "ValidatingWebhookConfiguration")
+    (configuration,) = render().of_kind("ValidatingWebhookConfiguration")
+    response = await api.post(f"/apis/{WEBHOOKS}", json=configuration)
+    assert response.status == 200, await response.text()
+
+
+def webhooks(api: kmock.KubernetesEmulator) -> list[dict] | None:
+    return (obj(api, WEBHOOKS, "squall.dev", namespace=None) or {}).get("webhooks")
 
 
 def address(client_config: dict) -> tuple[str, str | None]:
@@ -84,18 +97,14 @@ async def review(config: dict, operation: str, spec: dict, *, old: dict | None =
 @pytest.mark.asyncio
 async def test_the_webhook_refuses_what_squall_validate_refuses_with_the_same_message(api, start_operator, tmp_path,
                                                                                       capsys):
-    declare_cluster_scoped(api, WEBHOOKS, "ValidatingWebhookConfiguration")
-    declare_cluster_scoped(api, MUTATING, "MutatingWebhookConfiguration")
-    await start_operator(webhook_host="127.0.0.1", webhook_port=free_port())
-    config = await eventually("the managed webhook configuration",
-                              lambda: (obj(api, WEBHOOKS, "squall.dev", namespace=None) or {}).get("webhooks"))
-    # kopf keeps a mutating configuration as well (the chart's RBAC allows it): Squall mutates nothing
-    mutating = await eventually("kopf's mutating configuration",
-                                lambda: obj(api, MUTATING, "squall.dev", namespace=None))
-    assert not mutating.get("webhooks")
+    await install_webhook_configuration(api)
+    op = await start_operator(webhook_host="127.0.0.1", webhook_port=free_port())
+    await eventually("the webhook in the configuration", lambda: webhooks(api))
     config = obj(api, WEBHOOKS, "squall.dev", namespace=None)
     (hook,) = config["webhooks"]
-    assert hook["failurePolicy"] == "Fail" and hook["sideEffects"] == "None"
+    assert hook["name"] == "topology.squall.dev" and hook["clientConfig"]["url"] == \
+        f"https://127.0.0.1:{op.settings.webhook_port}/topology"
+    assert hook["failurePolicy"] == "Fail" and hook["sideEffects"] == "None" and hook["timeoutSeconds"] == 10
     assert hook["rules"] == [{"apiGroups": ["squall.dev"], "apiVersions": ["v1alpha1"], "resources": ["topologies"],
                               "operations": ["CREATE", "UPDATE"], "scope": "*"}]
 
@@ -124,15 +133,32 @@ async def test_the_webhook_refuses_what_squall_validate_refuses_with_the_same_me
     # a Topology stored before the webhook existed: metadata writes (kopf's own) still pass
     assert (await review(config, "UPDATE", BROKEN, old=BROKEN))["allowed"] is True
 
+    await op.stop()  # with failurePolicy Fail, a webhook left behind would refuse every Topology change
+    assert webhooks(api) == []
+    assert obj(api, MUTATING, "squall.dev", namespace=None) is None  # kopf manages no configuration
+
+
+@pytest.mark.asyncio
+async def test_without_the_configuration_the_operator_runs_on_and_says_why_topologies_go_unchecked(
+        api, start_operator, caplog):
+    """The operator may not create webhook configurations (whoever may can intercept any object): the chart
+    makes the one it writes. Without it (deleted by hand), Topologies are still reconciled."""
+    declare_cluster_scoped(api, WEBHOOKS, "ValidatingWebhookConfiguration")
+    await start_operator(webhook_host="127.0.0.1", webhook_port=free_port())
+    await eventually("the error", lambda: logged(caplog.records, "the ValidatingWebhookConfiguration squall.dev was "
+                                                 "not pointed at this operator: it does not exist: install it with "
+                                                 "the chart"))
+    await create_topology(api, "wc", SPEC)
+    await eventually("the Topology reconciled", lambda: obj(api, STATEFULSETS, "wc-worker"))
+
 
 @pytest.mark.asyncio
 async def test_a_webhook_on_a_service_is_reached_through_the_service_not_a_url(api, start_operator):
     # the API server resolves a URL's host with its own resolver, which knows no cluster names
-    declare_cluster_scoped(api, WEBHOOKS, "ValidatingWebhookConfiguration")
+    await install_webhook_configuration(api)
     port = free_port()
     await start_operator(webhook_host="squall-webhook.squall-system.svc", webhook_port=port)
-    config = await eventually("the managed webhook configuration",
-                              lambda: (obj(api, WEBHOOKS, "squall.dev", namespace=None) or {}).get("webhooks"))
+    await eventually("the webhook in the configuration", lambda: webhooks(api))
     config = obj(api, WEBHOOKS, "squall.dev", namespace=None)
     client_config = config["webhooks"][0]["clientConfig"]
     assert "url" not in client_config
@@ -145,10 +171,9 @@ async def test_a_webhook_on_a_service_is_reached_through_the_service_not_a_url(a
 
 @pytest.mark.asyncio
 async def test_a_webhook_may_be_told_to_ignore_its_failures(api, start_operator):
-    declare_cluster_scoped(api, WEBHOOKS, "ValidatingWebhookConfiguration")
+    await install_webhook_configuration(api)
     await start_operator(webhook_host="127.0.0.1", webhook_port=free_port(), webhook_failure_policy="Ignore")
-    hooks = await eventually("the managed webhook configuration",
-                             lambda: (obj(api, WEBHOOKS, "squall.dev", namespace=None) or {}).get("webhooks"))
+    hooks = await eventually("the webhook in the configuration", lambda: webhooks(api))
     assert hooks[0]["failurePolicy"] == "Ignore"
 
 

@@ -12,6 +12,7 @@ import sys
 import kopf
 import pytest
 import yaml
+from kubernetes import client
 
 from squall.cli import main
 from squall.errors import ConfigError
@@ -114,9 +115,10 @@ def test_tls_and_network_policy_settings():
 
 
 def test_kopf_runs_standalone_and_keeps_its_state_in_annotations():
-    settings = kopf_settings(Settings())
+    settings = kopf_settings(Settings(), client.ApiClient())
     assert settings.peering.standalone and not settings.scanning.disabled
-    assert kopf_settings(Settings(namespaces=("a",))).scanning.disabled  # no cluster-wide listing needed
+    # no cluster-wide listing needed
+    assert kopf_settings(Settings(namespaces=("a",)), client.ApiClient()).scanning.disabled
     assert isinstance(settings.persistence.progress_storage, kopf.AnnotationsProgressStorage)
     assert settings.persistence.progress_storage.prefix == "squall.dev"
     assert settings.persistence.diffbase_storage.prefix == "squall.dev"
@@ -130,10 +132,10 @@ def test_webhook_and_resync_settings():
                            "SQUALL_OPERATOR_RESYNC_SECONDS": "2.5"})
     assert (s.webhook_host, s.webhook_port, s.webhook_failure_policy, s.resync_seconds) == (
         "squall-webhook.ops.svc", 8443, "Ignore", 2.5)
-    settings = kopf_settings(s)
-    assert settings.admission.managed == "squall.dev"
+    settings = kopf_settings(s, client.ApiClient())
+    assert settings.admission.managed is None  # kopf would create configurations: the chart makes the one it needs
     assert (settings.admission.server.host, settings.admission.server.port) == ("squall-webhook.ops.svc", 8443)
-    assert kopf_settings(Settings()).admission.server is None  # no host: no webhook
+    assert kopf_settings(Settings(), client.ApiClient()).admission.server is None  # no host: no webhook
     with pytest.raises(ConfigError, match="SQUALL_OPERATOR_WEBHOOK_FAILURE_POLICY='Maybe': use Fail or Ignore"):
         Settings.from_env({"SQUALL_OPERATOR_WEBHOOK_FAILURE_POLICY": "maybe"})
     with pytest.raises(ConfigError, match="SQUALL_OPERATOR_RESYNC_SECONDS='0': use a positive number"):

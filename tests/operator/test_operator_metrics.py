@@ -11,7 +11,7 @@ import pytest
 from bench.observed import Prometheus, Target, expand
 from operator_kit import NAMESPACE, SPEC, create_topology, eventually, free_port, obj, roll_out, status
 from prometheus_client.parser import text_string_to_metric_families
-from test_admission import BROKEN, WEBHOOKS, declare_cluster_scoped, review
+from test_admission import BROKEN, WEBHOOKS, install_webhook_configuration, review, webhooks
 from tests.chart.dashboard_queries import REPO, load, panel_targets, variable_queries
 from tests.chart.live_rules import problems, rule_file
 
@@ -37,7 +37,7 @@ def value(samples: dict, name: str, **labels: str) -> float | None:
 async def test_the_operator_counts_what_it_does_and_its_dashboard_shows_it(api, start_operator, tmp_path,
                                                                          monkeypatch):
     monkeypatch.setattr(handlers, "RETRY_DELAY", 0.1)  # kopf retries a refused reconcile after it
-    declare_cluster_scoped(api, WEBHOOKS, "ValidatingWebhookConfiguration")
+    await install_webhook_configuration(api)
     op = await start_operator(webhook_host="127.0.0.1", webhook_port=free_port())
     port = op.settings.metrics_port
     prometheus = Prometheus(workdir=tmp_path / "prometheus", targets=[Target(
@@ -92,8 +92,7 @@ async def test_the_operator_counts_what_it_does_and_its_dashboard_shows_it(api, 
         assert value(samples, "squall_operator_handler_failures_total", handler="reconcile") >= 1
         assert value(samples, "squall_operator_handler_failures_total", handler="status") == 0
 
-        await eventually("the managed webhook configuration",
-                         lambda: (obj(api, WEBHOOKS, "squall.dev", namespace=None) or {}).get("webhooks"))
+        await eventually("the webhook in the configuration", lambda: webhooks(api))
         config = obj(api, WEBHOOKS, "squall.dev", namespace=None)
         assert (await review(config, "CREATE", BROKEN))["allowed"] is False
         assert (await review(config, "CREATE", SPEC))["allowed"] is True

@@ -184,13 +184,13 @@ handlers.kopf_settings turns kopf's scanning off, and kopf reads nothing cluster
   resourceNames: [topologies.squall.dev]
   verbs: [get, patch]
 {{- if include "squall.webhook" . }}
-# kopf (admission.configuration_manager) creates the ValidatingWebhookConfiguration squall.dev and
-# patches its webhooks: CA bundle, service reference, rules. It does the same for a
-# MutatingWebhookConfiguration squall.dev, which stays without webhooks (Squall mutates nothing), and
-# exits if refused.
+# The operator writes its webhook into the configuration the chart makes (templates/webhook.yaml):
+# that one only, and no other, since a subject that may create or change webhook configurations may
+# read or rewrite any object anyone writes.
 - apiGroups: [admissionregistration.k8s.io]
-  resources: [validatingwebhookconfigurations, mutatingwebhookconfigurations]
-  verbs: [create, patch]
+  resources: [validatingwebhookconfigurations]
+  resourceNames: [squall.dev]
+  verbs: [patch]
 {{- end }}
 {{- end -}}
 
