@@ -8,6 +8,7 @@ previous one left; the figures they measure are printed at the end of the run.""
 from __future__ import annotations
 
 import json
+import subprocess
 import time
 from datetime import datetime
 from pathlib import Path
@@ -55,6 +56,34 @@ def test_the_operator_runs(operator: Kubectl):
     (pod,) = operator.get("pods", "--selector", "app.kubernetes.io/component=operator")["items"]
     security = pod["spec"]["containers"][0]["securityContext"]
     assert security["readOnlyRootFilesystem"] is True and pod["spec"]["securityContext"]["runAsNonRoot"] is True
+
+
+def test_the_webhook_refuses_a_broken_topology_and_the_operator_may_write_no_other_webhook(
+        kubectl: Kubectl, operator: Kubectl):
+    """The operator writes its webhook into the configuration the chart makes, with RBAC to patch that one
+    alone; an operator that could create or change other webhook configurations could intercept any object."""
+    broken = yaml.safe_load((MANIFESTS / "wordcount.yaml").read_text())
+    broken["metadata"]["name"] = "broken"
+    broken["spec"]["bolts"][0]["inputs"][0]["component"] = "nowhere"
+
+    def refused() -> str | None:
+        done = subprocess.run(["kubectl", "--kubeconfig", str(kubectl.kubeconfig), "--namespace", kubectl.namespace,
+                               "apply", "--filename", "-"], input=json.dumps(broken), capture_output=True, text=True,
+                              timeout=60, check=False)
+        assert done.returncode != 0, "the broken Topology was let in"
+        # until the operator has written the webhook, the configuration is empty and the CRD's schema lets it in
+        return done.stderr if 'admission webhook "topology.squall.dev" denied' in done.stderr else None
+
+    message = eventually(refused, timeout=60, what="the webhook to refuse the broken Topology")
+    assert "unknown component 'nowhere'" in message
+    account = "--as=system:serviceaccount:squall-system:squall"
+    for verb, what, allowed in (("patch", "validatingwebhookconfigurations/squall.dev", "yes"),
+                                ("patch", "validatingwebhookconfigurations/other", "no"),
+                                ("create", "validatingwebhookconfigurations", "no"),
+                                ("create", "mutatingwebhookconfigurations", "no")):
+        answer = subprocess.run(["kubectl", "--kubeconfig", str(operator.kubeconfig), "auth", "can-i", verb, what,
+                                 account], capture_output=True, text=True, timeout=60, check=False).stdout.strip()
+        assert answer == allowed, f"{verb} {what}: {answer}"
 
 
 def test_topologies_become_ready(kubectl: Kubectl, figures: Figures):
