@@ -777,6 +777,20 @@ def test_a_tree_whose_messages_fold_to_zero_is_acked_by_the_worker_not_its_acker
     assert box.frame() == b""
 
 
+@pytest.mark.parametrize("kind", [FAIL, RESET])
+def test_a_young_trees_fail_or_reset_brings_its_init_into_a_batch_with_one_place_left(kind):
+    """The transport makes room for one message; a young tree's FAIL or RESET adds two, its INIT and
+    itself. In a batch one short of full (its link busy or not up yet), the second overflowed the
+    columns: the OverflowError reached the bolt's reset_timeout() or fail(), and a fail was never sent,
+    its tree left to time out (found by the engine audit)."""
+    box = AckerOutbox(link=None, capacity=2)
+    box.add((ACK, 9, 0b1, -1))
+    box.add((INIT, 5, 0b11, 2))  # kept young, out of the batch
+    assert box.size == 1
+    box.add((kind, 5, 0, -1))
+    assert _sent(box) == ([(ACK, 9, 0b1, -1), (INIT, 5, 0b11, 2), (kind, 5, 0, -1)], [])
+
+
 def test_a_young_tree_is_kept_from_its_acker_as_long_as_the_outbox_keeps_trees():
     from squall.transport.outbox import YOUNG_SECONDS
 

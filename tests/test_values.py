@@ -204,6 +204,6 @@ def test_a_full_batch_of_acker_messages_must_fit_in_a_frame():
     from squall import TopologyError, TopologySpec
 
     doc = {"name": "t", "spouts": [{"name": "s", "className": "m:S"}]}
-    with pytest.raises(TopologyError, match=r"batchSize \(4096\) must be at most 3117 with maxFrameBytes \(65536\)"):
+    with pytest.raises(TopologyError, match=r"batchSize \(4096\) must be at most 3116 with maxFrameBytes \(65536\)"):
         TopologySpec.from_dict({**doc, "transfer": {"batchSize": 4096, "maxFrameBytes": 65536, "maxValueBytes": 100}})
-    TopologySpec.from_dict({**doc, "transfer": {"batchSize": 3117, "maxFrameBytes": 65536, "maxValueBytes": 100}})
+    TopologySpec.from_dict({**doc, "transfer": {"batchSize": 3116, "maxFrameBytes": 65536, "maxValueBytes": 100}})

@@ -197,8 +197,9 @@ class Transfer(_Model):
         if self.max_value_bytes >= self.max_frame_bytes:
             raise ValueError(f"maxValueBytes ({self.max_value_bytes}) must be below maxFrameBytes "
                              f"({self.max_frame_bytes}): a tuple must fit in a frame")
-        if self.batch_size * ACKER_MESSAGE_BYTES + FRAME_OVERHEAD > self.max_frame_bytes:
-            most = (self.max_frame_bytes - FRAME_OVERHEAD) // ACKER_MESSAGE_BYTES
+        # a full batch of acker messages, and one more: a young tree's FAIL or RESET brings its INIT along
+        if (self.batch_size + 1) * ACKER_MESSAGE_BYTES + FRAME_OVERHEAD > self.max_frame_bytes:
+            most = (self.max_frame_bytes - FRAME_OVERHEAD) // ACKER_MESSAGE_BYTES - 1
             raise ValueError(f"batchSize ({self.batch_size}) must be at most {most} with maxFrameBytes "
                              f"({self.max_frame_bytes}): a full batch of acker messages ({ACKER_MESSAGE_BYTES} bytes "
                              "each) must fit in a frame; lower batchSize or raise maxFrameBytes")

@@ -29,7 +29,7 @@ cdef class AckerOutbox(Outbox):
     cdef int[::1] tasks
     cdef unsigned long long[::1] roots, vals
     cdef dict _open, _young
-    cdef Py_ssize_t _n
+    cdef Py_ssize_t _n, capacity
     cdef double _now
     cdef public double keep
     cdef public Transfer transfer

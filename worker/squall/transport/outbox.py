@@ -82,16 +82,19 @@ class AckerOutbox(Outbox):
     was read after all (``Runtime._fail_lost``), which the acker would let win, and so replay a tree
     that was processed.
 
-    ``capacity``: messages a batch holds at most (the transport flushes a full batch before adding);
-    ``keep``: seconds a young tree is kept.
+    ``capacity``: messages a batch holds at most (the transport flushes a full batch before adding),
+    and one more: a young tree's FAIL or RESET adds two, its INIT and itself; ``keep``: seconds a
+    young tree is kept.
     """
 
     def __init__(self, link: Any, capacity: int, keep: float = 0.0) -> None:
         super().__init__(link)
         self.keep = keep
-        # Fixed columns, written in place: the batch never outgrows the transport's batch size.
-        self._kinds, self._tasks = array(U8, bytes(capacity)), array(I32, bytes(4 * capacity))
-        self._roots, self._vals = array(U64, bytes(8 * capacity)), array(U64, bytes(8 * capacity))
+        self.capacity = capacity
+        # Fixed columns, written in place: the batch never outgrows the transport's batch size, and one more.
+        rows = capacity + 1
+        self._kinds, self._tasks = array(U8, bytes(rows)), array(I32, bytes(4 * rows))
+        self._roots, self._vals = array(U64, bytes(8 * rows)), array(U64, bytes(8 * rows))
         self.kinds, self.tasks, self.roots, self.vals = self._kinds, self._tasks, self._roots, self._vals
         self._open: dict[int, int] = {}  # root → its INIT or ACK message that later ones fold into
         self._n = 0  # messages in the columns
@@ -159,7 +162,7 @@ class AckerOutbox(Outbox):
         young = self._young
         if not young:
             return
-        room = len(self.kinds) - self._n
+        room = self.capacity - self._n
         before = now - self.keep
         old = []
         for root, tree in young.items():  # oldest first
