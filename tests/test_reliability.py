@@ -324,6 +324,40 @@ def test_emitting_anchored_to_a_decided_tuple_is_refused(verdict):
         assert one(cluster, "sink").received == []  # nothing joined the decided tree
 
 
+class NotATupleBolt(Bolt):
+    """Hands the collector something other than its input, as a bug in a bolt would."""
+
+    outputs = ["id"]
+
+    def execute(self, tup):
+        call, value = self.conf["call"], self.conf["value"]
+        if call == "emit":
+            self.collector.emit(tup.values, anchors=[value])
+        else:
+            getattr(self.collector, call)(value)
+        self.collector.ack(tup)
+
+
+@pytest.mark.parametrize("value", [None, "a tuple id"])
+@pytest.mark.parametrize("call", ["ack", "fail", "reset_timeout", "emit"])
+def test_a_bolt_that_hands_its_collector_something_other_than_a_tuple_fails_its_input_with_a_clear_error(
+        call, value):
+    """Compiled, a None passed where a Tuple is typed was read as a Tuple's fields: the process died of a
+    segfault (ack, fail) or emitted into garbage trees (an anchor); interpreted, an AttributeError
+    (found by the engine audit)."""
+    builder = TopologyBuilder("not-a-tuple")
+    builder.set_spout("spout", RecordingSpout, config={"count": 3})
+    builder.set_bolt("bolt", NotATupleBolt, config={"call": call, "value": value}).shuffle_grouping("spout")
+    with LocalCluster(builder.build()) as cluster:
+        spout = one(cluster, "spout")
+        run_until_quiet(cluster, spout.settled)
+        assert sorted(spout.failed) == [0, 1, 2] and spout.acked == []
+        errors = [e.error for e in cluster.errors("bolt")]
+        assert errors and all(e.startswith("TypeError") for e in errors), errors
+        if value is None:
+            assert "takes a Tuple the bolt received, not NoneType" in errors[0]
+
+
 @pytest.mark.parametrize("parallelism", [1, 2])
 def test_each_spout_task_gets_the_verdicts_of_its_own_tuples(parallelism):
     builder = TopologyBuilder("spout-tasks")

@@ -150,6 +150,10 @@ class SpoutCollector:
         self._report(exc)
 
 
+def _not_a_tuple(call: str, value: object) -> TypeError:
+    return TypeError(f"{call} takes a Tuple the bolt received, not {type(value).__name__}")
+
+
 class BoltCollector:
     """A bolt task's :class:`squall.api.OutputCollector`."""
 
@@ -190,6 +194,8 @@ class BoltCollector:
                 raise self._anchored_to_decided(one, stream)
         elif anchors is not None:
             for anchor in anchors:
+                if type(anchor) is not Tuple:  # compiled, a None typed as a Tuple would be read as one
+                    raise _not_a_tuple("emit(anchors=...)", anchor)
                 if anchor.done:
                     raise self._anchored_to_decided(anchor, stream)
             if len(anchors) == 1:
@@ -230,6 +236,8 @@ class BoltCollector:
         return edges
 
     def ack(self, tup: Tuple) -> None:
+        if type(tup) is not Tuple:  # compiled, a None typed as a Tuple would be read as one
+            raise _not_a_tuple("ack()", tup)
         if tup.done:  # a second ack changes nothing; after a fail, the fail stands
             return
         tup.done = ACKED
@@ -254,6 +262,8 @@ class BoltCollector:
     def fail(self, tup: Tuple) -> None:
         # A fail after an ack still fails the tuple's trees (Storm's way): while a tree is pending at
         # its acker, a fail always wins, so a bolt can force a replay of what it already acked.
+        if type(tup) is not Tuple:
+            raise _not_a_tuple("fail()", tup)
         if tup.done == FAILED:
             return
         if tup.tracked() and not tup.done:
@@ -266,6 +276,8 @@ class BoltCollector:
         self._stats.failed.add(tup.source_stream)
 
     def reset_timeout(self, tup: Tuple) -> None:
+        if type(tup) is not Tuple:
+            raise _not_a_tuple("reset_timeout()", tup)
         acker = self._acker
         if acker is not None:
             for root in tup.roots():
