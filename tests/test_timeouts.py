@@ -112,6 +112,42 @@ def test_reset_timeout_keeps_a_slow_tree_alive_past_twice_the_timeout():
         assert cluster.counts("spout").timed_out == 0
 
 
+class HeldOnce(Bolt):
+    """Keeps its one input, for the test to reset."""
+
+    outputs = []
+
+    def execute(self, tup):
+        self.held = tup
+
+
+def test_a_reset_just_before_a_rotation_keeps_the_tree_a_whole_timeout_more():
+    """The RESET reached the spout's inbox, and the next round fired the due rotation before the spout
+    took it in: the tree failed 0.01 s after reset_timeout (found by the engine audit). A bolt whose
+    execute blocks the scheduler thread while it resets, Storm's way of doing slow work, lost its trees
+    the same way. A rotation now applies the verdicts and resets that reached the process first, as
+    Storm's spout handles what its queue holds before the timeout tick behind it."""
+    now = [0.0]
+    builder = TopologyBuilder("reset-race")
+    builder.set_spout("spout", RecordingSpout, config={"count": 1})
+    builder.set_bolt("bolt", HeldOnce).shuffle_grouping("spout")
+    with LocalCluster(builder.build(message_timeout_seconds=10), clock=lambda: now[0]) as cluster:
+        spout, bolt = one(cluster, "spout"), one(cluster, "bolt")
+        cluster.runtime.step()  # t=0: emitted, and held by the bolt
+        now[0] = 10.0
+        cluster.runtime.step()  # the first rotation
+        now[0] = 19.99
+        bolt.collector.reset_timeout(bolt.held)  # on the scheduler thread, as a tick's execute would
+        now[0] = 20.0
+        cluster.runtime.step()  # the second rotation: due as the round begins
+        now[0] = 29.99
+        cluster.runtime.step()
+        assert spout.failed == []
+        now[0] = 30.0
+        cluster.runtime.step()  # a whole timeout after the reset: now it times out
+        assert spout.failed == [0] and cluster.counts("spout").timed_out == 1
+
+
 class DrivenClock:
     """A clock the test drives: each read moves it on by ``tick``; ``stall`` jumps it, as a blocking call would."""
 

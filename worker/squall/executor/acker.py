@@ -52,5 +52,10 @@ class AckerExecutor(Executor):
         if note is not None:
             self.send(note.task, note)
 
+    def take_waiting(self) -> None:
+        """Apply every message waiting in the inbox (as far as the verdicts can go out)."""
+        while self.inbox and self.run_once(0.0):
+            pass
+
     def rotate(self) -> None:
         self.acker.rotate()

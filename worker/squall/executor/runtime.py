@@ -197,7 +197,14 @@ class Runtime:
             lost.popleft()
 
     def _rotate(self) -> None:
-        """Every message timeout: spouts time out their oldest trees, ackers forget theirs."""
+        """Every message timeout: spouts time out their oldest trees, ackers forget theirs. What reached
+        this process before counts first: a RESET or a verdict on its way in (the ingress, an acker's
+        inbox, a spout's) reaches its tree before the tree can time out, as a RESET queued before Storm's
+        timeout tick does."""
+        if self.remote is not None:
+            self.remote.deliver()
+        for acker in self.ackers:
+            acker.take_waiting()
         for spout in self.spouts:
             spout.rotate()
         for acker in self.ackers:

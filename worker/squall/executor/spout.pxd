@@ -33,9 +33,12 @@ cdef class SpoutExecutor(Executor):
     cdef public bint active
     cdef public list opened
 
-    @cython.locals(task=SpoutTask, tree=PendingTree, before=cython.longlong, progress=cython.bint, began=cython.double,
+    @cython.locals(task=SpoutTask, before=cython.longlong, progress=cython.bint, began=cython.double,
                    limit=cython.longlong, limited=cython.bint)
     cpdef bint run_once(self, double now) except -1
+
+    @cython.locals(tree=PendingTree)
+    cdef bint _take_verdicts(self) except -1
 
     cdef bint _call(self, SpoutTask task, object fn, object arg=*) except -1
 

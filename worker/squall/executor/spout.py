@@ -151,23 +151,31 @@ class SpoutExecutor(Executor):
             self._call(task, task.spout.fail, tree.msg_id)
 
     def rotate(self) -> None:
-        """Called every message timeout: trees pending for two rotations have timed out."""
+        """Called every message timeout: trees pending for two rotations have timed out. The verdicts and
+        resets that reached the inbox before count first: a tree reset while a slow bolt held the
+        scheduler thread, or acked just before, does not time out."""
+        self._take_verdicts()
         for tree in self.pending.rotate().values():
             self._settle(tree, False, True)  # acked, timed_out: positional, so compiled it is a C call
 
-    def run_once(self, now: float) -> bool:
-        progress = False
+    def _take_verdicts(self) -> bool:
+        """Apply the ACK, FAIL and RESET notes in the inbox; whether there were any."""
         inbox = self.inbox
-        # Verdicts are always taken in, even under backpressure: they are what frees pending slots.
+        if not inbox:
+            return False
         while inbox:
             note: Notification = inbox.popleft()
-            progress = True
             if note.kind == ACK or note.kind == FAIL:
                 tree = self.pending.pop(note.root)
                 if tree is not None:  # None: it timed out already; a late ack never turns into an ack
                     self._settle(tree, note.kind == ACK)  # acked
             else:
                 self.pending.touch(note.root)
+        return True
+
+    def run_once(self, now: float) -> bool:
+        # Verdicts are always taken in, even under backpressure: they are what frees pending slots.
+        progress = self._take_verdicts()
         if self.overflow and not self.flush():
             return progress
         if not self.active:
