@@ -106,6 +106,19 @@ def test_parallelism_below_one(value):
     assert_mentions(message, "bolts[1].parallelism", "bolt 'count'", "must be at least 1", f"got {value}")
 
 
+@pytest.mark.parametrize(("edit", "where", "expected"), [
+    (lambda d: d.update(workers="2"), "workers", "must be a whole number (got '2')"),
+    (lambda d: d["bolts"][1].update(parallelism=True), "bolts[1].parallelism", "must be a whole number (got True)"),
+    (lambda d: d.update(suspended="yes"), "suspended", "must be true or false (got 'yes')"),
+    (lambda d: d.update(messageTimeoutSeconds=2.5), "messageTimeoutSeconds", "must be a whole number (got 2.5)"),
+])
+def test_a_value_of_the_wrong_type_is_refused_not_converted(edit, where, expected):
+    """``workers: "2"`` became 2 and ``parallelism: true`` 1: squall validate called such a file valid, and the
+    Topology's CRD, whose fields are integers and booleans, then refused it at kubectl apply (found by the
+    docs audit)."""
+    assert_mentions(error_of(edit), where, expected)
+
+
 def test_parallelism_below_one_from_the_builder():
     builder = TopologyBuilder("zero")
     builder.set_spout("spout", RecordingSpout, parallelism=0)

@@ -58,7 +58,7 @@ Quantity = Annotated[int | str, BeforeValidator(_quantity), WithJsonSchema(
 
 class _Model(BaseModel):
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid",
-                              validate_assignment=True, use_enum_values=True)
+                              validate_assignment=True, use_enum_values=True, strict=True)
 
     def to_dict(self) -> dict[str, Any]:
         """The camelCase document this model loads from (the YAML / CR shape)."""
@@ -79,7 +79,7 @@ class GroupingType(StrEnum):
 class Grouping(_Model):
     """How a stream's tuples are spread over the consuming component's tasks."""
 
-    type: GroupingType
+    type: Annotated[GroupingType, Field(strict=False)]  # a str in YAML
     fields: list[str] | None = Field(default=None, description="fields grouping: the key fields")
     custom_class: str | None = Field(default=None, pattern=CLASS_PATTERN, description="custom grouping: 'module:Class'")
 
