@@ -166,9 +166,19 @@ def test_the_log_level_comes_from_squall_log_level_without_the_option(capsys, mo
     assert main(["--log-level", "warning", "validate", str(GOOD)]) == 0  # the option wins
 
 
-def test_the_log_level_may_also_follow_the_command(capsys):
+def test_the_log_level_may_also_follow_the_command(capsys, tmp_path):
     assert main(["validate", str(GOOD), "--log-level", "debug"]) == 0
     assert "is valid" in capsys.readouterr().out
+    # a command of a command too (it was refused: unrecognized arguments)
+    assert main(["log", "describe", str(tmp_path / "no-log"), "--log-level", "debug"]) == 2
+    assert "there is no log at" in capsys.readouterr().err
+
+
+def test_an_empty_file_is_said_to_be_empty(tmp_path, capsys):
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("")
+    assert main(["validate", str(empty)]) == 2
+    assert "empty.yaml is empty: it must be a mapping with name, spouts and bolts" in capsys.readouterr().err
 
 
 def test_a_run_waiting_for_trees_its_spouts_will_not_emit_says_so_once(tmp_path, monkeypatch, capsys):

@@ -30,10 +30,17 @@ def parser() -> argparse.ArgumentParser:
     subparsers = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in MODULES:
         importlib.import_module(f"squall.cli.{name}").register(subparsers)
-    for sub in subparsers.choices.values():  # also after the command: `squall run FILE --log-level DEBUG`
+    _log_level_after(subparsers)  # also after the command: `squall run FILE --log-level DEBUG`
+    return top
+
+
+def _log_level_after(subparsers: argparse._SubParsersAction) -> None:
+    """``--log-level`` after each command, and after each command of a command (``squall log produce``)."""
+    for sub in subparsers.choices.values():
+        for inner in [a for a in sub._actions if isinstance(a, argparse._SubParsersAction)]:
+            _log_level_after(inner)
         sub.add_argument("--log-level", default=argparse.SUPPRESS, type=str.upper, choices=LOG_LEVELS,
                          help="as before the command")
-    return top
 
 
 def version() -> str:

@@ -9,14 +9,14 @@ from squall.process.contract import role_env
 
 ENV_HELP = """configuration (environment; every topology setting comes from the spec file):
   SQUALL_TOPOLOGY        path to the topology YAML (required)
-  SQUALL_{ROLE}_INDEX    this process's index (default: the -N ordinal of HOSTNAME)
+  {INDEX}this process's index (default: the -N ordinal of HOSTNAME)
   SQUALL_WORKER_PEERS    template with {i} or comma list of worker addresses
                          (default {topology}-worker-{i}.{topology}-worker:7070)
   SQUALL_ACKER_PEERS     the same for ackers
   SQUALL_GRPC_PORT       gRPC port (default 7070); SQUALL_METRICS_PORT (default 9090)
   SQUALL_BIND_HOST       listen address (default 0.0.0.0)
   SQUALL_TLS_DIR         directory of ca.crt, tls.crt, tls.key: mutual TLS (default: plaintext gRPC)
-  SQUALL_NAMESPACE       the {namespace} of the peer templates
+  SQUALL_NAMESPACE       the {namespace} of the peer templates (default default)
 every variable, and what squall run and the operator set: docs/processes.md
 """
 
@@ -25,7 +25,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     for role, what in (("worker", "run this process's spout and bolt executors"),
                        ("acker", "run this process's acker task")):
         p = subparsers.add_parser(role, help=f"{what} (a pod's entrypoint)",
-                                  epilog=ENV_HELP.replace("{ROLE}", role.upper()),
+                                  epilog=ENV_HELP.replace("{INDEX}", f"SQUALL_{role.upper()}_INDEX".ljust(23)),
                                   formatter_class=argparse.RawDescriptionHelpFormatter)
         p.set_defaults(func=lambda _args, r=role: _run(r))
 

@@ -35,7 +35,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("urls", nargs="*", metavar="URL",
                    help="/metrics URLs of the topology's processes (default: those of the local `squall run` "
                         "in --run-dir), e.g. http://localhost:9090/metrics through kubectl port-forward")
-    p.add_argument("--run-dir", default=".squall/run", help="the run directory of a local `squall run`")
+    p.add_argument("--run-dir", default=".squall/run",
+                   help="the run directory of a local `squall run` (default .squall/run)")
     p.add_argument("--interval", type=float, default=1.0, help="seconds between two frames (default 1)")
     p.add_argument("--once", action="store_true", help="print one frame and exit")
     p.set_defaults(func=top)

@@ -392,6 +392,8 @@ class TopologySpec(_Model):
     def from_dict(cls, data: Any, *, source: str = "topology", camel_case_only: bool = False) -> TopologySpec:
         """Parse a document; raise :class:`TopologyError` naming every bad field. ``camel_case_only``: a
         Topology resource's spec, whose schema has no snake_case keys (the API server would drop them)."""
+        if data is None:
+            raise TopologyError(f"{source} is empty: it must be a mapping with name, spouts and bolts")
         if not isinstance(data, dict):
             raise TopologyError(f"{source}: expected a mapping with name, spouts and bolts, got {type(data).__name__}")
         try:
