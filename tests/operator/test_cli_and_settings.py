@@ -61,6 +61,14 @@ def test_render_needs_an_image_and_a_valid_topology(tmp_path, capsys):
     assert "unknown component 'splitt'" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("command", ["render", "submit"])
+def test_render_and_submit_refuse_a_namespace_kubernetes_would(command, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main([command, str(WORDCOUNT), "--image", "x", "-n", "Bad_NS"])
+    assert exit_.value.code == 2
+    assert "'Bad_NS' is not a namespace name: lowercase letters, digits and '-'" in capsys.readouterr().err
+
+
 def test_render_and_submit_need_neither_kopf_nor_the_kubernetes_client():
     """A worker image may be built without the operator's dependencies."""
     code = ("import sys; sys.modules['kopf'] = sys.modules['kubernetes'] = None; from squall.cli import main; "

@@ -9,6 +9,7 @@ the classes too, as ``squall validate`` does, where their modules can be importe
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -18,11 +19,21 @@ import yaml
 from squall.cli.validate import check, unimportable
 from squall.topology import load_spec
 
+NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")  # a DNS-1123 label, as Kubernetes names one
+
+
+def _namespace(value: str) -> str:
+    if not NAMESPACE.match(value):
+        raise argparse.ArgumentTypeError(f"{value!r} is not a namespace name: lowercase letters, digits and '-', "
+                                         "beginning and ending with a letter or digit, at most 63")
+    return value
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("render", help="print the Kubernetes objects the operator creates for a topology")
     p.add_argument("topology", help="path to the topology YAML")
-    p.add_argument("-n", "--namespace", default="default", help="the namespace they go to (default: default)")
+    p.add_argument("-n", "--namespace", default="default", type=_namespace,
+                   help="the namespace they go to (default: default)")
     p.add_argument("--image", help="container image when the spec has none (the operator's SQUALL_OPERATOR_IMAGE)")
     p.add_argument("--podmonitor", action="store_true", help="include the prometheus-operator PodMonitor")
     p.add_argument("--insecure", action="store_true",
@@ -35,7 +46,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                               "resource for kubectl apply")
     p.add_argument("topology", help="path to the topology YAML")
     p.add_argument("--image", help="set spec.image: the image with your spouts and bolts")
-    p.add_argument("-n", "--namespace", help="set metadata.namespace (default: kubectl's namespace)")
+    p.add_argument("-n", "--namespace", type=_namespace, help="set metadata.namespace (default: kubectl's namespace)")
     p.add_argument("-o", "--output", type=Path, help="write to this file instead of standard output")
     p.set_defaults(func=run_submit)
 
