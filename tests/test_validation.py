@@ -119,6 +119,21 @@ def test_a_value_of_the_wrong_type_is_refused_not_converted(edit, where, expecte
     assert_mentions(error_of(edit), where, expected)
 
 
+def test_the_builder_takes_what_python_code_hands_it():
+    """Documents are checked strictly (above); Python code is not: numpy ints, a whole float, a tuple of
+    fields, a read-only mapping are what they say (found by the review of the strict documents)."""
+    import types
+
+    import numpy as np
+
+    builder = TopologyBuilder("python")
+    builder.set_spout("spout", RecordingSpout, parallelism=np.int64(2))
+    builder.set_bolt("bolt", PassBolt).grouping("spout", {"type": "fields", "fields": ("id",)})
+    spec = builder.build(workers=np.int64(2), message_timeout_seconds=30.0, config=types.MappingProxyType({"a": 1}))
+    assert (spec.workers, spec.message_timeout_seconds, spec.config) == (2, 30, {"a": 1})
+    assert spec.spouts[0].parallelism == 2 and spec.bolts[0].inputs[0].grouping.fields == ["id"]
+
+
 def test_parallelism_below_one_from_the_builder():
     builder = TopologyBuilder("zero")
     builder.set_spout("spout", RecordingSpout, parallelism=0)

@@ -102,6 +102,6 @@ class TopologyBuilder:
         """The spec; ``settings`` are top-level fields (``workers=2``, ``message_timeout_seconds=10``)."""
         doc = {"name": self.name, **{to_camel(k): v for k, v in settings.items()},
                "spouts": self._spouts, "bolts": self._bolts}
-        spec = TopologySpec.from_dict(doc, source=f"topology {doc['name']!r}")
+        spec = TopologySpec.from_dict(doc, source=f"topology {doc['name']!r}", strict=False)
         spec._classes.update(self._classes)
         return spec

@@ -389,15 +389,21 @@ class TopologySpec(_Model):
         return self
 
     @classmethod
-    def from_dict(cls, data: Any, *, source: str = "topology", camel_case_only: bool = False) -> TopologySpec:
+    def from_dict(cls, data: Any, *, source: str = "topology", camel_case_only: bool = False,
+                  strict: bool = True) -> TopologySpec:
         """Parse a document; raise :class:`TopologyError` naming every bad field. ``camel_case_only``: a
-        Topology resource's spec, whose schema has no snake_case keys (the API server would drop them)."""
+        Topology resource's spec, whose schema has no snake_case keys (the API server would drop them).
+        ``strict``: a value of another type is refused (``workers: "2"``, ``parallelism: true``), as the
+        Topology's CRD refuses it; not strict, as Python code may hand them (numpy ints, ``30.0``, tuples),
+        it is converted where that loses nothing."""
         if data is None:
             raise TopologyError(f"{source} is empty: it must be a mapping with name, spouts and bolts")
         if not isinstance(data, dict):
             raise TopologyError(f"{source}: expected a mapping with name, spouts and bolts, got {type(data).__name__}")
         try:
-            return cls.model_validate(data, by_alias=True, by_name=not camel_case_only)
+            # strict by the models' own config, where a field (an enum's name) says otherwise
+            return cls.model_validate(data, strict=None if strict else False, by_alias=True,
+                                      by_name=not camel_case_only)
         except ValidationError as exc:
             problems = "\n".join(_describe(e, data) for e in exc.errors())
             raise TopologyError(f"{source} is invalid:\n{problems}") from None
