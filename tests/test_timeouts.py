@@ -4,11 +4,20 @@
 from __future__ import annotations
 
 import time
+from collections import deque
+from typing import Any
+
+import pytest
 
 from engine_kit import HoldBolt, RecordingSpout, one, run_until, run_until_quiet
 from squall import Bolt, TopologyBuilder
+from squall.acker.acker import INIT, RESET, notification
+from squall.executor.base import Remote
+from squall.executor.runtime import Runtime
 from squall.metrics.collector import RuntimeCollector
 from squall.testing import LocalCluster
+from squall.topology import Plan
+from squall.topology.assignment import assign
 
 
 class SlowBolt(Bolt):
@@ -121,12 +130,15 @@ class HeldOnce(Bolt):
         self.held = tup
 
 
-def test_a_reset_just_before_a_rotation_keeps_the_tree_a_whole_timeout_more():
+@pytest.mark.parametrize("posted", [False, True], ids=["on the scheduler thread", "posted from another thread"])
+def test_a_reset_just_before_a_rotation_keeps_the_tree_a_whole_timeout_more(posted):
     """The RESET reached the spout's inbox, and the next round fired the due rotation before the spout
     took it in: the tree failed 0.01 s after reset_timeout (found by the engine audit). A bolt whose
     execute blocks the scheduler thread while it resets, Storm's way of doing slow work, lost its trees
-    the same way. A rotation now applies the verdicts and resets that reached the process first, as
-    Storm's spout handles what its queue holds before the timeout tick behind it."""
+    the same way, and so did one that resets from a thread of its own (the reset is posted to the
+    scheduler, and ran after the timers; found by the review). A rotation now applies the verdicts and
+    resets that reached the process first, as Storm's spout handles what its queue holds before the
+    timeout tick behind it."""
     now = [0.0]
     builder = TopologyBuilder("reset-race")
     builder.set_spout("spout", RecordingSpout, config={"count": 1})
@@ -137,7 +149,10 @@ def test_a_reset_just_before_a_rotation_keeps_the_tree_a_whole_timeout_more():
         now[0] = 10.0
         cluster.runtime.step()  # the first rotation
         now[0] = 19.99
-        bolt.collector.reset_timeout(bolt.held)  # on the scheduler thread, as a tick's execute would
+        if posted:
+            cluster.runtime.post(lambda: bolt.collector.reset_timeout(bolt.held))
+        else:
+            bolt.collector.reset_timeout(bolt.held)  # on the scheduler thread, as a tick's execute would
         now[0] = 20.0
         cluster.runtime.step()  # the second rotation: due as the round begins
         now[0] = 29.99
@@ -146,6 +161,67 @@ def test_a_reset_just_before_a_rotation_keeps_the_tree_a_whole_timeout_more():
         now[0] = 30.0
         cluster.runtime.step()  # a whole timeout after the reset: now it times out
         assert spout.failed == [0] and cluster.counts("spout").timed_out == 1
+
+
+class OtherProcessAcker(Remote):
+    """The link to an acker in another process, played by the test: it keeps the INITs the worker sends,
+    and what the test gives it waits in its ingress until the runtime delivers it."""
+
+    def __init__(self) -> None:
+        self.inits: list[tuple[int, int]] = []  # (root, spout task)
+        self.ingress: list[tuple[int, Any]] = []  # (task, item) received, not delivered yet
+        self.lost: deque = deque()
+
+    def attach(self, *, transfer, wake, frames) -> None:
+        self.transfer = transfer
+
+    def try_send(self, task: int, item: Any) -> bool:
+        return True
+
+    def try_message(self, task: int, kind: int, root: int, val: int, spout: int) -> bool:
+        if kind == INIT:
+            self.inits.append((root, spout))
+        return True
+
+    def deliver(self) -> bool:
+        moved = bool(self.ingress)
+        while self.ingress:
+            assert self.transfer.try_send(*self.ingress.pop(0))
+        return moved
+
+    def flush(self) -> bool:
+        return False
+
+    def due_in(self) -> float:
+        return 1.0
+
+
+def test_a_reset_received_from_another_process_just_before_a_rotation_keeps_the_tree():
+    """The acker is another process's: its RESET arrived in a frame the ingress holds when the rotation
+    is due. The rotation delivers what the process received first."""
+    now = [0.0]
+    builder = TopologyBuilder("reset-from-afar")
+    builder.set_spout("spout", RecordingSpout, config={"count": 1})
+    builder.set_bolt("bolt", HeldOnce).shuffle_grouping("spout")
+    topology = builder.build(message_timeout_seconds=10, workers=1, ackers=1)
+    plan = Plan(topology)
+    acker = OtherProcessAcker()
+    runtime = Runtime(plan, executors=assign(plan.layout).wiring("worker", 0).executors, acker_tasks=(),
+                      remote=acker, clock=lambda: now[0])
+    runtime.start()
+    try:
+        runtime.step()  # t=0: emitted, its INIT sent to the acker
+        [(root, spout_task)] = acker.inits
+        now[0] = 10.0
+        runtime.step()  # the first rotation
+        now[0] = 19.99
+        acker.ingress.append((spout_task, notification(RESET, root, spout_task)))
+        now[0] = 20.0
+        runtime.step()  # the second rotation: due as the round begins
+        spout = next(ex for ex in runtime.spouts).tasks[spout_task].spout
+        assert spout.failed == [] and spout.outstanding == 1
+    finally:
+        runtime.close()
 
 
 class DrivenClock:

@@ -39,6 +39,7 @@ log = logging.getLogger("squall.runtime")
 
 INGRESS_FRAMES = 4  # decoded frames buffered per lane before receivers block (backpressure)
 IDLE_WAIT = 0.05  # longest sleep with nothing to do, so posted work and stop requests are seen promptly
+ROTATE_PASSES = 4  # ingress deliveries before a rotation at most: frames that keep coming wait for the round
 
 
 @dataclass(order=True)
@@ -201,10 +202,12 @@ class Runtime:
         this process before counts first: a RESET or a verdict on its way in (the ingress, an acker's
         inbox, a spout's) reaches its tree before the tree can time out, as a RESET queued before Storm's
         timeout tick does."""
-        if self.remote is not None:
-            self.remote.deliver()
-        for acker in self.ackers:
-            acker.take_waiting()
+        for _ in range(ROTATE_PASSES):  # an acker that takes in what waits makes room for more from the ingress
+            moved = self.remote is not None and self.remote.deliver()
+            for acker in self.ackers:
+                acker.take_waiting()
+            if not moved:
+                break
         for spout in self.spouts:
             spout.rotate()
         for acker in self.ackers:
@@ -242,14 +245,14 @@ class Runtime:
         """One round: due timers fire, then every executor does a slice of work. Returns progress."""
         self._kicked = False  # what woke us before now is taken in by this round
         now = self.heartbeat = self.clock()
-        self._fire_timers(now)
         progress = False
-        if self._posted:
+        if self._posted:  # before the timers: a reset_timeout posted before a due rotation counts first
             with self._posted_lock:
                 posted, self._posted = self._posted, []
             for action in posted:
                 action()
             progress = True
+        self._fire_timers(now)
         remote = self.remote
         if remote is not None:
             # Delivered first: a peer that exits closes its own streams (their last frames are in our
