@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+import time
 from collections.abc import AsyncIterator, Callable, Collection
 from typing import Any
 
@@ -27,6 +28,7 @@ import kopf
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from squall.backoff import Backoff
 from squall.errors import TopologyError
 from squall.transport.tls import self_signed
 from squall_operator import resource
@@ -35,6 +37,8 @@ from squall_operator.settings import Settings
 CONFIGURATION = resource.GROUP  # the ValidatingWebhookConfiguration's name: the chart creates it
 HANDLER = "topology"  # the on.validate handler's id: the webhook's path, and its name's first label
 TIMEOUT_SECONDS = 10  # a check takes milliseconds; the API server waits no longer for an operator that hangs
+REQUEST_TIMEOUT = 10.0  # seconds for a write of the configuration
+RETRY_FIRST, RETRY_LAST = 1.0, 30.0  # seconds between tries of a write the API server refused for now
 CERT_DAYS = 3650  # the certificate lives as long as the operator's pod; a restart makes a new one
 _LABEL = r"[a-z0-9](?:[-a-z0-9]*[a-z0-9])?"  # a DNS-1123 label: a Service's or a namespace's name
 SERVICE_HOST = re.compile(rf"^(?P<name>{_LABEL})\.(?P<namespace>{_LABEL})\.svc$")
@@ -98,24 +102,60 @@ class Configuration:
         self.api = api
         self.settings = settings
         self.logger = logger
+        self._asked = 0  # publishes asked for: a later one supersedes the retries of an earlier one
+        self._writing: asyncio.Lock | None = None  # made in the loop that publishes
 
     async def publish(self, config: kopf.WebhookClientConfig | None) -> None:
         """Point the configuration at ``config`` (None: empty it, so that a stopped operator refuses
-        nothing). A refusal is logged, not raised: reconciling Topologies goes on without admission checks."""
+        nothing). Writes go one at a time, in the order asked: a stop that cancels a start waits for its
+        write in flight, which its thread finishes anyway. A write the API server refuses for now (it is
+        busy, unreachable) is tried again until a later publish supersedes it; a missing configuration or
+        a forbidden write is logged, not raised: reconciling Topologies goes on without admission checks."""
         hooks = webhooks(config, self.settings)
+        self._asked += 1
+        asked, retry = self._asked, Backoff(RETRY_FIRST, RETRY_LAST)
+        self._writing = self._writing or asyncio.Lock()
+        while True:
+            async with self._writing:
+                if asked != self._asked:
+                    return
+                write = asyncio.ensure_future(asyncio.to_thread(self._write, hooks))
+                try:
+                    error = await asyncio.shield(write)
+                except asyncio.CancelledError:
+                    await asyncio.wait([write])  # the lock goes once the write in flight has ended
+                    raise
+            if error is None or not hooks:  # a stopping operator tries once: the pod goes anyway
+                return
+            if retry.failed(time.monotonic()):
+                self.logger.warning("pointing the ValidatingWebhookConfiguration %s at this operator failed: "
+                                    "%s; trying again", CONFIGURATION, error)
+            await asyncio.sleep(retry.delay)
+
+    def _write(self, hooks: list[dict[str, Any]]) -> str | None:
+        """Patch the configuration's webhooks; None when done or for good, else why it may work later."""
         try:
-            await asyncio.to_thread(client.AdmissionregistrationV1Api(self.api).patch_validating_webhook_configuration,
-                                    CONFIGURATION, {"webhooks": hooks}, _content_type="application/merge-patch+json")
+            client.AdmissionregistrationV1Api(self.api).patch_validating_webhook_configuration(
+                CONFIGURATION, {"webhooks": hooks}, _content_type="application/merge-patch+json",
+                _request_timeout=REQUEST_TIMEOUT)
         except ApiException as exc:
+            if exc.status not in (403, 404):
+                return f"{exc.status} {exc.reason}"
+            if not hooks and exc.status == 404:
+                self.logger.info("the ValidatingWebhookConfiguration %s is gone: nothing to empty", CONFIGURATION)
+                return None
             why = ("it does not exist: install it with the chart (helm upgrade puts it back)" if exc.status == 404
-                   else f"{exc.status} {exc.reason}")
+                   else f"{exc.status} {exc.reason}: the operator may patch it alone (the chart's ClusterRole)")
             self.logger.error("the ValidatingWebhookConfiguration %s was not %s: %s; %s", CONFIGURATION,
                               "pointed at this operator" if hooks else "emptied", why,
                               "Topologies are not checked on admission (the operator still reports an invalid "
                               "spec as phase Failed)" if hooks else "it points at a server that is gone")
-            return
+            return None
+        except Exception as exc:  # noqa: BLE001 - urllib3 and the socket raise several types
+            return f"{type(exc).__name__}: {exc}"
         self.logger.info("the ValidatingWebhookConfiguration %s %s", CONFIGURATION,
                          "points at this operator" if hooks else "is emptied: this operator stops")
+        return None
 
 
 def configure(kopf_settings: kopf.OperatorSettings, settings: Settings, api: client.ApiClient) -> None:

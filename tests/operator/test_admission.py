@@ -13,6 +13,7 @@ import uuid
 
 import aiohttp
 import kmock
+import kubernetes
 import pytest
 import yaml
 from operator_kit import (
@@ -30,8 +31,9 @@ from operator_kit import (
 from tests.chart.chart_support import render
 
 from squall.cli import main
-from squall_operator import crd, resource
+from squall_operator import admission, crd, resource
 from squall_operator.admission import SelfSignedServer
+from squall_operator.settings import Settings
 
 pytestmark = [pytest.mark.timeout(60)]
 
@@ -175,6 +177,74 @@ async def test_a_webhook_may_be_told_to_ignore_its_failures(api, start_operator)
     await start_operator(webhook_host="127.0.0.1", webhook_port=free_port(), webhook_failure_policy="Ignore")
     hooks = await eventually("the webhook in the configuration", lambda: webhooks(api))
     assert hooks[0]["failurePolicy"] == "Ignore"
+
+
+class ApiServerWrites:
+    """The webhook configuration's writes as the API server takes them, with faults the test injects: a
+    stand-in at the client's call, since kmock cannot answer 500 or hang without applying the write."""
+
+    def __init__(self, monkeypatch, *, failures: int = 0, hold_first: bool = False) -> None:
+        import threading
+
+        self.written: list[list] = []
+        self.failures = failures
+        self.started, self.release = threading.Event(), threading.Event()
+        if not hold_first:
+            self.release.set()
+        monkeypatch.setattr(kubernetes.client.AdmissionregistrationV1Api, "patch_validating_webhook_configuration",
+                            lambda _, name, body, **__: self.patch(name, body))
+
+    def patch(self, name: str, body: dict) -> None:
+        assert name == "squall.dev"
+        if not self.started.is_set():  # the first write only
+            self.started.set()
+            self.release.wait(10)
+        if self.failures:
+            self.failures -= 1
+            raise kubernetes.client.exceptions.ApiException(status=503, reason="Service Unavailable")
+        self.written.append(body["webhooks"])
+
+
+def configuration(monkeypatch) -> admission.Configuration:
+    monkeypatch.setattr(admission, "RETRY_FIRST", 0.01)
+    return admission.Configuration(kubernetes.client.ApiClient(), Settings(), logging.getLogger("test"))
+
+
+CONFIG = {"caBundle": "Y2E=", "url": "https://127.0.0.1:9443"}
+
+
+@pytest.mark.asyncio
+async def test_a_write_the_api_server_refuses_for_now_is_tried_again(monkeypatch, caplog):
+    """kopf's management wrote again whenever something changed; the operator writes once per start, so a
+    503 left the webhook empty, or pointing at the last pod's certificate (found by the review)."""
+    writes = ApiServerWrites(monkeypatch, failures=2)
+    await configuration(monkeypatch).publish(CONFIG)
+    [[hook]] = writes.written
+    assert hook["clientConfig"]["url"] == "https://127.0.0.1:9443/topology"
+    assert logged(caplog.records, "pointing the ValidatingWebhookConfiguration squall.dev at this operator failed: "
+                                  "503 Service Unavailable; trying again")
+
+
+@pytest.mark.asyncio
+async def test_a_stop_that_cancels_a_start_empties_the_configuration_after_the_starts_write(monkeypatch):
+    """The start's write runs on in its thread when the start is cancelled: the stop's, sent beside it, could
+    land first, leaving the configuration pointing at a server that is gone, which with failurePolicy Fail
+    refuses every Topology change (found by the review)."""
+    import asyncio
+
+    writes = ApiServerWrites(monkeypatch, hold_first=True)
+    config = configuration(monkeypatch)
+    start = asyncio.ensure_future(config.publish(CONFIG))
+    await asyncio.to_thread(writes.started.wait, 10)
+    start.cancel()
+    stop = asyncio.ensure_future(config.publish(None))
+    await asyncio.sleep(0.05)
+    assert writes.written == []  # the stop waits for the start's write
+    writes.release.set()
+    await stop
+    assert [len(hooks) for hooks in writes.written] == [1, 0]
+    with pytest.raises(asyncio.CancelledError):
+        await start
 
 
 def test_the_self_signed_certificate_names_the_host_and_its_addresses():
