@@ -2,24 +2,29 @@
 
 A Topology's pods mount its Secret: a CA of its own and the one certificate all its processes present
 (:mod:`squall.transport.tls`), read when a process starts. The operator commands the pods with the
-credentials they hold, and renders new ones when the Secret is missing (the first reconcile, or someone
-deleted it to rotate them) or when less than a third of their validity is left, as cert-manager renews
-by default. New credentials mean a new CA (its key is not kept), so they replace the pods through a
-rebalance, drained first. Until the Secret holds them, the same new ones are rendered at every
-reconcile, so the pods' template does not change under a drain; once they are written, they are the
-ones held.
+credentials they hold, and renders new ones when the Secret is missing (the first reconcile, or
+someone deleted it to rotate them) or when a third to a quarter of their validity is left (a third is
+cert-manager's default; each Topology draws its point, so that those made together renew apart). New
+credentials mean a new CA (its key is not kept), so they replace the pods through a rebalance. Until
+the Secret holds them, the same new ones are rendered at every reconcile, so the pods' template does
+not change under a drain; once they are written, they are the ones held.
 """
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from datetime import datetime
 
 from squall.transport.tls import Credentials, issue
 
-RENEW_FRACTION = 1 / 3  # of the validity left when new credentials are issued
+# Of the validity left when new credentials are issued: a third, as cert-manager renews by default, down
+# to a quarter, a point each Topology draws from its uid, so that Topologies made together (or found due
+# by an operator just upgraded) are not all replaced at once
+RENEW_LEFT = (1 / 3, 1 / 4)
+REPLACED = "a rebalance replaces the pods with them, as the Topology's upgradeStrategy says (Drain: drained first)"
 
-Key = tuple[str, str]  # (namespace, name) of a Topology
+Key = tuple[str, str, str]  # (namespace, name, uid) of a Topology: one deleted and made again is another
 
 
 @dataclass(frozen=True)
@@ -31,10 +36,17 @@ class TopologyCredentials:
     issued: str | None = None  # why new credentials were issued just now (an Event's message); None: none were
 
 
-def renewal_due(tls: Credentials, now: datetime) -> bool:
-    """Whether less than :data:`RENEW_FRACTION` of ``tls``'s validity is left at ``now``."""
+def renewal_due(tls: Credentials, now: datetime, draw: float = 0.0) -> bool:
+    """Whether, at ``now``, less of ``tls``'s validity is left than the share between :data:`RENEW_LEFT`'s
+    bounds that ``draw`` (0 … 1) picks."""
     since, until = tls.validity()
-    return now >= until - (until - since) * RENEW_FRACTION
+    most, least = RENEW_LEFT
+    return now >= until - (until - since) * (most - draw * (most - least))
+
+
+def draw(uid: str) -> float:
+    """A Topology's own point in [0, 1), the same at every reconcile and in every operator."""
+    return int.from_bytes(hashlib.sha256(uid.encode()).digest()[:4], "big") / 2**32
 
 
 def _readable(tls: Credentials) -> bool:
@@ -55,11 +67,12 @@ class Certificates:
     def of(self, key: Key, secret: Credentials | None, now: datetime) -> TopologyCredentials:
         """The credentials of Topology ``key`` whose Secret holds ``secret`` (None: no Secret, or not one
         of ours) at ``now``."""
-        if secret is not None and not _readable(secret):
+        unreadable = secret is not None and not _readable(secret)
+        if unreadable:
             secret = None  # as good as none: new ones replace it
         if secret is not None:
             self._held[key] = secret
-            if not renewal_due(secret, now):
+            if not renewal_due(secret, now, draw(key[2])):
                 self._issued.pop(key, None)  # written, or someone put valid ones there meanwhile
                 return TopologyCredentials(held=secret, rendered=secret)
         held = self._held.get(key)
@@ -68,14 +81,15 @@ class Certificates:
             return TopologyCredentials(held=held, rendered=issued)
         issued = self._issued[key] = issue(key[1])
         if secret is not None:
-            why = (f"the topology's certificate expires at {secret.validity()[1]:%Y-%m-%d %H:%M} UTC: a new CA "
-                   "and certificate were issued; a rebalance replaces the pods with them (drained first)")
+            why = f"the topology's certificate expires at {secret.validity()[1]:%Y-%m-%d %H:%M} UTC"
+        elif unreadable:
+            why = "the topology's TLS Secret holds no certificate that can be read"
         elif held is not None:
-            why = ("the topology's TLS Secret is gone: a new CA and certificate were issued; a rebalance "
-                   "replaces the pods with them (drained first)")
+            why = "the topology's TLS Secret is gone"
         else:
-            why = None  # a new Topology's first credentials
-        return TopologyCredentials(held=held, rendered=issued, issued=why)
+            return TopologyCredentials(held=held, rendered=issued)  # a new Topology's first credentials
+        return TopologyCredentials(held=held, rendered=issued,
+                                   issued=f"{why}: a new CA and certificate were issued; {REPLACED}")
 
     def held(self, key: Key) -> Credentials | None:
         """The credentials Topology ``key``'s pods hold (None: unknown)."""
@@ -87,7 +101,8 @@ class Certificates:
         self._held[key] = tls
         self._issued.pop(key, None)
 
-    def forget(self, key: Key) -> None:
-        """Topology ``key`` is gone."""
-        self._held.pop(key, None)
-        self._issued.pop(key, None)
+    def forget(self, namespace: str, name: str) -> None:
+        """The Topology ``namespace/name`` is gone (whatever its uid)."""
+        for kept in (self._held, self._issued):
+            for key in [k for k in kept if k[:2] == (namespace, name)]:
+                del kept[key]

@@ -228,11 +228,11 @@ class Operator:
     def _credentials(self, topology: Manifest) -> TopologyCredentials:
         """The topology's TLS credentials: those its pods hold, and those to render (new ones if its Secret
         is missing or due for renewal: the new CA then replaces the pods)."""
-        namespace, name = topology["metadata"]["namespace"], topology["metadata"]["name"]
-        secret = credentials(self.kube.get(Ref("v1", "Secret", namespace, Names(name).tls)))
-        tls = self.certificates.of((namespace, name), secret, datetime.now(UTC))
+        meta = topology["metadata"]
+        secret = credentials(self.kube.get(Ref("v1", "Secret", meta["namespace"], Names(meta["name"]).tls)))
+        tls = self.certificates.of(_key(topology), secret, datetime.now(UTC))
         if tls.issued is not None:
-            log.info("%s/%s: %s", namespace, name, tls.issued)
+            log.info("%s/%s: %s", meta["namespace"], meta["name"], tls.issued)
             self._event(topology, "Normal", "CertificateRenewed", tls.issued)
         return tls
 
@@ -373,7 +373,7 @@ class Operator:
             if topology is None:
                 self.known.discard((namespace, name))
                 self.metrics.forget(namespace, name)
-                self.certificates.forget((namespace, name))
+                self.certificates.forget(namespace, name)
                 return  # deleted meanwhile
             if topology["metadata"].get("deletionTimestamp"):
                 # Being deleted (foreground, or held by a finalizer): the garbage collector removes its
@@ -429,7 +429,7 @@ class Operator:
                     raise kopf.TemporaryError(str(exc), delay=RETRY_DELAY) from exc
                 self.metrics.applied(applied)
                 if certificates is not None:
-                    self.certificates.written((namespace, name), certificates.rendered)
+                    self.certificates.written(_key(topology), certificates.rendered)
                 logger.info("reconciled: %s", applied.summary())
                 if applied.changed:
                     self._event(topology, "Normal", "Applied", applied.summary())
@@ -447,7 +447,7 @@ class Operator:
                 self._event(topology, kind, reason, message)
             if decision.again:
                 self.later(namespace, name, RECHECK)
-            if (held := self.certificates.held((namespace, name))) is not None:
+            if (held := self.certificates.held(_key(topology))) is not None:
                 self.metrics.certificate(namespace, name, held.validity()[1])
             current = self._status(spec, namespace, workers=live[WORKER], ackers=live[ACKER] if spec.num_ackers
                                    else None, previous=previous, generation=generation, read_errors=read_errors,
@@ -505,6 +505,11 @@ class Operator:
         if event is not None:
             kind, reason, message = event
             self._event(topology, kind, reason, message)
+
+
+def _key(topology: Manifest) -> tuple[str, str, str]:
+    meta = topology["metadata"]
+    return meta["namespace"], meta["name"], meta.get("uid", "")
 
 
 def _running(pod: Manifest, role: str) -> bool:

@@ -157,7 +157,7 @@ class _TopologyCollector:
             phases.add_metric([phase], n)
         expiries = GaugeMetricFamily("squall_operator_certificate_expiry_timestamp_seconds", "When the TLS "
                                      "certificate a Topology's pods hold expires (Unix time; the operator "
-                                     "renews it when a third of its validity is left)",
+                                     "renews it when a third to a quarter of its validity is left)",
                                      labels=["topology_namespace", "topology"])
         for (namespace, name), until in list(self.metrics._expiries.items()):
             expiries.add_metric([namespace, name], until)

@@ -158,8 +158,8 @@ TESTS = [
             "exp_labels": {"severity": "warning", "topology_namespace": "prod", "topology": "clicks"},
             "exp_annotations": {
                 "summary": "The TLS certificate of Topology prod/clicks expires in 28d 22h 50m 0s",
-                "description": "The operator renews a Topology's certificate when a third of its year is left, "
-                               "about 4 months before it expires; this one was not renewed, and when it expires "
+                "description": "The operator renews a Topology's certificate when three to four months of its "
+                               "year are left; this one was not renewed, and when it expires "
                                "the topology's processes cannot reach each other. The Topology's Events and the "
                                "operator's log say why (kubectl describe topology clicks -n prod); deleting its "
                                "Secret clicks-tls issues new ones at once (docs/operator.md, \"Mutual TLS, and "
