@@ -151,9 +151,21 @@ def test_a_data_frame_carries_tuples_and_the_acker_messages_its_worker_forwards(
     assert [(got.task, got.values) for got in items[:1]] == [(bolt_task, ["w", None])]
     assert items[1:] == [(acker, (INIT, 41, 0b10, spout_task)), (acker, (ACK, 40, 0b11, -1))]
     assert sorted(lost_trees(frame)) == [(-1, 40), (spout_task, 41)]  # the tuple's tree, and the INIT's
+
     other = Decoder(plan, bolt_tasks=bolts, spout_tasks=frozenset(), acker_tasks=frozenset())
     with pytest.raises(FrameError, match="neither runs nor forwards"):
         other.decode(frame)
+
+
+def test_the_trees_of_a_lost_frame_of_acks_resets_and_fails_fail_at_their_acker():
+    """A lost ACK left its tree to time out, and a lost RESET let it time out early (found by the
+    cross-process audit): their trees fail at their ackers at once, as a lost tuple's do."""
+    from squall.transport.codec import lost_trees
+
+    box = AckerOutbox(link=None, capacity=8)
+    for message in [(ACK, 50, 0b1, -1), (RESET, 51, 0, -1), (FAIL, 52, 0, -1), (ACK, 51, 0b1, -1)]:
+        box.add(message)
+    assert sorted(lost_trees(box.frame())) == [(-1, 50), (-1, 51), (-1, 52)]
 
 
 def _tuples(*rows) -> bytes:

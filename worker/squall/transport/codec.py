@@ -129,16 +129,18 @@ def encode_verdicts(notes: list[Notification]) -> bytes:
 
 def lost_trees(frame: bytes) -> list[tuple[int, int]]:
     """(spout task, root) of the trees a frame this process encoded carried, for failing them when it
-    is dropped: a tuple's roots (spout task -1: its acker fails it), an INIT's root with its spout task
-    (that acker never heard of the tree: the spout fails it). Acks, fails and verdicts carry none."""
+    is dropped, each once: a tuple's roots and an ACK's, FAIL's or RESET's (spout task -1: its acker
+    fails it; without the ACK the tree could only time out, and a lost RESET would let it time out
+    early), an INIT's root with its spout task (that acker never heard of the tree: the spout fails
+    it). Verdicts carry none: their trees time out at their spouts."""
     batch = Batch.FromString(frame)
     trees = [(-1, root) for root in _values(U64, batch.tuples.root, "root")] if batch.HasField("tuples") else []
     if batch.HasField("acker"):
         cols = batch.acker
-        trees += [(task, root) for kind, root, task in zip(cols.kind, _values(U64, cols.root, "root"),
-                                                            _values(I32, cols.task, "task"), strict=True)
-                  if kind == INIT]
-    return trees
+        trees += [(task if kind == INIT else -1, root)
+                  for kind, root, task in zip(cols.kind, _values(U64, cols.root, "root"),
+                                              _values(I32, cols.task, "task"), strict=True)]
+    return list(dict.fromkeys(trees))
 
 
 def _unpack(data: bytes, name: str) -> list:
