@@ -47,6 +47,7 @@ from squall_operator.render import (
     MANAGED_BY_LABEL,
     ROLES,
     TEMPLATE_HASH,
+    TLS_CA,
     Names,
     child_refs,
     credentials,
@@ -256,12 +257,14 @@ class Operator:
         return f"{ip}:{port}"
 
     def _command(self, pod: Manifest, tls: Credentials | None, send: Callable[[ControlClient], _T]) -> _T | None:
-        """``send`` a command to a pod's process; None if the pod is not running. Raises
+        """``send`` a command to a pod's process, with ``tls`` if the pod was made with the topology's TLS
+        (else in plaintext: made before TLS was turned on); None if the pod is not running. Raises
         :class:`CommandError` if the process did not answer within :data:`ANSWER_TIMEOUT`."""
         address = self._address(pod, "grpc")
         if address is None:
             return None
-        with ControlClient(address, tls=tls, timeout=ANSWER_TIMEOUT) as process:
+        made_with_tls = TLS_CA in (pod["metadata"].get("annotations") or {})
+        with ControlClient(address, tls=tls if made_with_tls else None, timeout=ANSWER_TIMEOUT) as process:
             return send(process)
 
     def _found(self, pods: list[tuple[str, int, Manifest]], tls: Credentials | None) -> list[rebalance.Pod]:
@@ -392,7 +395,10 @@ class Operator:
                                                               at=status.now()))
                 return
             certificates = self._credentials(topology) if self.settings.tls else None
-            tls = certificates.held if certificates else None  # the pods' own: what commands to them present
+            # the pods' own: what commands to them present (TLS turned off: pods made before hold its Secret's
+            # until they are replaced, and the Secret goes only then)
+            tls = certificates.held if certificates else credentials(self.kube.get(
+                Ref("v1", "Secret", namespace, Names(name).tls)))
             own = (self.settings.own_namespace,) if self.settings.own_namespace else ()
             manifests = render(spec, namespace=namespace, image=image, podmonitor=self._podmonitor(),
                                monitor_labels=dict(self.settings.podmonitor_labels), pdb_api=self.features.pdb_api,

@@ -118,6 +118,34 @@ async def test_a_renewal_drains_the_processes_with_the_credentials_they_hold(api
         assert events(api, "CertificateRenewed")
 
 
+async def test_turning_tls_off_drains_the_pods_made_with_it_over_tls(api, start_operator, tmp_path, monkeypatch):
+    """An operator started with TLS off commanded every pod in plaintext: the pods made while TLS was on
+    refused, so the rebalance that replaces them neither held their spouts nor waited for their trees.
+    A pod made with TLS is commanded with its Secret's credentials, which stay until it is replaced."""
+    from test_operator import REPO, processes_behind_pods
+
+    from squall_operator import certificates
+
+    monkeypatch.chdir(REPO)
+    tls = issue("wc")
+    monkeypatch.setattr(certificates, "issue", lambda topology: tls)  # the Secret holds what the processes do
+    operators = []
+
+    async def start(**settings):
+        operators.append(await start_operator(**settings))
+        return operators[-1]
+
+    async with processes_behind_pods(api, start, tmp_path, tls=tls) as (_, sup, states):
+        await eventually("the processes' spouts active", lambda: (s := states()) and any(x.active for x in s))
+        await operators[0].stop()
+        await start_operator(tls=False)
+        await eventually("the rebalance's drain to end", lambda: events(api, "Drained") or events(api, "DrainTimedOut"),
+                         timeout=40)
+        assert not events(api, "DrainTimedOut")
+        held = states()
+        assert held and all(x.held and x.idle for x in held), held  # deactivated, and nothing left in flight
+
+
 async def test_the_network_policy_lets_in_the_topologys_pods_named_namespaces_on_metrics_and_the_operator(
         api, start_operator):
     await start_operator(metrics_namespaces=("monitoring",), own_namespace="squall-system")
