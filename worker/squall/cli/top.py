@@ -15,6 +15,7 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -140,6 +141,10 @@ def frame(prev: Snapshot, cur: Snapshot, *, expected: int) -> str:
 
 def _urls(args: argparse.Namespace) -> list[str]:
     if args.urls:
+        for url in args.urls:
+            if urlsplit(url).scheme not in ("http", "https") or not urlsplit(url).netloc:
+                raise SquallError(f"{url!r} is not a URL: give each process's /metrics as "
+                                  "http://HOST:PORT/metrics (e.g. http://localhost:9090/metrics)")
         return list(args.urls)
     listed = Path(args.run_dir) / PROCESSES_FILE
     try:
