@@ -226,11 +226,10 @@ class Operator:
             return self.kube.serves("monitoring.coreos.com", "v1", "podmonitors")
         return self.settings.podmonitor == "true"
 
-    def _credentials(self, topology: Manifest) -> TopologyCredentials:
-        """The topology's TLS credentials: those its pods hold, and those to render (new ones if its Secret
-        is missing or due for renewal: the new CA then replaces the pods)."""
+    def _credentials(self, topology: Manifest, secret: Credentials | None) -> TopologyCredentials:
+        """The topology's TLS credentials, its Secret holding ``secret``: those its pods hold, and those to
+        render (new ones if the Secret is missing or due for renewal: the new CA then replaces the pods)."""
         meta = topology["metadata"]
-        secret = credentials(self.kube.get(Ref("v1", "Secret", meta["namespace"], Names(meta["name"]).tls)))
         tls = self.certificates.of(_key(topology), secret, datetime.now(UTC))
         if tls.issued is not None:
             log.info("%s/%s: %s", meta["namespace"], meta["name"], tls.issued)
@@ -394,11 +393,11 @@ class Operator:
                 self._write(topology, previous, status.failed(previous, str(exc), generation=generation,
                                                               at=status.now()))
                 return
-            certificates = self._credentials(topology) if self.settings.tls else None
-            # the pods' own: what commands to them present (TLS turned off: pods made before hold its Secret's
+            secret = credentials(self.kube.get(Ref("v1", "Secret", namespace, Names(name).tls)))
+            certificates = self._credentials(topology, secret) if self.settings.tls else None
+            # the pods' own: what commands to them present (TLS turned off: pods made before hold the Secret's
             # until they are replaced, and the Secret goes only then)
-            tls = certificates.held if certificates else credentials(self.kube.get(
-                Ref("v1", "Secret", namespace, Names(name).tls)))
+            tls = certificates.held if certificates else secret
             own = (self.settings.own_namespace,) if self.settings.own_namespace else ()
             manifests = render(spec, namespace=namespace, image=image, podmonitor=self._podmonitor(),
                                monitor_labels=dict(self.settings.podmonitor_labels), pdb_api=self.features.pdb_api,
