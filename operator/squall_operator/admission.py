@@ -30,6 +30,7 @@ from kubernetes.client.exceptions import ApiException
 
 from squall.backoff import Backoff
 from squall.errors import TopologyError
+from squall.topology.spec import DNS_LABEL
 from squall.transport.tls import self_signed
 from squall_operator import resource
 from squall_operator.settings import Settings
@@ -40,8 +41,7 @@ TIMEOUT_SECONDS = 10  # a check takes milliseconds; the API server waits no long
 REQUEST_TIMEOUT = 10.0  # seconds for a write of the configuration
 RETRY_FIRST, RETRY_LAST = 1.0, 30.0  # seconds between tries of a write the API server refused for now
 CERT_DAYS = 3650  # the certificate lives as long as the operator's pod; a restart makes a new one
-_LABEL = r"[a-z0-9](?:[-a-z0-9]*[a-z0-9])?"  # a DNS-1123 label: a Service's or a namespace's name
-SERVICE_HOST = re.compile(rf"^(?P<name>{_LABEL})\.(?P<namespace>{_LABEL})\.svc$")
+SERVICE_HOST = re.compile(rf"^(?P<name>{DNS_LABEL})\.(?P<namespace>{DNS_LABEL})\.svc$")
 
 
 class SelfSignedServer(kopf.WebhookServer):

@@ -18,8 +18,9 @@ import yaml
 
 from squall.cli.validate import check, unimportable
 from squall.topology import load_spec
+from squall.topology.spec import DNS_LABEL
 
-NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")  # a DNS-1123 label, as Kubernetes names one
+NAMESPACE = re.compile(rf"^{DNS_LABEL}$")
 
 
 def _namespace(value: str) -> str:

@@ -34,6 +34,7 @@ from squall.system import DEFAULT_STREAM
 
 # a DNS-1035 label (Services are named after it), within 40 characters (the names derived from it fit 63)
 NAME_PATTERN = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
+DNS_LABEL = r"[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?"  # a Kubernetes DNS-1123 label: a namespace's or a Service's name
 NAME_RULE = ("must be lowercase letters, digits and '-', beginning with a letter and ending with a letter or digit "
              "(a DNS-1035 label: the Services are named after it)")
 NAME_MAX = 40
