@@ -21,10 +21,18 @@ from squall.acker import AckBatch
 from squall.acker.acker import ACK, FAIL, INIT, RESET, AckerMessage, Notification
 from squall.executor.base import Executor, Remote, Transfer
 from squall.proto import generate
-from squall.proto.squall_pb2 import AckerColumns, Batch, TupleColumns
+from squall.proto.squall_pb2 import AckerColumns, Batch, Congestion, TupleColumns
 from squall.topology import Plan
 from squall.transport import Transport
-from squall.transport.codec import Decoder, FrameError, encode_acker, encode_tuples, encode_verdicts
+from squall.transport.codec import (
+    Decoder,
+    FrameError,
+    encode_acker,
+    encode_congestion,
+    encode_tuples,
+    encode_verdicts,
+    lost_trees,
+)
 from squall.transport.outbox import AckerOutbox
 from squall.tuples import Fields, Tuple
 from squall.values import check_values
@@ -122,6 +130,17 @@ def test_acker_columns_round_trip(plan):
     assert batch.messages == [tuple(m) for m in msgs]
 
 
+def test_a_congestion_frame_reaches_its_listener_and_carries_no_items(plan):
+    """A peer's congestion is a state for each task it lists, handed to the transport as it is decoded."""
+    dec = decoder(plan)
+    heard = []
+    dec.on_congestion = heard.append
+    upper, last = plan.component_tasks["upper"][0], plan.component_tasks["last"][0]
+    assert dec.decode(encode_congestion({upper: True, last: False})) == []
+    assert heard == [{upper: True, last: False}]
+    assert lost_trees(encode_congestion({upper: True})) == []  # a lost one fails no tree
+
+
 def test_verdicts_round_trip(plan):
     spout_task = plan.component_tasks["words"][0]
     notes = [Notification(ACK, 2**64 - 1, spout_task), Notification(FAIL, 5, spout_task)]
@@ -131,7 +150,6 @@ def test_verdicts_round_trip(plan):
 def test_a_data_frame_carries_tuples_and_the_acker_messages_its_worker_forwards(plan):
     """Acker messages for an acker whose home is another worker go there with the tuples, folded per tree;
     the home hands each to its acker task, and a worker that is not the home refuses them."""
-    from squall.transport.codec import lost_trees
     from squall.transport.outbox import DataOutbox
 
     spout_task, bolt_task = plan.component_tasks["words"][0], plan.component_tasks["upper"][0]
@@ -160,7 +178,6 @@ def test_a_data_frame_carries_tuples_and_the_acker_messages_its_worker_forwards(
 def test_the_trees_of_a_lost_frame_of_acks_resets_and_fails_fail_at_their_acker():
     """A lost ACK left its tree to time out, and a lost RESET let it time out early (found by the
     cross-process audit): their trees fail at their ackers at once, as a lost tuple's do."""
-    from squall.transport.codec import lost_trees
 
     box = AckerOutbox(link=None, capacity=8)
     for message in [(ACK, 50, 0b1, -1), (RESET, 51, 0, -1), (FAIL, 52, 0, -1), (ACK, 51, 0b1, -1)]:
@@ -245,6 +262,13 @@ MALFORMED = {
                         "nested more than 100 deep"),
     "verdict for a bolt": (lambda b, s: encode_verdicts([Notification(ACK, 5, b)]), "not a spout task of this worker"),
     "unknown verdict": (lambda b, s: encode_verdicts([Notification(7, 5, s)]), "unknown verdict kind"),
+    "congestion of no task": (lambda b, s: encode_congestion({999: True}), "not a task of this topology"),
+    "congestion flag 2": (lambda b, s: Batch(congestion=Congestion(task=array("i", [b]).tobytes(),
+                                                                   congested=b"\x02")).SerializeToString(),
+                          r"must be 0 \(clear\) or 1 \(congested\)"),
+    "congestion columns": (lambda b, s: Batch(congestion=Congestion(task=array("i", [b, s]).tobytes(),
+                                                                    congested=b"\x01")).SerializeToString(),
+                           "columns have different lengths"),
 }
 
 
@@ -1177,7 +1201,7 @@ def test_what_a_process_received_and_has_not_delivered_counts_until_it_reaches_a
         room["n"] -= 1
         return True
 
-    ingress = Ingress(transfer=Taking(take), wake=lambda: None, frames=4)
+    ingress = Ingress(transfer=Taking(take), wake=lambda: None, frames=4, limit=100)
     assert ingress.waiting() == 0
     assert ingress.put(DATA, [(1, "a"), (1, "b"), (1, "c")], closed=lambda: False)
     assert ingress.put(CONTROL, [(2, "v")], closed=lambda: False)
@@ -1190,6 +1214,130 @@ def test_what_a_process_received_and_has_not_delivered_counts_until_it_reaches_a
     room["n"] = 1
     ingress.deliver()
     assert ingress.waiting() == 0
+
+
+def test_an_item_for_a_full_inbox_waits_in_order_while_the_other_tasks_items_go_on():
+    """One busy task never stops the frames of the rest: its items wait in its backlog, in order, and
+    the other tasks' items reach their inboxes. The task is congested once its backlog holds an inbox's
+    worth, and until the backlog is gone and its inbox is half empty. Before, the lane stopped at the
+    first item for a full inbox, and two workers whose bolts each waited to send to the other stalled
+    both ways."""
+    from squall.transport.ingress import Ingress
+    from squall.transport.links import DATA
+
+    transfer = Transfer(capacity=2)
+    busy, idle = deque(), deque()
+    transfer.register(1, busy)
+    transfer.register(2, idle)
+    ingress = Ingress(transfer=transfer, wake=lambda: None, frames=4, limit=100)
+    assert ingress.put(DATA, [(1, "a"), (1, "b"), (1, "c"), (2, "x"), (1, "d"), (2, "y")], closed=lambda: False)
+    assert ingress.deliver()
+    assert list(busy) == ["a", "b"] and list(idle) == ["x", "y"]
+    assert ingress.waiting() == 2 and ingress.congested == {1} and ingress.changed  # c and d: an inbox's worth
+    ingress.changed = False
+    assert ingress.put(DATA, [(1, "e")], closed=lambda: False)
+    taken = [busy.popleft()]
+    assert ingress.deliver() and list(busy) == ["b", "c"]  # the backlog first, in order
+    assert ingress.congested == {1} and not ingress.changed
+    taken += [busy.popleft(), busy.popleft()]
+    ingress.deliver()
+    assert list(busy) == ["d", "e"] and ingress.waiting() == 0 and ingress.congested == {1}  # its inbox is full
+    taken.append(busy.popleft())
+    ingress.deliver()
+    assert ingress.congested == set() and ingress.changed  # no backlog, and half empty
+    assert taken + list(busy) == ["a", "b", "c", "d", "e"]
+
+
+def test_an_ingress_whose_backlogs_reach_their_limit_takes_no_more_frames():
+    """What the backlogs hold is bounded: at the limit the lanes keep their frames (their queues fill and the
+    server threads block: HTTP/2 flow control pushes back on every sender), and take them once there is room."""
+    from squall.transport.ingress import Ingress
+    from squall.transport.links import DATA
+
+    transfer = Transfer(capacity=1)
+    inbox: deque = deque()
+    transfer.register(1, inbox)
+    ingress = Ingress(transfer=transfer, wake=lambda: None, frames=4, limit=2)
+    for item in "abcd":
+        assert ingress.put(DATA, [(1, item)], closed=lambda: False)
+    ingress.deliver()
+    assert list(inbox) == ["a"] and ingress.held == 2 and ingress.waiting() == 3  # b, c held; d's frame queued
+    inbox.clear()
+    ingress.deliver()
+    assert list(inbox) == ["b"] and ingress.held == 2 and ingress.waiting() == 2  # c held; d taken in behind it
+
+
+def test_a_peer_sends_nothing_to_a_congested_task_until_it_is_told_the_task_has_room(plan):
+    """Two real transports over loopback gRPC. A task congested in its process is congested in its peer's
+    transport within a round trip: the peer's sends to it are refused (they wait in their executors'
+    overflow, which stops those executors taking input: the backpressure reaches its sources), until the
+    task's process says it has room again. Every item arrives, in order."""
+    import threading
+    import time
+
+    from squall.process.supervisor import free_ports
+    from squall.transport import Transport
+
+    bolt_task, spout_task = plan.component_tasks["upper"][0], plan.component_tasks["words"][0]
+    ports = free_ports(2)
+    addresses = {"worker-0": f"127.0.0.1:{ports[0]}", "worker-1": f"127.0.0.1:{ports[1]}"}
+    common = {"plan": "p1", "ackers": frozenset(), "addresses": addresses, "batch_size": 1, "flush_interval": 0.0,
+              "max_frame": 1 << 20}
+    transfer = Transfer(capacity=2)
+    inbox: deque = deque()
+    transfer.register(bolt_task, inbox)
+    receiver = Transport(name="worker-1", owner={spout_task: "worker-0"}, senders=frozenset({"worker-0"}),
+                         decoder=decoder(plan), bind=addresses["worker-1"], **common)
+    woke = threading.Event()
+    receiver.attach(transfer=transfer, wake=woke.set, frames=8)
+    sender = Transport(name="worker-0", owner={bolt_task: "worker-1"}, senders=frozenset({"worker-1"}),
+                       decoder=decoder(plan), bind=addresses["worker-0"], **common)
+    heard = threading.Event()
+    sender.attach(transfer=Taking(), wake=heard.set, frames=8)
+    fields = Fields(["word", "meta"])
+
+    def word(i: int) -> Tuple:
+        return Tuple([f"w{i}", None], fields, "words", "default", spout_task, {}, bolt_task)
+
+    def until(done: Callable[[], bool], event: threading.Event) -> None:
+        deadline = time.monotonic() + 30
+        while not done():
+            assert time.monotonic() < deadline
+            event.wait(0.1)
+            event.clear()
+
+    def delivered(done: Callable[[], bool]) -> bool:
+        receiver.deliver()  # the receiving scheduler's part
+        return done()
+
+    def send(i: int) -> None:
+        assert sender.try_send(bolt_task, word(i))
+        until(sender.flush, heard)  # batches of one: each goes out as the link has room
+
+    try:
+        until(lambda: sender.all_connected() and receiver.all_connected(), heard)
+        for i in range(4):  # two for the inbox, two for the backlog
+            send(i)
+        until(lambda: delivered(lambda: len(inbox) == 2 and receiver.ingress.held == 2), woke)
+        receiver.flush()  # ... and its peer is told
+        assert receiver.ingress.congested == {bolt_task}
+        until(lambda: sender.congested() == [bolt_task], heard)
+        assert not sender.try_send(bolt_task, word(4))  # it waits where it is: in its executor's overflow
+        taken = [inbox.popleft() for _ in range(2)]
+        receiver.deliver()  # the backlog to the inbox: full again, still congested
+        receiver.flush()
+        assert receiver.ingress.congested == {bolt_task} and sender.congested() == [bolt_task]
+        taken.append(inbox.popleft())
+        receiver.deliver()
+        receiver.flush()  # half empty, no backlog: its peer is told
+        until(lambda: sender.congested() == [], heard)
+        send(4)
+        until(lambda: delivered(lambda: len(inbox) == 2), woke)
+        taken += list(inbox)
+        assert [t.values[0] for t in taken] == [f"w{i}" for i in range(5)]
+    finally:
+        sender.close()
+        receiver.close()
 
 
 def test_fails_for_lost_trees_that_find_their_batch_full_wait_for_a_later_round():
@@ -1344,11 +1492,11 @@ def test_a_tree_completed_in_its_worker_is_acked_into_its_spouts_inbox_at_once_o
         transport.close()
 
 
-def test_a_tree_found_complete_as_its_frame_is_built_wakes_the_loop_to_deliver_its_verdict():
+def test_a_tree_found_complete_as_its_frame_is_built_has_its_verdict_delivered_and_the_loop_woken():
     """A tree whose acks came before its INIT is folded in the batch, and found complete only when the
     batch's frame is built, at the end of a scheduler round that may have done nothing else: its
-    verdict goes through the ingress, and the loop is woken for the round that delivers it, not left
-    in the spout's inbox while the loop sleeps."""
+    verdict goes through the ingress into the spout's inbox, and the loop is woken for the round in
+    which the spout takes it, not left in the inbox while the loop sleeps."""
     from bench.instructions import lone_worker
 
     plan, _, transport = lone_worker(clock=lambda: 1000.0, flush_interval=0.0)
@@ -1365,8 +1513,8 @@ def test_a_tree_found_complete_as_its_frame_is_built_wakes_the_loop_to_deliver_i
         transport.try_send(acker, (INIT, 5, 0b11, spout))
         assert not inbox and not wakes
         transport.flush()  # builds the frame: the tree is complete, and the acker is sent nothing
-        assert wakes and transport.undelivered() == 1 and transport.completed == 1
-        assert transport.deliver() and list(inbox) == [Notification(ACK, 5, spout)]
+        assert wakes and transport.completed == 1
+        assert list(inbox) == [Notification(ACK, 5, spout)] and transport.undelivered() == 0
     finally:
         transport.close()
 

@@ -6,6 +6,7 @@ families when Prometheus scrapes, so metrics cost nothing between scrapes.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
@@ -228,4 +229,16 @@ class RuntimeCollector:
                                         "itself (their INIT and every ack folded to 0 before any went to their "
                                         "acker), their acker never told", labels=["topology"])
         completed.add_metric([topo], tr.completed)
-        yield from (sent_b, sent_bytes, dropped, reconnects, refused, recv_b, recv_bytes, malformed, completed)
+        congested = GaugeMetricFamily("squall_transport_congested_tasks", "Tasks of this process whose peers are told "
+                                      "to send them nothing for now: an inbox's worth waits behind their full "
+                                      "inbox", labels=["topology", "component"])
+        held = GaugeMetricFamily("squall_transport_held_items", "Items received for full inboxes, waiting behind "
+                                 "them", labels=["topology"])
+        if tr.ingress is not None:
+            names = self.runtime.plan.task_component
+            counts = Counter(names[task] for task in list(tr.ingress.congested))
+            for component in sorted({ex.component for ex in self.runtime.executors}):
+                congested.add_metric([topo, component], counts[component])
+            held.add_metric([topo], tr.ingress.held)
+        yield from (sent_b, sent_bytes, dropped, reconnects, refused, recv_b, recv_bytes, malformed, completed,
+                    congested, held)

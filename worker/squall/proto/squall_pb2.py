@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x0csquall.proto\x12\tsquall.v1\"\x8b\x01\n\x05\x42\x61tch\x12\'\n\x06tuples\x18\x04 \x01(\x0b\x32\x17.squall.v1.TupleColumns\x12&\n\x05\x61\x63ker\x18\x02 \x01(\x0b\x32\x17.squall.v1.AckerColumns\x12+\n\x08verdicts\x18\x03 \x01(\x0b\x32\x19.squall.v1.VerdictColumnsJ\x04\x08\x01\x10\x02\"k\n\x0cTupleColumns\x12\x0e\n\x06routes\x18\x01 \x01(\x0c\x12\r\n\x05route\x18\x02 \x01(\x0c\x12\x0e\n\x06values\x18\x03 \x01(\x0c\x12\x10\n\x08\x61nchored\x18\x04 \x01(\x0c\x12\x0c\n\x04root\x18\x05 \x01(\x0c\x12\x0c\n\x04\x65\x64ge\x18\x06 \x01(\x0c\"E\n\x0c\x41\x63kerColumns\x12\x0c\n\x04kind\x18\x01 \x01(\x0c\x12\x0c\n\x04root\x18\x02 \x01(\x0c\x12\x0b\n\x03val\x18\x03 \x01(\x0c\x12\x0c\n\x04task\x18\x04 \x01(\x0c\"@\n\x0eVerdictColumns\x12\x0c\n\x04kind\x18\x01 \x01(\x0c\x12\x0c\n\x04root\x18\x02 \x01(\x0c\x12\x0c\n\x04task\x18\x03 \x01(\x0cJ\x04\x08\x04\x10\x05\"\"\n\x0fTransferSummary\x12\x0f\n\x07\x62\x61tches\x18\x01 \x01(\x04\"\xcb\x01\n\x0e\x43ontrolRequest\x12\x32\n\x07\x63ommand\x18\x01 \x01(\x0e\x32!.squall.v1.ControlRequest.Command\x12\x0c\n\x04spec\x18\x02 \x01(\t\x12\x12\n\ngeneration\x18\x03 \x01(\x03\"c\n\x07\x43ommand\x12\n\n\x06STATUS\x10\x00\x12\x0e\n\nDEACTIVATE\x10\x01\x12\n\n\x06SWITCH\x10\x02\x12\x0c\n\x08\x41\x43TIVATE\x10\x03\x12\x0b\n\x07SUSPEND\x10\x04\x12\n\n\x06RESUME\x10\x05\x12\t\n\x05\x43HECK\x10\x06\"\x94\x01\n\x0cProcessState\x12\x0c\n\x04plan\x18\x01 \x01(\t\x12\x0e\n\x06\x61\x63tive\x18\x02 \x01(\x08\x12\x0c\n\x04held\x18\x03 \x01(\x08\x12\x11\n\tconnected\x18\x04 \x01(\x08\x12\x0f\n\x07pending\x18\x05 \x01(\x04\x12\x11\n\tin_flight\x18\x06 \x01(\x04\x12\x0e\n\x06member\x18\x07 \x01(\x08\x12\x11\n\tsuspended\x18\x08 \x01(\x08\x32\x83\x01\n\x06Squall\x12:\n\x08Transfer\x12\x10.squall.v1.Batch\x1a\x1a.squall.v1.TransferSummary(\x01\x12=\n\x07\x43ontrol\x12\x19.squall.v1.ControlRequest\x1a\x17.squall.v1.ProcessStateb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x0csquall.proto\x12\tsquall.v1\"\xb6\x01\n\x05\x42\x61tch\x12\'\n\x06tuples\x18\x04 \x01(\x0b\x32\x17.squall.v1.TupleColumns\x12&\n\x05\x61\x63ker\x18\x02 \x01(\x0b\x32\x17.squall.v1.AckerColumns\x12+\n\x08verdicts\x18\x03 \x01(\x0b\x32\x19.squall.v1.VerdictColumns\x12)\n\ncongestion\x18\x05 \x01(\x0b\x32\x15.squall.v1.CongestionJ\x04\x08\x01\x10\x02\"-\n\nCongestion\x12\x0c\n\x04task\x18\x01 \x01(\x0c\x12\x11\n\tcongested\x18\x02 \x01(\x0c\"k\n\x0cTupleColumns\x12\x0e\n\x06routes\x18\x01 \x01(\x0c\x12\r\n\x05route\x18\x02 \x01(\x0c\x12\x0e\n\x06values\x18\x03 \x01(\x0c\x12\x10\n\x08\x61nchored\x18\x04 \x01(\x0c\x12\x0c\n\x04root\x18\x05 \x01(\x0c\x12\x0c\n\x04\x65\x64ge\x18\x06 \x01(\x0c\"E\n\x0c\x41\x63kerColumns\x12\x0c\n\x04kind\x18\x01 \x01(\x0c\x12\x0c\n\x04root\x18\x02 \x01(\x0c\x12\x0b\n\x03val\x18\x03 \x01(\x0c\x12\x0c\n\x04task\x18\x04 \x01(\x0c\"@\n\x0eVerdictColumns\x12\x0c\n\x04kind\x18\x01 \x01(\x0c\x12\x0c\n\x04root\x18\x02 \x01(\x0c\x12\x0c\n\x04task\x18\x03 \x01(\x0cJ\x04\x08\x04\x10\x05\"\"\n\x0fTransferSummary\x12\x0f\n\x07\x62\x61tches\x18\x01 \x01(\x04\"\xcb\x01\n\x0e\x43ontrolRequest\x12\x32\n\x07\x63ommand\x18\x01 \x01(\x0e\x32!.squall.v1.ControlRequest.Command\x12\x0c\n\x04spec\x18\x02 \x01(\t\x12\x12\n\ngeneration\x18\x03 \x01(\x03\"c\n\x07\x43ommand\x12\n\n\x06STATUS\x10\x00\x12\x0e\n\nDEACTIVATE\x10\x01\x12\n\n\x06SWITCH\x10\x02\x12\x0c\n\x08\x41\x43TIVATE\x10\x03\x12\x0b\n\x07SUSPEND\x10\x04\x12\n\n\x06RESUME\x10\x05\x12\t\n\x05\x43HECK\x10\x06\"\x94\x01\n\x0cProcessState\x12\x0c\n\x04plan\x18\x01 \x01(\t\x12\x0e\n\x06\x61\x63tive\x18\x02 \x01(\x08\x12\x0c\n\x04held\x18\x03 \x01(\x08\x12\x11\n\tconnected\x18\x04 \x01(\x08\x12\x0f\n\x07pending\x18\x05 \x01(\x04\x12\x11\n\tin_flight\x18\x06 \x01(\x04\x12\x0e\n\x06member\x18\x07 \x01(\x08\x12\x11\n\tsuspended\x18\x08 \x01(\x08\x32\x83\x01\n\x06Squall\x12:\n\x08Transfer\x12\x10.squall.v1.Batch\x1a\x1a.squall.v1.TransferSummary(\x01\x12=\n\x07\x43ontrol\x12\x19.squall.v1.ControlRequest\x1a\x17.squall.v1.ProcessStateb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -32,21 +32,23 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'squall_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_BATCH']._serialized_start=28
-  _globals['_BATCH']._serialized_end=167
-  _globals['_TUPLECOLUMNS']._serialized_start=169
-  _globals['_TUPLECOLUMNS']._serialized_end=276
-  _globals['_ACKERCOLUMNS']._serialized_start=278
-  _globals['_ACKERCOLUMNS']._serialized_end=347
-  _globals['_VERDICTCOLUMNS']._serialized_start=349
-  _globals['_VERDICTCOLUMNS']._serialized_end=413
-  _globals['_TRANSFERSUMMARY']._serialized_start=415
-  _globals['_TRANSFERSUMMARY']._serialized_end=449
-  _globals['_CONTROLREQUEST']._serialized_start=452
-  _globals['_CONTROLREQUEST']._serialized_end=655
-  _globals['_CONTROLREQUEST_COMMAND']._serialized_start=556
-  _globals['_CONTROLREQUEST_COMMAND']._serialized_end=655
-  _globals['_PROCESSSTATE']._serialized_start=658
-  _globals['_PROCESSSTATE']._serialized_end=806
-  _globals['_SQUALL']._serialized_start=809
-  _globals['_SQUALL']._serialized_end=940
+  _globals['_BATCH']._serialized_end=210
+  _globals['_CONGESTION']._serialized_start=212
+  _globals['_CONGESTION']._serialized_end=257
+  _globals['_TUPLECOLUMNS']._serialized_start=259
+  _globals['_TUPLECOLUMNS']._serialized_end=366
+  _globals['_ACKERCOLUMNS']._serialized_start=368
+  _globals['_ACKERCOLUMNS']._serialized_end=437
+  _globals['_VERDICTCOLUMNS']._serialized_start=439
+  _globals['_VERDICTCOLUMNS']._serialized_end=503
+  _globals['_TRANSFERSUMMARY']._serialized_start=505
+  _globals['_TRANSFERSUMMARY']._serialized_end=539
+  _globals['_CONTROLREQUEST']._serialized_start=542
+  _globals['_CONTROLREQUEST']._serialized_end=745
+  _globals['_CONTROLREQUEST_COMMAND']._serialized_start=646
+  _globals['_CONTROLREQUEST_COMMAND']._serialized_end=745
+  _globals['_PROCESSSTATE']._serialized_start=748
+  _globals['_PROCESSSTATE']._serialized_end=896
+  _globals['_SQUALL']._serialized_start=899
+  _globals['_SQUALL']._serialized_end=1030
 # @@protoc_insertion_point(module_scope)

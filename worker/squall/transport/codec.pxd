@@ -12,7 +12,7 @@ cpdef tuple_columns(list tuples)
 
 
 cdef class Decoder:
-    cdef public object plan, spout_tasks, acker_task, all_spout_tasks, forwards
+    cdef public object plan, spout_tasks, acker_task, all_spout_tasks, forwards, on_congestion
     cdef dict _subscribed, _routes
 
     @cython.locals(routes=list, values=list, index="unsigned int[::1]", anchored="unsigned int[::1]",

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import sys
 from array import array
+from collections.abc import Callable
 from typing import Any
 
 import msgpack
 
 from squall.acker.acker import INIT, RESET, AckBatch, AckerMessage, Notification, notification
-from squall.proto.squall_pb2 import AckerColumns, Batch, TupleColumns, VerdictColumns
+from squall.proto.squall_pb2 import AckerColumns, Batch, Congestion, TupleColumns, VerdictColumns
 from squall.topology.plan import Plan
 from squall.tuples import Fields, Tuple
 from squall.values import MAX_DEPTH
@@ -127,6 +128,12 @@ def encode_verdicts(notes: list[Notification]) -> bytes:
     return Batch(verdicts=cols).SerializeToString()
 
 
+def encode_congestion(state: dict[int, bool]) -> bytes:
+    """A process's congestion (see squall.proto's ``Congestion``): task → whether it takes no more input."""
+    cols = Congestion(task=_column(I32, state), congested=_column(U8, [int(v) for v in state.values()]))
+    return Batch(congestion=cols).SerializeToString()
+
+
 def lost_trees(frame: bytes) -> list[tuple[int, int]]:
     """(spout task, root) of the trees a frame this process encoded carried, for failing them when it
     is dropped, each once: a tuple's roots and an ACK's, FAIL's or RESET's (spout task -1: its acker
@@ -174,11 +181,13 @@ def _timestamped(value: Any, depth: int = 0) -> bool:
 
 class Decoder:
     """Turns frames into items for this process's inboxes: each tuple a :class:`Tuple` (for its
-    ``task``), each acker message or verdict a ``(task, item)`` pair."""
+    ``task``), each acker message or verdict a ``(task, item)`` pair. A peer's congestion is no item:
+    it goes to :attr:`on_congestion` as ``{task: congested}`` at once, on the receiving thread."""
 
     def __init__(self, plan: Plan, *, bolt_tasks: frozenset[int], spout_tasks: frozenset[int],
                  acker_tasks: frozenset[int], forwards: frozenset[int] = frozenset()) -> None:
         self.plan = plan
+        self.on_congestion: Callable[[dict[int, bool]], None] | None = None
         self.spout_tasks = spout_tasks
         self.acker_task = min(acker_tasks) if acker_tasks else None
         # A worker takes acker messages only for the ackers it forwards for (Assignment.acker_homes).
@@ -208,6 +217,8 @@ class Decoder:
             out += self._acker(batch.acker)
         if batch.HasField("verdicts"):
             out += self._verdicts(batch.verdicts)
+        if batch.HasField("congestion"):
+            self._congestion(batch.congestion)
         return out
 
     def _route(self, task: Any, source_task: Any, stream: Any) -> tuple[str, Fields]:
@@ -328,6 +339,17 @@ class Decoder:
                 raise FrameError(f"acker message for acker task {acker}, which this worker does not forward for")
             out.append((acker, (kinds[i], roots[i], vals[i], tasks[i])))
         return out
+
+    def _congestion(self, cols: Congestion) -> None:
+        tasks, flags = [c.tolist() for c in self._columns(cols, (("task", I32), ("congested", U8)))]
+        known = self.plan.task_component
+        for task, flag in zip(tasks, flags, strict=True):
+            if task not in known:
+                raise FrameError(f"congestion of task {task}, which is not a task of this topology")
+            if flag > 1:
+                raise FrameError(f"congestion flag {flag} of task {task} must be 0 (clear) or 1 (congested)")
+        if self.on_congestion is not None:
+            self.on_congestion(dict(zip(tasks, map(bool, flags), strict=True)))
 
     def _verdicts(self, cols: VerdictColumns) -> list[tuple[int, Notification]]:
         kinds, roots, tasks = [c.tolist() for c in self._columns(cols, (("kind", U8), ("root", U64), ("task", I32)))]

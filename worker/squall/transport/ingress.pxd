@@ -5,20 +5,23 @@ from squall.executor.base cimport Transfer
 from squall.tuples cimport Tuple
 
 
-cdef class _Lane:
-    cdef public object frames
-    cdef public list items
-    cdef public Py_ssize_t at
-
-
 cdef class Ingress:
     cdef Transfer _transfer
-    cdef object _wake
-    cdef _Lane _control, _data
-    cdef dict _lanes
+    cdef object _wake, _control, _data
+    cdef dict _lanes, _held
+    cdef public Py_ssize_t limit, held
+    cdef public set congested
+    cdef public bint changed
     cdef public double last_input
 
     cpdef bint deliver(self) except -1
 
-    @cython.locals(transfer=Transfer, items=list, at=Py_ssize_t, n=Py_ssize_t, moved=Py_ssize_t, tup=Tuple)
-    cdef Py_ssize_t _deliver(self, _Lane lane) except -1
+    cdef Py_ssize_t _deliver(self, object lane) except -1
+
+    @cython.locals(transfer=Transfer, held=dict, moved=Py_ssize_t, tup=Tuple, task=cython.longlong)
+    cdef Py_ssize_t _distribute(self, list items) except -1
+
+    @cython.locals(transfer=Transfer, moved=Py_ssize_t)
+    cdef Py_ssize_t _release(self) except -1
+
+    cdef _ease(self)

@@ -1,14 +1,25 @@
-"""Incoming frames, from gRPC server threads to the scheduler thread, with backpressure.
+"""Incoming frames, from gRPC server threads to the scheduler thread, with backpressure per task.
 
-Each lane has a small bounded queue of decoded frames. A server thread that finds it full blocks,
-stops reading its stream, and HTTP/2 flow control pushes back on the sender. The scheduler
-moves items into executor inboxes only while they have room; the rest stays parked, in order.
+Each lane has a small bounded queue of decoded frames. The scheduler moves a frame's items into
+the executors' inboxes; an item whose inbox is full waits in that task's backlog, and the task's
+later items wait behind it, in order. The other tasks' items go on: one busy task never stops the
+frames of the rest. A task whose backlog holds a full inbox's worth is *congested*: the transport
+tells the peers, which send it nothing more until its backlog is gone and its inbox half empty
+(Storm's backpressure status, with its high and low water marks): the half left keeps it busy while
+they hear and resume, and it does not flap at every item. Without that, a bolt waiting to send
+to a peer whose frames waited behind a full inbox, while that peer's bolt waited likewise, stalled
+both processes.
+
+What the backlogs may hold is bounded: beyond :attr:`Ingress.limit` items the lanes take no more
+frames, their queues fill, the server threads block, and HTTP/2 flow control pushes back on every
+sender (a peer that ignored the congestion it was told of, or one that sent before it heard).
 """
 
 from __future__ import annotations
 
 import queue
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -17,34 +28,30 @@ from squall.transport.links import CONTROL, DATA
 from squall.tuples import Tuple
 
 
-class _Lane:
-    """A lane's decoded frames, and the one the scheduler is delivering: ``items[at:]`` are parked."""
-
-    def __init__(self, frames: int) -> None:
-        self.frames: queue.Queue[list[Any]] = queue.Queue(frames)
-        self.items: list[Any] = []
-        self.at = 0
-
-    def waiting(self) -> int:
-        return self.frames.qsize() + len(self.items) - self.at
-
-
 class Ingress:
     """A frame's items are what :meth:`Decoder.decode <squall.transport.codec.Decoder.decode>` makes:
     a :class:`Tuple` goes to its ``task``, a ``(task, item)`` pair to that task."""
 
-    def __init__(self, *, transfer: Transfer, wake: Callable[[], None], frames: int) -> None:
+    def __init__(self, *, transfer: Transfer, wake: Callable[[], None], frames: int, limit: int) -> None:
         self._transfer = transfer
         self._wake = wake
         # Control first: verdicts and acker messages never wait behind tuples for a busy bolt.
-        self._control, self._data = _Lane(frames), _Lane(frames)
+        self._control: queue.Queue[list[Any]] = queue.Queue(frames)
+        self._data: queue.Queue[list[Any]] = queue.Queue(frames)
         self._lanes = {CONTROL: self._control, DATA: self._data}
+        self.limit = limit
+        self._held: dict[int, deque[Any]] = {}  # task → items that found its inbox full, in order
+        self.held = 0  # items in the backlogs
+        #: tasks of this process that take no more input for now: from when their backlog holds as many
+        #: items as an inbox until it is gone and their inbox is no more than half full
+        self.congested: set[int] = set()
+        self.changed = False  # ``congested`` changed since the transport last read it
         self.last_input = float("-inf")  # monotonic time items last reached an inbox
 
     def put(self, lane: str, items: list[Any], *, closed: Callable[[], bool]) -> bool:
         """Called on a server thread; blocks while the lane is full. False if closed meanwhile.
         The ingress owns ``items`` from then on."""
-        q = self._lanes[lane].frames
+        q = self._lanes[lane]
         while not closed():
             try:
                 q.put(items, timeout=0.2)
@@ -56,49 +63,76 @@ class Ingress:
 
     def park(self, items: list[tuple[int, Any]]) -> None:
         """On the scheduler thread: ``(task, item)`` pairs made in this process (verdicts of the trees this
-        worker found complete, see ``AckerOutbox``), delivered after what the control lane holds."""
-        lane = self._control
-        if lane.at == len(lane.items):
-            lane.items, lane.at = list(items), 0
-        else:
-            lane.items.extend(items)
+        worker found complete, see ``AckerOutbox``), delivered as a frame's."""
+        self._distribute(items)
 
     def waiting(self) -> int:
-        """Frames received and items parked, not yet in an inbox: a draining process must not exit
-        while any wait (the sender counted them as read; they would vanish, their trees left to time out)."""
-        return self._control.waiting() + self._data.waiting()
+        """Frames received and items held, not yet in an inbox: a draining process must not exit while
+        any wait (the sender counted them as read; they would vanish, their trees left to time out)."""
+        return self._control.qsize() + self._data.qsize() + self.held
 
     def deliver(self) -> bool:
         """On the scheduler thread: move what fits into the inboxes. Returns progress."""
-        moved = self._deliver(self._control)
+        moved = self._release() if self.held else 0  # the backlogs first: their items came before
+        moved += self._deliver(self._control)
         moved += self._deliver(self._data)
+        if self.congested:
+            self._ease()
         if moved:
             self.last_input = time.monotonic()
         return moved > 0
 
-    def _deliver(self, lane: _Lane) -> int:
-        """Deliver ``lane``'s items in order until an inbox is full or none is left; how many went."""
-        transfer = self._transfer
-        items, at = lane.items, lane.at
+    def _deliver(self, lane: queue.Queue) -> int:
+        """Distribute ``lane``'s frames while the backlogs are below the limit; how many items reached an inbox."""
         moved = 0
-        while True:
-            n = len(items)
-            while at < n:
-                item = items[at]
-                if type(item) is Tuple:
-                    tup = item
-                    if not transfer.try_send(tup.task, tup):
-                        break
-                elif not transfer.try_send(item[0], item[1]):
-                    break
-                at += 1
-                moved += 1
-            # Queue.queue is the deque the queue guards: this thread alone takes from it, so a frame
-            # seen there is there to get, and an empty lane costs no Empty exception every round.
-            if at < n or not lane.frames.queue:
-                break
-            items, at = lane.frames.get_nowait(), 0
-        if at == len(items):  # all delivered: the list is let go, not its items kept alive
-            items, at = [], 0
-        lane.items, lane.at = items, at
+        # Queue.queue is the deque the queue guards: this thread alone takes from it, so a frame seen
+        # there is there to get, and an empty lane costs no Empty exception every round.
+        while lane.queue and self.held < self.limit:
+            moved += self._distribute(lane.get_nowait())
         return moved
+
+    def _distribute(self, items: list[Any]) -> int:
+        """Each item into its inbox, or behind its task's backlog; how many reached an inbox."""
+        transfer, held = self._transfer, self._held
+        moved = 0
+        for item in items:
+            if type(item) is Tuple:
+                tup = item
+                task, thing = tup.task, item
+            else:
+                task, thing = item[0], item[1]
+            backlog = held.get(task) if held else None
+            if backlog is None:
+                if transfer.try_send(task, thing):
+                    moved += 1
+                    continue
+                backlog = held[task] = deque()
+            backlog.append(thing)
+            self.held += 1
+            # a task of this process (not an acker's message this worker forwards: its acker speaks for it)
+            if len(backlog) == transfer.capacity and 0 <= task < len(transfer.local) and \
+                    transfer.local[task] is not None and task not in self.congested:
+                self.congested.add(task)
+                self.changed = True
+        return moved
+
+    def _release(self) -> int:
+        """Move the backlogs on, each in order while its inbox has room; how many items went."""
+        transfer = self._transfer
+        moved = 0
+        for task in list(self._held):
+            backlog = self._held[task]
+            while backlog and transfer.try_send(task, backlog[0]):
+                backlog.popleft()
+                moved += 1
+            if not backlog:
+                del self._held[task]
+        self.held -= moved
+        return moved
+
+    def _ease(self) -> None:
+        """Clear the congestion of tasks whose backlog is gone and whose inbox is no more than half full."""
+        local, half = self._transfer.local, self._transfer.capacity // 2
+        for task in [task for task in self.congested if task not in self._held and len(local[task]) <= half]:
+            self.congested.discard(task)
+            self.changed = True

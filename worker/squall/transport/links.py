@@ -209,12 +209,13 @@ class PeerLink:
 
     def __init__(self, *, peer: str, address: str, lane: str, sender: str, plan: str, max_frame: int,
                  wake: Callable[[], None], dropped: Callable[[bytes], None],
-                 tls: Credentials | None = None) -> None:
+                 down: Callable[[str], None] = lambda peer: None, tls: Credentials | None = None) -> None:
         self.peer, self.address, self.lane, self.sender, self.plan = peer, address, lane, sender, plan
         self.stats = LinkStats()
         self._handoff = Handoff()
         self._wake = wake
         self._dropped = dropped
+        self._down = down  # told the peer's name each time the link goes down
         self._closed = threading.Event()
         self.connected = threading.Event()
         self.ever_connected = False
@@ -337,6 +338,8 @@ class PeerLink:
                 self._drop_queued()
                 self.connected.clear()
                 self._drop_queued()
+                if accepted:
+                    self._down(self.peer)
             if not accepted:  # refused (another plan, a malformed frame): don't hammer the peer
                 self.stats.refused += 1
                 # Jittered: after a rescale every new pod is refused by the same old ones at once; with

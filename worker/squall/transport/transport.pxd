@@ -25,6 +25,12 @@ cdef class Transport(Remote):
     cdef object _decoder, _bind, _max_frame, _tls, _control
     cdef long long _streams
     cdef public bint waiting_room
+    cdef bytearray _congested
+    cdef bytes _state
+    cdef long long _version
+    cdef dict _told
+    cdef bint _unsettled
+    cdef list _tasks
 
     @cython.locals(boxes=_Boxes, box=Outbox, size=Py_ssize_t)
     cpdef bint try_send(self, long long task, object item) except -1

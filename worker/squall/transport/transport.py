@@ -12,9 +12,9 @@ import msgpack
 
 from squall.executor.base import Remote, Transfer
 from squall.proto.squall_pb2 import Batch, ControlRequest, ProcessState
-from squall.transport.codec import Decoder, encode_verdicts, lost_trees
+from squall.transport.codec import Decoder, encode_congestion, encode_verdicts, lost_trees
 from squall.transport.ingress import Ingress
-from squall.transport.links import CONTROL, DATA, PeerLink
+from squall.transport.links import CONTROL, DATA, STREAM_WINDOW, PeerLink
 from squall.transport.outbox import YOUNG_SECONDS, AckerOutbox, DataOutbox, Outbox
 from squall.transport.server import Receiver
 from squall.transport.tls import Credentials
@@ -24,7 +24,11 @@ from squall.tuples import Tuple
 # ``<fingerprint>+wire<N>``, so during an upgrade that changes the format, processes of two versions
 # refuse each other's streams (their trees fail and replay once both sides run one version) instead
 # of reading frames they cannot understand.
-WIRE_FORMAT = 2
+WIRE_FORMAT = 3
+# The fewest bytes an item takes in a frame (an acker message; a tuple takes more): what a peer sends to a
+# congested task before it hears is bounded by its stream's window in items of this size, and two batches
+# (the one its link holds, the one it builds).
+SMALLEST_ITEM = 21
 log = logging.getLogger("squall.transport")
 
 
@@ -78,7 +82,7 @@ class Transport(Remote):
         self.waiting_room = False
         self.links = {(p, lane): PeerLink(peer=p, address=addresses[p], lane=lane, sender=name, plan=plan,
                                           max_frame=max_frame, wake=self._room,
-                                          dropped=self._dropped, tls=tls)
+                                          dropped=self._dropped, down=self._down, tls=tls)
                       for p in peers for lane in (DATA, CONTROL)}
         # The control lane carries acker messages to ackers and verdicts to workers; the data lane
         # tuples, and acker messages for the ackers whose home its worker is.
@@ -100,6 +104,17 @@ class Transport(Remote):
                for task, home in (acker_via or {}).items()}
         # indexed by task id (None: a task of this process): no task id boxed and hashed per item
         self._to: list[_Boxes | None] = [to.get(task) for task in range(max(to, default=-1) + 1)]
+        # task → 1 while its process says it is congested: sends to it wait in their executors' overflow
+        # (written by server threads as peers say so, and link threads as a peer goes away)
+        self._congested = bytearray(len(self._to))
+        decoder.on_congestion = self._heard
+        # This process's congestion, for the peers that send to it (see _tell): its tasks' last state as
+        # a frame, a version per change, and the (version, reconnects) each sender's control link was told.
+        self._state = b""
+        self._version = 0
+        self._told = {self.links[(peer, CONTROL)]: (0, 0) for peer in senders if (peer, CONTROL) in self.links}
+        self._unsettled = False
+        self._tasks: list[int] = []  # of this process, known once attached
         self.ingress: Ingress | None = None
         self.receiver: Receiver | None = None
         self._decoder, self._bind, self._max_frame, self._tls, self._control = decoder, bind, max_frame, tls, control
@@ -118,10 +133,43 @@ class Transport(Remote):
             self.lost.extend(trees)
             self._wake()
 
+    def _heard(self, state: dict[int, bool]) -> None:
+        """On a server thread: a peer says which of its tasks are congested."""
+        flags, to = self._congested, self._to
+        cleared = False
+        for task, congested in state.items():
+            if 0 <= task < len(to) and to[task] is not None:
+                cleared = cleared or (flags[task] and not congested)
+                flags[task] = congested
+        if cleared:  # executors that wait to send to those tasks may go on
+            self._wake()
+
+    def _down(self, peer: str) -> None:
+        """On a link thread: ``peer`` is unreachable. What waits for its tasks goes to the link, which holds
+        it and fails its trees once the peer is back (see PeerLink.offer); the peer says again if it is congested."""
+        flags = self._congested
+        cleared = False
+        for task, owner in self.owner.items():
+            if owner == peer and flags[task]:
+                flags[task] = 0
+                cleared = True
+        if cleared:
+            self._wake()
+
+    def congested(self) -> list[int]:
+        """Tasks of other processes that this process sends nothing to for now (their process said so)."""
+        return [task for task, flag in enumerate(self._congested) if flag]
+
     def attach(self, *, transfer: Transfer, wake: Callable[[], None], frames: int) -> None:
         """Connect to the runtime whose ``transfer`` holds the inboxes, and start listening and connecting."""
         self._wake = wake
-        self.ingress = Ingress(transfer=transfer, wake=wake, frames=frames)
+        self._tasks = sorted(transfer.inboxes)
+        # What the backlogs may hold before the lanes take no more frames (see squall.transport.ingress): enough
+        # that peers who heed congestion never reach it: an inbox's worth per task of this process before it
+        # is congested, and what each peer's two streams may send before it hears.
+        in_flight = STREAM_WINDOW // SMALLEST_ITEM + 2 * self.batch_size
+        limit = len(self._tasks) * transfer.capacity + len(self._inbound) * in_flight
+        self.ingress = Ingress(transfer=transfer, wake=wake, frames=frames, limit=limit)
         for box in self._acker_boxes:
             box.transfer = transfer
         self.receiver = Receiver(decoder=self._decoder, ingress=self.ingress, bind=self._bind, plan=self.plan,
@@ -178,6 +226,8 @@ class Transport(Remote):
 
     def try_send(self, task: int, item: Any) -> bool:
         boxes = self._boxes(task)
+        if self._congested[task]:
+            return False
         box = boxes.data if type(item) is Tuple else boxes.control
         size = self._room_in(box)
         if size < 0:
@@ -188,6 +238,8 @@ class Transport(Remote):
 
     def try_message(self, task: int, kind: int, root: int, val: int, spout: int) -> bool:
         box = self._boxes(task).control
+        if self._congested[task]:
+            return False
         size = self._room_in(box)
         if size < 0:
             return False
@@ -285,9 +337,32 @@ class Transport(Remote):
         for box in self._acker_boxes:
             if box.verdicts:
                 self._park(box)
+        ingress = self.ingress
+        if ingress is not None and (ingress.changed or ingress.congested or self._unsettled):
+            self._tell(ingress)
         self.waiting_room = blocked
         self._due = due
         return done
+
+    def _tell(self, ingress: Ingress) -> None:
+        """Tell each peer that sends to this process which of its tasks are congested, once per change, and
+        again when its link has been down (it may have restarted without it, or missed a change)."""
+        if ingress.changed:
+            ingress.changed = False
+            self._version += 1
+            congested = ingress.congested
+            self._state = encode_congestion({task: task in congested for task in self._tasks})
+        unsettled = False
+        for link, told in self._told.items():
+            now = (self._version, link.stats.reconnects)
+            if told == now:
+                continue
+            if link.connected.is_set() and link.has_room():
+                link.offer(self._state)
+                self._told[link] = now
+            else:  # when it has room (a later round), or is back
+                unsettled = True
+        self._unsettled = unsettled
 
     def due_in(self) -> float:
         """Seconds until the oldest batch the last :meth:`flush` held back must go, infinity if none: an
