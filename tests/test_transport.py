@@ -1271,7 +1271,7 @@ def test_a_peer_sends_nothing_to_a_congested_task_until_it_is_told_the_task_has_
     """Two real transports over loopback gRPC. A task congested in its process is congested in its peer's
     transport within a round trip: the peer's sends to it are refused (they wait in their executors'
     overflow, which stops those executors taking input: the backpressure reaches its sources), until the
-    task's process says it has room again. Every item arrives, in order."""
+    task's process says it has room again, or goes away. Every item arrives, in order."""
     import threading
     import time
 
@@ -1335,6 +1335,14 @@ def test_a_peer_sends_nothing_to_a_congested_task_until_it_is_told_the_task_has_
         until(lambda: delivered(lambda: len(inbox) == 2), woke)
         taken += list(inbox)
         assert [t.values[0] for t in taken] == [f"w{i}" for i in range(5)]
+        inbox.clear()
+        for i in range(5, 9):  # congested again ...
+            send(i)
+        until(lambda: delivered(lambda: len(inbox) == 2 and receiver.ingress.held == 2), woke)
+        receiver.flush()
+        until(lambda: sender.congested() == [bolt_task], heard)
+        receiver.close()  # ... and gone: what waits for it goes to the link (which holds it, see PeerLink.offer)
+        until(lambda: sender.congested() == [], heard)
     finally:
         sender.close()
         receiver.close()
