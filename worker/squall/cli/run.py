@@ -254,6 +254,9 @@ def _in_process(spec: TopologySpec, args: argparse.Namespace, progress: Progress
         try:
             cluster.run(until=until)
         except KeyboardInterrupt:
+            # Disarmed: more Ctrl-Cs while the cluster closes only count (one raised there killed the run
+            # with SIGINT's status, not 130, and a traceback)
+            stop_requested.interrupt = False
             print(progress.summary(totals()))
             print("stopped at once (Ctrl-C again): trees in flight were neither acked nor failed", file=sys.stderr)
             return 130
