@@ -33,6 +33,7 @@ from squall.transport.codec import (
     encode_verdicts,
     lost_trees,
 )
+from squall.transport.links import CONTROL, DATA
 from squall.transport.outbox import AckerOutbox
 from squall.tuples import Fields, Tuple
 from squall.values import check_values
@@ -1191,7 +1192,6 @@ def test_what_a_process_received_and_has_not_delivered_counts_until_it_reaches_a
     were counted as read by their sender, so leaving them behind would lose their trees silently
     (to the timeout). They count while queued, and while parked behind a full inbox."""
     from squall.transport.ingress import Ingress
-    from squall.transport.links import CONTROL, DATA
 
     room = {"n": 0}
 
@@ -1223,7 +1223,6 @@ def test_an_item_for_a_full_inbox_waits_in_order_while_the_other_tasks_items_go_
     first item for a full inbox, and two workers whose bolts each waited to send to the other stalled
     both ways."""
     from squall.transport.ingress import Ingress
-    from squall.transport.links import DATA
 
     transfer = Transfer(capacity=2)
     busy, idle = deque(), deque()
@@ -1252,7 +1251,6 @@ def test_an_ingress_whose_backlogs_reach_their_limit_takes_no_more_frames():
     """What the backlogs hold is bounded: at the limit the lanes keep their frames (their queues fill and the
     server threads block: HTTP/2 flow control pushes back on every sender), and take them once there is room."""
     from squall.transport.ingress import Ingress
-    from squall.transport.links import DATA
 
     transfer = Transfer(capacity=1)
     inbox: deque = deque()
@@ -1271,7 +1269,8 @@ def test_a_peer_sends_nothing_to_a_congested_task_until_it_is_told_the_task_has_
     """Two real transports over loopback gRPC. A task congested in its process is congested in its peer's
     transport within a round trip: the peer's sends to it are refused (they wait in their executors'
     overflow, which stops those executors taking input: the backpressure reaches its sources), until the
-    task's process says it has room again, or goes away. Every item arrives, in order."""
+    task's process says it has room again, or goes away. A peer whose link to the task's process was down
+    forgets, and is told again. Every item arrives, in order."""
     import threading
     import time
 
@@ -1341,6 +1340,19 @@ def test_a_peer_sends_nothing_to_a_congested_task_until_it_is_told_the_task_has_
         until(lambda: delivered(lambda: len(inbox) == 2 and receiver.ingress.held == 2), woke)
         receiver.flush()
         until(lambda: sender.congested() == [bolt_task], heard)
+        # One way down: the sender's data link breaks (its peer refuses a frame), the links back do not. The
+        # sender forgets, and is told again once its link is back.
+        link = sender.links[("worker-1", DATA)]
+        reconnects = link.stats.reconnects
+        link.offer(encode_congestion({999: True}))
+        until(lambda: link.stats.reconnects > reconnects, heard)
+        assert sender.congested() == []
+
+        def told() -> bool:
+            receiver.flush()
+            return sender.congested() == [bolt_task]
+
+        until(told, heard)
         receiver.close()  # ... and gone: what waits for it goes to the link (which holds it, see PeerLink.offer)
         until(lambda: sender.congested() == [], heard)
     finally:

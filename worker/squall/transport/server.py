@@ -55,6 +55,9 @@ class Receiver:
         self.stats = ReceiveStats()
         # (sender, lane) → streams of it being served: a sender's new stream can open before its old one ends
         self._open: Counter[tuple[str, str]] = Counter()
+        #: sender → streams of it accepted so far: a new one means its link to this process was down
+        #: (and it forgot what this process told it, see Transport._tell)
+        self.accepted: Counter[str] = Counter()
         self._served: set[_Stream] = set()
         self._closed = threading.Event()
         self._lock = threading.Lock()
@@ -108,6 +111,7 @@ class Receiver:
         key = (sender, lane)
         with self._lock:
             self._open[key] += 1
+            self.accepted[sender] += 1
         try:
             return self._serve(frames, context, key)
         finally:

@@ -109,10 +109,11 @@ class Transport(Remote):
         self._congested = bytearray(len(self._to))
         decoder.on_congestion = self._heard
         # This process's congestion, for the peers that send to it (see _tell): its tasks' last state as
-        # a frame, a version per change, and the (version, reconnects) each sender's control link was told.
+        # a frame, a version per change, and what each sender's control link was told: (version, its
+        # reconnects, the sender's streams this process accepted).
         self._state = b""
         self._version = 0
-        self._told = {self.links[(peer, CONTROL)]: (0, 0) for peer in senders if (peer, CONTROL) in self.links}
+        self._told = {self.links[(peer, CONTROL)]: (0, 0, 0) for peer in senders if (peer, CONTROL) in self.links}
         self._unsettled = False
         self._tasks: list[int] = []  # of this process, known once attached
         self.ingress: Ingress | None = None
@@ -346,15 +347,17 @@ class Transport(Remote):
 
     def _tell(self, ingress: Ingress) -> None:
         """Tell each peer that sends to this process which of its tasks are congested, once per change, and
-        again when its link has been down (it may have restarted without it, or missed a change)."""
+        again when a link between them has been down: this process's to it (the peer may have restarted
+        without it, or missed a change), or its to this process (it forgot, see _down)."""
         if ingress.changed:
             ingress.changed = False
             self._version += 1
             congested = ingress.congested
             self._state = encode_congestion({task: task in congested for task in self._tasks})
         unsettled = False
+        accepted = self.receiver.accepted
         for link, told in self._told.items():
-            now = (self._version, link.stats.reconnects)
+            now = (self._version, link.stats.reconnects, accepted[link.peer])
             if told == now:
                 continue
             if link.connected.is_set() and link.has_room():
