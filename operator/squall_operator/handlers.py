@@ -167,15 +167,15 @@ class Operator:
 
     async def _reconcile_all(self, topologies: list[tuple[str, str]], *, read_errors: bool) -> bool:
         """Reconcile each of ``topologies``, :data:`ASKING` at a time (one whose pods are slow to answer, a
-        busy process costs ANSWER_TIMEOUT, does not hold up the others' steps); whether all went without
-        error."""
+        busy process costs ANSWER_TIMEOUT, does not hold up the others' steps); whether each was reconciled
+        without error (one an earlier pass still reconciles was not)."""
         room = asyncio.Semaphore(ASKING)
 
         async def one(namespace: str, name: str) -> bool:
             if (namespace, name) in self._reconciling:  # an earlier pass's, slow: this one goes on without it
                 if not read_errors:
                     self.later(namespace, name, RECHECK)  # a step due: it comes once that one is done
-                return True
+                return False  # not reconciled by this pass (that one says how it went)
             self._reconciling.add((namespace, name))
             async with room:
                 try:

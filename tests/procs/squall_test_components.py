@@ -87,6 +87,16 @@ class BatchingSink(Bolt):
         self.held = []
 
 
+class HalfBatchingSink(BatchingSink):
+    """Acks tuples of even ``n`` at once, and holds the others until a tick, as :class:`BatchingSink`."""
+
+    def execute(self, tup):
+        if not tup.is_tick and tup["n"] % 2 == 0:
+            self.collector.ack(tup)
+        else:
+            super().execute(tup)
+
+
 class Double(BasicBolt):
     outputs = ["n", "double"]
 
