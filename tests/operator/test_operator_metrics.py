@@ -5,6 +5,7 @@ alert rules evaluate on metrics and labels that exist."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 import pytest
@@ -131,10 +132,16 @@ async def test_the_last_resync_moves_with_passes_that_reconcile_every_topology(a
     await eventually("a resync pass", lambda: value(scrape(port), "squall_operator_last_resync_timestamp_seconds")
                      > started)
 
-    # the Topology can no longer be read: every pass fails on it from now on
+    # the Topology can no longer be read: every pass fails on it from now on, slowly; the passes that start
+    # meanwhile (one every 0.2 s) find it still being reconciled, and must not count as having reconciled it
     failure = {"apiVersion": "v1", "kind": "Status", "status": "Failure", "reason": "InternalError", "code": 500,
                "message": "etcdserver: request timed out"}
-    api[f"get /apis/squall.dev/v1alpha1/namespaces/{NAMESPACE}/topologies/wc"] << 500 << failure
+
+    async def slow_failure() -> dict:
+        await asyncio.sleep(1.0)  # an API server that takes its time to fail, not a wait for an event
+        return failure
+
+    api[f"get /apis/squall.dev/v1alpha1/namespaces/{NAMESPACE}/topologies/wc"] << 500 << slow_failure
     errors = value(scrape(port), "squall_operator_reconcile_errors_total")
     await eventually("a failed pass", lambda: value(scrape(port), "squall_operator_reconcile_errors_total")
                      > errors)
