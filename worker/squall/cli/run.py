@@ -198,8 +198,9 @@ class SpecFile:
 class StopSignals:
     """Ctrl-C, SIGTERM or SIGHUP (the terminal closed): the first stops the run gracefully, another one
     while it drains stops its processes at once. With ``interrupt`` (a run in this process, whose user
-    code may be stuck in a call that never returns to the loop that reads the count), another one raises
-    :class:`KeyboardInterrupt` wherever this process is."""
+    code may be stuck in a call that never returns to the loop that reads the count), the second raises
+    :class:`KeyboardInterrupt` wherever this process is, once: raised again while the first unwinds, one
+    escaped the code that catches it, and the run ended with SIGINT's status and a traceback."""
 
     def __init__(self) -> None:
         self.count = 0
@@ -210,6 +211,7 @@ class StopSignals:
     def _handler(self, *_: object) -> None:
         self.count += 1
         if self.count > 1 and self.interrupt:
+            self.interrupt = False
             raise KeyboardInterrupt
 
     def __call__(self) -> bool:
@@ -218,15 +220,25 @@ class StopSignals:
     def again(self) -> bool:
         return self.count > 1
 
+    def ignore(self) -> None:
+        """The run is over: later signals have nothing to stop. Ignored rather than handled: as Python
+        finalizes it gives every signal with a handler of its own its default action back, and a Ctrl-C
+        landing then killed the process with SIGINT's status instead of the run's."""
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, signal.SIG_IGN)
+
 
 def run(args: argparse.Namespace) -> int:
     spec = load_spec(args.topology)
     validate(spec)
     stop_requested = StopSignals()
     progress = Progress(spec)
-    if args.in_process:
-        return _in_process(spec, args, progress, stop_requested)
-    return _processes(spec, args, progress, stop_requested)
+    try:
+        if args.in_process:
+            return _in_process(spec, args, progress, stop_requested)
+        return _processes(spec, args, progress, stop_requested)
+    finally:
+        stop_requested.ignore()
 
 
 def _in_process(spec: TopologySpec, args: argparse.Namespace, progress: Progress,
@@ -253,10 +265,8 @@ def _in_process(spec: TopologySpec, args: argparse.Namespace, progress: Progress
 
         try:
             cluster.run(until=until)
+            stop_requested.interrupt = False  # the loop is back: Ctrl-Cs while the summary prints only count
         except KeyboardInterrupt:
-            # Disarmed: more Ctrl-Cs while the cluster closes only count (one raised there killed the run
-            # with SIGINT's status, not 130, and a traceback)
-            stop_requested.interrupt = False
             print(progress.summary(totals()))
             print("stopped at once (Ctrl-C again): trees in flight were neither acked nor failed", file=sys.stderr)
             return 130
