@@ -7,6 +7,7 @@ tests fail rather than skip: CI must run them.
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 
@@ -247,3 +248,23 @@ def test_promtool_checks_the_rules_and_runs_their_unit_tests(tmp_path, values):
     run = subprocess.run([promtool(), "test", "rules", "tests.yaml"], cwd=tmp_path, capture_output=True, text=True,
                          timeout=120)
     assert run.returncode == 0, run.stdout + run.stderr
+
+
+def test_a_runbook_url_points_each_alert_at_its_row_of_the_operations_docs():
+    from pathlib import Path
+
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "operations.md").read_text()
+    names = [r["alert"] for group in rules()["groups"] for r in group["rules"]]
+    assert all("runbook_url" not in r["annotations"] for group in rules()["groups"] for r in group["rules"])
+    base = "https://git.example.com/squall/blob/v0.1.0/docs/operations.md"
+    urls = {r["alert"]: r["annotations"]["runbook_url"]
+            for group in rules({"runbookUrl": base})["groups"] for r in group["rules"]}
+    assert urls == {name: f"{base}#{name.lower()}" for name in names}
+    anchors = re.findall(r'^\| <a id="([a-z]+)"></a>`(\w+)` \|', docs, re.M)
+    assert anchors == [(name.lower(), name) for name in names], "docs/operations.md's Alerts table lacks an anchor"
+
+
+@pytest.mark.parametrize("url", ["docs/operations.md", "https://example.com/ops.md#alerts"])
+def test_a_runbook_url_that_is_no_http_address_without_a_fragment_is_refused(url):
+    with pytest.raises(Exception, match="runbookUrl"):
+        rules({"runbookUrl": url})

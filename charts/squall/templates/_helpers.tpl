@@ -224,3 +224,11 @@ the chart's win, as selectors need them. */ -}}
 {{- define "squall.labelsWith" -}}
 {{- toYaml (merge (fromYaml (include "squall.labels" .root)) (deepCopy (default dict .labels))) -}}
 {{- end -}}
+
+{{- /* An alert's runbook_url annotation: monitoring.alerts.runbookUrl and the alert's anchor there (the
+alert's name in lower case, as docs/operations.md's "Alerts" table has them); nothing without it. */}}
+{{- define "squall.runbookUrl" -}}
+{{- with (index . 0).Values.monitoring.alerts.runbookUrl }}
+{{- printf "runbook_url: %s" (printf "%s#%s" . (lower (index $ 1)) | quote) | nindent 12 }}
+{{- end }}
+{{- end }}
