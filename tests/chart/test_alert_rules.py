@@ -13,7 +13,7 @@ import subprocess
 
 import pytest
 import yaml
-from chart_support import render
+from chart_support import REPO, render
 
 # Labels every scraped series of a topology's process carries (target labels + the metric's own).
 W0 = 'namespace="prod", pod="clicks-worker-0", topology="clicks"'
@@ -251,9 +251,7 @@ def test_promtool_checks_the_rules_and_runs_their_unit_tests(tmp_path, values):
 
 
 def test_a_runbook_url_points_each_alert_at_its_row_of_the_operations_docs():
-    from pathlib import Path
-
-    docs = (Path(__file__).resolve().parents[2] / "docs" / "operations.md").read_text()
+    docs = (REPO / "docs" / "operations.md").read_text()
     names = [r["alert"] for group in rules()["groups"] for r in group["rules"]]
     assert all("runbook_url" not in r["annotations"] for group in rules()["groups"] for r in group["rules"])
     base = "https://git.example.com/squall/blob/v0.1.0/docs/operations.md"

@@ -202,10 +202,12 @@ class StopSignals:
     :class:`KeyboardInterrupt` wherever this process is, once: raised again while the first unwinds, one
     escaped the code that catches it, and the run ended with SIGINT's status and a traceback."""
 
+    SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
     def __init__(self) -> None:
         self.count = 0
         self.interrupt = False
-        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        for sig in self.SIGNALS:
             signal.signal(sig, self._handler)
 
     def _handler(self, *_: object) -> None:
@@ -224,7 +226,7 @@ class StopSignals:
         """The run is over: later signals have nothing to stop. Ignored rather than handled: as Python
         finalizes it gives every signal with a handler of its own its default action back, and a Ctrl-C
         landing then killed the process with SIGINT's status instead of the run's."""
-        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        for sig in self.SIGNALS:
             signal.signal(sig, signal.SIG_IGN)
 
 
