@@ -35,7 +35,7 @@ run: install
 	$(BIN)/squall run examples/wordcount.yaml --duration 30
 
 # Four pytest processes on a 2-core machine: most of the suite's time is tests waiting on the processes,
-# timeouts and servers they start, not CPU (serially about 8 minutes, this way under 3).
+# timeouts and servers they start, not only CPU (about 5 minutes this way on a quiet machine, 7 to 9 under load).
 test: install prometheus
 	$(BIN)/ruff check --no-cache worker operator tests examples bench e2e
 	$(BIN)/pytest -n 4 --dist worksteal

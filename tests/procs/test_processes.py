@@ -706,6 +706,7 @@ def test_processes_of_different_plans_never_exchange_tuples(cluster, tmp_path):
     wait_for(lambda t: t.acked["a-numbers"] >= 100 and t.pending["__acker"] > 0, timeout=60, sup=sup,
              what="the topology to run, its acker tracking trees")
     acker, worker = sup.child("acker-0"), sup.child("worker-0")
+    mark = worker.log_path.stat().st_size
     acker.proc.kill()
     acker.proc.wait()
     other = tmp_path / "other.yaml"  # the same topology with another message timeout: another plan
@@ -721,8 +722,13 @@ def test_processes_of_different_plans_never_exchange_tuples(cluster, tmp_path):
              what="the worker to refuse the acker's streams")
     # the trees of the INITs the killed acker never read fail at once (they used to time out), and so do
     # those whose INITs are dropped while no acker of this plan accepts them
-    stalled = wait_for(lambda t: t.failed["a-numbers"] > 0, timeout=30, sup=sup,
-                       what="trees to fail while no acker of this plan runs")
+    try:
+        stalled = wait_for(lambda t: t.failed["a-numbers"] > 0, timeout=30, sup=sup,
+                           what="trees to fail while no acker of this plan runs")
+    except AssertionError as exc:  # failed once under load, not reproduced: what the worker saw of the kill
+        with open(worker.log_path, "rb") as log:
+            log.seek(mark)
+            raise AssertionError(f"{exc}\n--- worker-0's log since the kill\n{log.read().decode()}") from None
     acker.proc.kill()
     acker.proc.wait()
     sup.check()  # restarts the acker with the topology's own environment: the same plan again
