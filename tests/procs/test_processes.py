@@ -720,8 +720,8 @@ def test_processes_of_different_plans_never_exchange_tuples(cluster, tmp_path):
              what="the acker to refuse the worker's streams")
     wait_for(lambda t: "from acker-0: it runs plan" in worker.log_path.read_text(), timeout=30, sup=sup,
              what="the worker to refuse the acker's streams")
-    # the trees of the INITs the killed acker never read fail at once (they used to time out), and so do
-    # those whose INITs are dropped while no acker of this plan accepts them
+    # the trees of the INITs the killed acker never read fail at once (they used to time out); those of
+    # INITs offered while no acker of this plan accepts them are held (PeerLink.offer), and time out
     try:
         stalled = wait_for(lambda t: t.failed["a-numbers"] > 0, timeout=30, sup=sup,
                            what="trees to fail while no acker of this plan runs")
