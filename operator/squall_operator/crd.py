@@ -168,7 +168,10 @@ def status_schema() -> dict[str, Any]:
             "switched": {"type": "string", "format": "date-time", "description": "when the pods were switched "
                          "or replaced (after the drain)"},
             "refused": {"type": "string", "description": "why a process refused to switch to the target plan: the "
-                        "rebalance stopped there, and the pods run on their plan until the spec changes"}}},
+                        "rebalance stopped there, and the pods run on their plan until the spec changes"},
+            "templates": {"type": "object", "additionalProperties": {"type": "string"}, "description": "the pod "
+                          "templates' hashes, by role, of the switch: once it is refused, tried again only with "
+                          "others (a new image may have what the spec needs)"}}},
         "conditions": {"type": "array", "items": _condition_schema(),
                        "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
         "errors": {"type": "array", "description": "the most recent errors, oldest first", "items": {

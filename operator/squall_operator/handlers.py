@@ -281,12 +281,12 @@ class Operator:
                               running=_running(pod, role))
                 for (role, i, pod), state in zip(pods, states, strict=True)]
 
-    def _carry_out(self, decision: rebalance.Decision, pods: list[tuple[str, int, Manifest]], *, namespace: str,
+    def _carry_out(self, decision: rebalance.Decision, pods: list[tuple[str, int, Manifest]], *,
                    spec: TopologySpec, tls: Credentials | None, logger: logging.Logger | logging.LoggerAdapter,
                    commands: tuple[str, ...]) -> dict[str, Any] | None:
-        """Send a rebalance's commands (``commands``: which of deactivate, switch, activate) and delete the
-        pods it replaces. A command that went unanswered is retried at the next reconcile; a SWITCH that a
-        process refused stops the rebalance: the rebalance to report instead (None: none refused)."""
+        """Send a rebalance's commands (``commands``: which of deactivate, switch, activate). A command that
+        went unanswered is retried at the next reconcile; a SWITCH that a process refused stops the
+        rebalance: the rebalance to report instead (None: none refused)."""
         by_name = {pod["metadata"]["name"]: pod for _, _, pod in pods}
         stopped = None
         for command in commands:
@@ -300,8 +300,6 @@ class Operator:
                         stopped = stopped or rebalance.refused(decision.rebalance, name, str(exc))
                     else:
                         logger.warning("rebalance: %s %s failed (retried): %s", command, name, exc)
-        for name in decision.delete:
-            self.kube.delete(Ref("v1", "Pod", namespace, name))
         return stopped
 
     def _checked(self, decision: rebalance.Decision, pods: list[tuple[str, int, Manifest]], *, spec: TopologySpec,
@@ -418,7 +416,7 @@ class Operator:
                 watched_since=self._watching(namespace, name, previous.get("rebalance"), now),
                 templates={m["metadata"]["labels"][COMPONENT]: template_hash(m) for m in manifests
                            if m["kind"] == "StatefulSet"})
-            self._carry_out(decision, pods, namespace=namespace, spec=spec, tls=tls, logger=logger,
+            self._carry_out(decision, pods, spec=spec, tls=tls, logger=logger,
                             commands=("deactivate",))
             if decision.apply and decision.switch and decision.rebalance is not None:
                 stopped = self._checked(decision, pods, spec=spec, tls=tls, logger=logger)
@@ -439,12 +437,16 @@ class Operator:
                 if applied.changed:
                     self._event(topology, "Normal", "Applied", applied.summary())
                 live = {role: applied.live.get(("StatefulSet", getattr(names, role))) for role in ROLES}
-                stopped = self._carry_out(decision, pods, namespace=namespace, spec=spec, tls=tls, logger=logger,
+                # Only now that their StatefulSets carry the new template: deleted before, a pod was made
+                # again from the old one, and was deleted for nothing when the check or the write was refused.
+                for pod in decision.delete:
+                    self.kube.delete(Ref("v1", "Pod", namespace, pod))
+                stopped = self._carry_out(decision, pods, spec=spec, tls=tls, logger=logger,
                                           commands=("switch", "activate"))
                 if stopped is not None:  # the status's Degraded condition and its Warning Event say why
                     decision = dataclasses.replace(decision, rebalance=stopped)  # again: the spouts go again soon
             else:  # a refused rebalance applies nothing, and lets the held spouts go
-                self._carry_out(decision, pods, namespace=namespace, spec=spec, tls=tls, logger=logger,
+                self._carry_out(decision, pods, spec=spec, tls=tls, logger=logger,
                                 commands=("activate",))
             self._suspend(found, pods, spec=spec, generation=generation or 0, tls=tls, logger=logger)
             for kind, reason, message in decision.events:

@@ -115,7 +115,11 @@ def decide(*, spec: TopologySpec, templates: Mapping[str, str], pods: Sequence[P
 
     events: list[tuple[str, str, str]] = []
     if current is not None and current.get("refused"):
-        if not any(new_template(p) for p in outdated):  # a new image may have what the spec needs
+        # Tried again only with other templates than the refused switch's (a new image may have what the
+        # spec needs). Not against the pods': nothing of that switch was applied, so a role whose template
+        # it changed keeps its old pods, and every try drained, deleted them and was refused again.
+        tried = current.get("templates")  # absent from a switch refused before they were kept
+        if (tried == dict(templates)) if tried is not None else not any(new_template(p) for p in outdated):
             return Decision(rebalance=current, apply=False, activate=held())  # the children stay as they are
         current = None  # the spouts went again meanwhile: a rebalance of its own, drained first
     if current is None:
@@ -144,7 +148,7 @@ def decide(*, spec: TopologySpec, templates: Mapping[str, str], pods: Sequence[P
         if not drained and waited < spec.message_timeout_seconds:
             return Decision(rebalance=current, apply=False, again=True, events=tuple(events),
                             deactivate=tuple(p.name for p in answering if p.state is not None and not p.state.held))
-        current = {**current, "step": SWITCHING, "switched": now.strftime(TIME_FORMAT)}
+        current = {**current, "step": SWITCHING, "switched": now.strftime(TIME_FORMAT), "templates": dict(templates)}
         if drained:
             events.append(("Normal", "Drained", f"no tree in flight after {waited:.0f} s: switching to plan {target}"))
         else:

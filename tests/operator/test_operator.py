@@ -343,14 +343,22 @@ async def test_a_write_refused_mid_rebalance_is_tried_again_soon_and_stays_repor
     """The API server refuses the new StatefulSet in a rebalance's switch. Such a write was tried again only
     at the next resync (the step runs outside kopf, which retried nothing), the spouts held meanwhile;
     and the next pod event rewrote the status from the pods, erasing Degraded ApplyFailed (found by the
-    operator audit). The emulator stores what it is sent, whatever a stub answers, so the refusal is made
-    in the operator's client here, where the real API server's would come back."""
+    operator audit). Nor is a pod to replace deleted while its StatefulSet cannot be given the new
+    template: deleted before the write, each pod was made again from the old template, again at every
+    retry (found by the operator audit). The emulator stores what it is sent, whatever a stub answers, so
+    the refusal is made in the operator's client here, where the real API server's would come back."""
     from kubernetes.client.exceptions import ApiException
 
     from squall_operator.apply import Kube
 
     refused: list[str] = []
-    real = Kube.patch
+    deleted: list[str] = []
+    real, real_delete = Kube.patch, Kube.delete
+
+    def delete(self, ref):
+        if ref.kind == "Pod":
+            deleted.append(ref.name)
+        return real_delete(self, ref)
 
     def patch(self, ref, body, *, status=False):
         if ref.kind == "StatefulSet" and ref.name == "wc-worker" and not status:
@@ -364,6 +372,7 @@ async def test_a_write_refused_mid_rebalance_is_tried_again_soon_and_stays_repor
     monkeypatch.chdir(REPO)
     async with processes_behind_pods(api, start_operator, tmp_path, resync_seconds=600) as (_, sup, _states):
         monkeypatch.setattr(Kube, "patch", patch)
+        monkeypatch.setattr(Kube, "delete", delete)
         await patch_spec(api, "wc", {"resources": {"requests": {"cpu": "200m"}}})  # a new template: a rebalance
         await eventually("Degraded: ApplyFailed", lambda: condition(api, "wc", "Degraded").get("reason")
                          == "ApplyFailed", timeout=40)
@@ -379,6 +388,7 @@ async def test_a_write_refused_mid_rebalance_is_tried_again_soon_and_stays_repor
         assert condition(api, "wc", "Degraded")["reason"] == "ApplyFailed"
         await eventually("the write tried again within its retry delay, not at the resync",
                          lambda: len(refused) > tried, timeout=30)
+        assert not deleted  # every pod runs on, as made from the template its StatefulSet still has
 
 
 async def test_optional_children_come_and_go(api, start_operator):

@@ -190,6 +190,25 @@ def test_a_refused_switch_is_not_sent_again_and_the_held_spouts_go_again_on_thei
     assert fresh.rebalance["target"] == other.fingerprint() and "refused" not in fresh.rebalance
 
 
+def test_a_refused_switch_that_gave_a_role_a_new_template_stays_refused_until_the_templates_change_again():
+    """The spec that a process refuses also gave the ackers a new template (podTemplate, resources).
+    Nothing of a refused switch is applied, so the ackers keep their old template, and each reconcile
+    took that for a new image that may have what the spec needs: it drained, deleted the ackers and was
+    refused again, twice a second (found by the operator audit)."""
+    changed = {"worker": "t1", "acker": "t2"}
+    first = decide(spec=NEW, templates=changed, pods=pods(OLD), previous=None, now=T0)
+    switching = decide(spec=NEW, templates=changed, pods=pods(OLD, held=True), previous=first.rebalance, now=at(1))
+    assert set(switching.delete) == {"wc-acker-0", "wc-acker-1"} and switching.rebalance["templates"] == changed
+    stopped = refused(switching.rebalance, "wc-worker-0", "cannot import module 'app'")
+    after = decide(spec=NEW, templates=changed, pods=pods(OLD), previous=stopped, now=at(1.5))
+    assert after.rebalance == stopped and not after.apply and not after.deactivate and not after.delete
+    newer = decide(spec=NEW, templates={"worker": "t3", "acker": "t3"}, pods=pods(OLD), previous=stopped, now=at(2))
+    assert newer.rebalance["step"] == DRAINING and "refused" not in newer.rebalance
+    # refused by an operator that did not keep the templates: tried again when a pod's template is not the spec's
+    legacy = {k: v for k, v in stopped.items() if k != "templates"}
+    assert decide(spec=NEW, templates=TEMPLATES, pods=pods(OLD), previous=legacy, now=at(3)).rebalance == legacy
+
+
 def test_a_pod_counts_as_running_only_while_its_process_container_runs():
     """A pod crash-looping is in phase Running: it was taken for a busy process holding trees, so every
     drain waited the whole message timeout for it (found by the review)."""
