@@ -356,7 +356,7 @@ class Operator:
                 rebalancing: dict[str, Any] | None = status.KEEP) -> dict[str, Any]:
         pods = [pod for _, _, pod in self._pods(namespace, spec.name, {WORKER: spec.workers, ACKER: spec.num_ackers})]
         return status.compute(spec, workers=workers, ackers=ackers, previous=previous, generation=generation,
-                              at=status.now(), problems=status.pod_problems(pods),
+                              at=(at := status.now()), problems=status.pod_problems(pods, at=at),
                               reported=self._reported(pods) if read_errors else None, rebalance=rebalancing)
 
     def reconcile(self, namespace: str, name: str, logger: logging.Logger | logging.LoggerAdapter, *,

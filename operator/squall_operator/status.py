@@ -20,6 +20,7 @@ from squall_operator.render import Names, selector
 PENDING, RUNNING, SUSPENDED, FAILED = "Pending", "Running", "Suspended", "Failed"
 KEEP_ERRORS = 5
 TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"  # of every time in the status
+TERMINATING_SECONDS = 60  # past a pod's deletion time (its grace period's end) before it counts as stuck
 MESSAGE_CHARS = 400  # of a termination message or a component's error, in the status
 # Status keys that describe pods; an invalid spec leaves the last known values in place.
 POD_KEYS = ("workers", "readyWorkers", "ackers", "readyAckers", "ready", "selector", "specHash", "componentErrors",
@@ -50,37 +51,58 @@ def _clip(text: str) -> str:
     return text if len(text) <= MESSAGE_CHARS else text[:MESSAGE_CHARS - 3] + "..."
 
 
-def pod_problems(pods: list[dict[str, Any]]) -> list[PodProblem]:
-    """The problems of ``pods`` as read from the API server, most telling first per pod: the container
-    state's reason (CrashLoopBackOff, ImagePullBackOff, ...) with the last termination message (the
-    log tail, with ``terminationMessagePolicy: FallbackToLogsOnError``), OOMKilled, Unschedulable."""
+def pod_problems(pods: list[dict[str, Any]], *, at: str) -> list[PodProblem]:
+    """The problems of ``pods`` as read from the API server at ``at``, the most telling one per pod: a pod
+    still there long after its deletion was due (its node does not answer), the container state's reason
+    (CrashLoopBackOff, ImagePullBackOff, ...) with the last termination message (the log tail, with
+    ``terminationMessagePolicy: FallbackToLogsOnError``), OOMKilled, Unschedulable."""
     found = []
     for pod in pods:
         name = pod.get("metadata", {}).get("name", "?")
-        st = pod.get("status") or {}
-        problem = None
-        for container in [*(st.get("initContainerStatuses") or ()), *(st.get("containerStatuses") or ())]:
-            waiting = (container.get("state") or {}).get("waiting") or {}
-            last = (container.get("lastState") or {}).get("terminated") or {}
-            terminated = (container.get("state") or {}).get("terminated") or last
-            where = f"container {container.get('name')}"
-            if terminated.get("reason") == "OOMKilled":
-                problem = PodProblem(name, "OOMKilled", f"{where} ran out of memory (exit code "
-                                     f"{terminated.get('exitCode')}): raise its memory limit")
-            elif waiting.get("reason") in STUCK:
-                detail = last.get("message") or waiting.get("message") or ""
-                if last.get("exitCode") is not None:
-                    detail = f"exit code {last['exitCode']}" + (f": {detail}" if detail else "")
-                problem = PodProblem(name, waiting["reason"], _clip(f"{where}: {detail}" if detail else where))
-            if problem is not None:
-                break
-        if problem is None:
-            scheduled = next((c for c in st.get("conditions") or () if c.get("type") == "PodScheduled"), {})
-            if scheduled.get("status") == "False" and scheduled.get("reason") == "Unschedulable":
-                problem = PodProblem(name, "Unschedulable", _clip(scheduled.get("message") or ""))
+        problem = _stuck_terminating(pod, name, at) or _container_problem(pod, name) or _unschedulable(pod, name)
         if problem is not None:
             found.append(problem)
     return found
+
+
+def _stuck_terminating(pod: dict[str, Any], name: str, at: str) -> PodProblem | None:
+    """Deleted, and still there :data:`TERMINATING_SECONDS` after its deletion was due: only the kubelet of
+    its node can confirm that it stopped, and its StatefulSet makes no pod of that name elsewhere until
+    then, so its tasks are missing for as long as the node does not answer."""
+    due = (pod.get("metadata") or {}).get("deletionTimestamp")
+    if not due or (parse_time(at) - datetime.fromisoformat(due)).total_seconds() < TERMINATING_SECONDS:
+        return None
+    node = (pod.get("spec") or {}).get("nodeName") or "?"
+    return PodProblem(name, "StuckTerminating", f"deleted, still there {TERMINATING_SECONDS} s after its grace "
+                      f"period: node {node} does not confirm the stop, and the pod is made again only once it does "
+                      f"or the Node object is deleted. If the node is gone, delete the Node (or, sure that the pod "
+                      f"no longer runs, kubectl delete pod {name} --force --grace-period=0)")
+
+
+def _container_problem(pod: dict[str, Any], name: str) -> PodProblem | None:
+    st = pod.get("status") or {}
+    for container in [*(st.get("initContainerStatuses") or ()), *(st.get("containerStatuses") or ())]:
+        waiting = (container.get("state") or {}).get("waiting") or {}
+        last = (container.get("lastState") or {}).get("terminated") or {}
+        terminated = (container.get("state") or {}).get("terminated") or last
+        where = f"container {container.get('name')}"
+        if terminated.get("reason") == "OOMKilled":
+            return PodProblem(name, "OOMKilled", f"{where} ran out of memory (exit code "
+                              f"{terminated.get('exitCode')}): raise its memory limit")
+        if waiting.get("reason") in STUCK:
+            detail = last.get("message") or waiting.get("message") or ""
+            if last.get("exitCode") is not None:
+                detail = f"exit code {last['exitCode']}" + (f": {detail}" if detail else "")
+            return PodProblem(name, waiting["reason"], _clip(f"{where}: {detail}" if detail else where))
+    return None
+
+
+def _unschedulable(pod: dict[str, Any], name: str) -> PodProblem | None:
+    conditions = (pod.get("status") or {}).get("conditions") or ()
+    scheduled = next((c for c in conditions if c.get("type") == "PodScheduled"), {})
+    if scheduled.get("status") == "False" and scheduled.get("reason") == "Unschedulable":
+        return PodProblem(name, "Unschedulable", _clip(scheduled.get("message") or ""))
+    return None
 
 
 def component_errors(reported: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:

@@ -159,7 +159,7 @@ def test_pod_problems_read_container_states_and_scheduling():
         "reason": "ContainerCreating"}}}])  # on its way: not a problem
     long_log = pod("wc-acker-1", containerStatuses=[{"name": "acker", "state": {"waiting": {
         "reason": "CrashLoopBackOff"}}, "lastState": {"terminated": {"exitCode": 2, "message": "x" * 1000}}}])
-    problems = status.pod_problems([config_error, unschedulable, starting, long_log])
+    problems = status.pod_problems([config_error, unschedulable, starting, long_log], at=T0)
     assert [(p.pod, p.reason) for p in problems] == [
         ("wc-worker-0", "CreateContainerConfigError"), ("wc-worker-1", "Unschedulable"),
         ("wc-acker-1", "CrashLoopBackOff")]
@@ -167,6 +167,22 @@ def test_pod_problems_read_container_states_and_scheduling():
         "pod wc-worker-0: CreateContainerConfigError: container worker: secret \"kafka\" not found"
     assert "didn't match Pod's node affinity/selector" in problems[1].message
     assert len(problems[2].message) == status.MESSAGE_CHARS and problems[2].message.endswith("...")
+
+
+def test_a_pod_deleted_on_a_node_that_does_not_answer_is_reported_once_its_deletion_is_long_overdue():
+    """A StatefulSet's pod on a lost node stays Terminating until its kubelet confirms the stop, and is made
+    again only then: its tasks stay missing, and the status said only PodsNotReady (found by the operator
+    audit)."""
+    lost = {**pod("wc-worker-1", phase="Running", containerStatuses=[{"name": "worker", "state": {"running": {}}}],
+                  conditions=[{"type": "Ready", "status": "False"}]), "spec": {"nodeName": "node-b"}}
+    lost["metadata"]["deletionTimestamp"] = T0  # its grace period's end
+    assert status.pod_problems([lost], at="2026-01-01T00:00:59Z") == []  # the kubelet may still be stopping it
+    problem, = status.pod_problems([lost], at=T1)
+    assert (problem.pod, problem.reason) == ("wc-worker-1", "StuckTerminating")
+    assert "node node-b" in problem.message and "kubectl delete pod wc-worker-1 --force" in problem.message
+    st = compute(SPEC, workers=sts(replicas=2, ready=1), ackers=sts(replicas=1), previous={}, generation=1,
+                 at=T1, problems=[problem])
+    assert cond(st, "Degraded") == ("True", "StuckTerminating")
 
 
 def test_a_pod_problem_degrades_even_a_topology_that_never_ran():
