@@ -21,6 +21,7 @@ KIND = "Topology"
 PLURAL = "topologies"
 SINGULAR = "topology"
 SHORT_NAMES = ["topo"]
+TAKEN = "default"  # the name of a ServiceAccount every namespace has: a Topology's own would be it
 
 
 def parse_spec(name: str, spec: Any, *, namespace: str | None = None) -> TopologySpec:
@@ -31,6 +32,10 @@ def parse_spec(name: str, spec: Any, *, namespace: str | None = None) -> Topolog
     if len(name) > NAME_MAX or not re.fullmatch(NAME_PATTERN, name):
         raise TopologyError(f"{where}: metadata.name {NAME_RULE}, at most {NAME_MAX} characters (got {name!r}); "
                             "create the Topology under such a name")
+    if name == TAKEN:
+        raise TopologyError(f"{where}: metadata.name {TAKEN!r} is taken: the Topology's ServiceAccount bears its "
+                            f"name, and every namespace has its own ServiceAccount {TAKEN!r}; create the Topology "
+                            "under another name")
     given = spec.get("name")
     if given is not None and given != name:
         raise TopologyError(f"{where}: spec.name {given!r} differs from metadata.name {name!r}; "

@@ -277,6 +277,15 @@ def test_a_topology_whose_own_name_is_refused_is_told_of_its_metadata_name(name)
     assert f"at most 40 characters (got {name!r}); create the Topology under such a name" in str(info.value)
 
 
+def test_a_topology_named_default_is_refused_since_its_service_account_would_be_the_namespaces_own():
+    """Its children bear its name, and every namespace has a ServiceAccount ``default``: such a Topology was
+    accepted and then stayed ApplyFailed for good (found by the operator audit)."""
+    with pytest.raises(TopologyError) as info:
+        check_spec("default", {"spouts": [{"name": "s", "className": "m:S"}]}, namespace="prod")
+    assert "Topology prod/default: metadata.name 'default' is taken" in str(info.value)
+    assert "create the Topology under another name" in str(info.value)
+
+
 # Types are checked as strictly by both: a string that spells a number or a boolean is refused (the model
 # converted it, so squall validate called valid what kubectl apply then refused). Where they differ, on
 # purpose: rules that tie fields together are only in the model, so such a Topology is accepted by the
