@@ -313,6 +313,44 @@ def test_revoked_partitions_commit_first_and_their_late_acks_and_fails_are_ignor
     assert r.committed() == {0: 2}, "a lost partition cannot be committed for"
 
 
+def test_a_partition_paused_at_its_uncommitted_limit_is_read_again_when_a_rebalance_gives_it_back(rig, clock):
+    """The core forgot that it had paused a revoked partition, and a Kafka client keeps the pause across an
+    eager rebalance: given back to the same task, the partition was never read again (found by the
+    offset-spout audit; tests/spouts/test_kafka.py shows it with librdkafka)."""
+    r = rig(per_partition=10, max_uncommitted_offsets=2, max_poll_records=2)
+    r.drain()
+    assert r.emits.offsets == [0, 1]  # at the limit: paused
+    r.core.ack(r.emits.ids[0])
+    r.core.on_revoked([TP0])  # commits offset 1
+    assert r.committed() == {0: 1}
+    r.core.on_assigned([TP0])
+    clock.advance(1)
+    r.drain()
+    assert r.emits.offsets[2:4] == [1, 2]  # from the commit, up to the limit again
+
+
+@pytest.mark.parametrize(("guarantee", "again"), [
+    (ProcessingGuarantee.AT_LEAST_ONCE, [3, 4, 5, 6]),  # from the first offset not acked: 3 is emitted again
+    (ProcessingGuarantee.NO_GUARANTEE, [4, 5, 6]),  # from what it had read to
+])
+@pytest.mark.parametrize("strategy", [FirstPollOffsetStrategy.LATEST, FirstPollOffsetStrategy.UNCOMMITTED_LATEST])
+def test_a_partition_given_back_before_anything_was_committed_starts_where_this_task_left_it(
+        rig, strategy, guarantee, again):
+    """The first-poll strategy applied again to a partition a rebalance revoked and gave back before any
+    commit: with ``latest`` it sought to the end, skipping what was read and not processed and what was
+    not read yet; at least once, those records were never processed (found by the offset-spout audit)."""
+    r = rig(per_partition=3, first_poll=strategy, guarantee=guarantee, max_poll_records=1, commit_period=3600.0)
+    r.log.append(TOPIC, [(None, {"p": 0, "i": i}) for i in range(3, 6)])  # offsets 3, 4 and 5, after the start
+    r.step()
+    assert r.emits.offsets == [3]  # not acked; 4 and 5 not read yet
+    r.core.on_revoked([TP0])
+    assert r.committed() == {}
+    r.core.on_assigned([TP0])
+    r.log.append(TOPIC, [(None, {"p": 0, "i": 6})])
+    r.drain()
+    assert r.emits.offsets[1:] == again
+
+
 def test_close_commits_the_acked_offsets(rig):
     r = rig(per_partition=3, commit_period=3600.0)
     r.drain()

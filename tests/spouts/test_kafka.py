@@ -213,6 +213,29 @@ def test_max_uncommitted_offsets_pauses_kafka_partitions_and_resumes_where_they_
     spout.close()
 
 
+def test_partitions_paused_at_their_limit_are_read_again_once_a_rebalance_gives_them_back(cluster):
+    """librdkafka keeps a partition paused across an eager rebalance. The spout forgot that it had paused
+    the partitions a rebalance revoked, so those given back to it were never read again: its lag grew for
+    good (found by the offset-spout audit)."""
+    topic = "paused-rebalance"
+    cluster.produce(topic, 4)
+    conf = {"kafka.topics": [topic], "max.uncommitted.offsets": 2, "poll.max.records": 1,
+            "offset.commit.period.ms": 3_600_000,
+            "kafka.config": {"bootstrap.servers": cluster.bootstrap, "group.id": "paused-group",
+                             "session.timeout.ms": 4000, "heartbeat.interval.ms": 300}}
+    a, a_out = open_spout(conf, tasks=2, index=0)
+    drive([a], lambda: len(a_out.emitted) == 2 * MOCK_PARTITIONS)  # then every partition is at its limit
+    seen = len(a_out.emitted)
+    b, _ = open_spout(conf, tasks=2, index=1)
+    drive([a, b], lambda: a.core.assigned and b.core.assigned and len(a.core.assigned | b.core.assigned) == 4
+          and not (a.core.assigned & b.core.assigned))
+    # nothing was acked, so nothing committed: each partition the first spout kept is read from 0 again
+    kept = {tp.partition for tp in a.core.assigned}
+    drive([a, b], lambda: {(m.partition, m.offset) for m in ids(a_out)[seen:]} >= {(p, 0) for p in kept})
+    for spout in (a, b):
+        spout.close()
+
+
 def test_subscribe_rebalance_replays_from_the_committed_offsets_and_ignores_late_acks(cluster):
     """Two spouts in one group: the second joining makes the first give partitions up.
 
@@ -241,9 +264,11 @@ def test_subscribe_rebalance_replays_from_the_committed_offsets_and_ignores_late
     committed = {p: offset for p, (offset, _) in cluster.committed(group, topic).items()}
     assert committed in ({}, {0: 2, 1: 3, 2: 3, 3: 3})
 
-    # Each partition's new owner reads it again from the committed offset (so the held record too).
+    # A partition new to its owner is read again from the committed offset; one the first spout kept, from
+    # where it left it (its first offset not acked), whether its commit went through or not: the held record.
     owner_of = {tp.partition: name for name, s in (("a", a), ("b", b)) for tp in s.core.assigned}
-    expected = {(owner_of[p], p, o) for p in range(4) for o in range(committed.get(p, 0), 3)}
+    start = {p: (2 if p == 0 else 3) if owner_of[p] == "a" else committed.get(p, 0) for p in range(4)}
+    expected = {(owner_of[p], p, o) for p in range(4) for o in range(start[p], 3)}
 
     def replayed():
         return {("a", m.partition, m.offset) for m in ids(a_out)[a_seen:]} | {

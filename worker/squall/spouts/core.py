@@ -84,6 +84,9 @@ class OffsetCore:
         self._in_flight: set[MessageId] = set()
         self._waiting: dict[TopicPartition, deque[Record]] = {}
         self._paused: set[TopicPartition] = set()
+        # Where each partition this task gave up stood (the first offset not processed): where it starts
+        # again if it comes back with no commit to resume from
+        self._left_at: dict[TopicPartition, int] = {}
         self._last_committed_positions: dict[TopicPartition, int] = {}
         self._next_commit = now() + config.commit_period
         # Replaced whole, never mutated: the metrics thread reads it while the spout's thread runs.
@@ -174,7 +177,10 @@ class OffsetCore:
     # ---- rebalance (called by the source) ---------------------------------------------------
 
     def on_assigned(self, partitions: Collection[TopicPartition]) -> None:
-        """Start tracking newly assigned partitions, each at the offset the first-poll strategy picks."""
+        """Start tracking newly assigned partitions, each at its commit if the first-poll strategy resumes
+        it; else where this task left it, if it had it before (a rebalance revoked it and gave it back
+        before anything was committed: the strategy again would skip, with ``latest``, what it had read
+        and not processed); else at the offset the strategy picks."""
         new = [tp for tp in sorted(partitions) if tp not in self._assigned]
         if not new:
             return
@@ -183,7 +189,7 @@ class OffsetCore:
             committed = self.source.committed(new)
             resume = {tp: c.offset for tp, c in committed.items()
                       if strategy.resumes_any_commit or self._committed_by_this_topology(c)}
-            fresh = [tp for tp in new if tp not in resume]
+            fresh = [tp for tp in new if tp not in resume and tp not in self._left_at]
             marks = self.source.watermarks(fresh) if fresh else {}
         except Exception as exc:  # noqa: BLE001 - a client's lookup can fail in many ways (a broker timeout)
             # Raised into the client's assignment callback, it would assign them without this core: read
@@ -201,16 +207,17 @@ class OffsetCore:
             self._resolve.succeeded()
         for tp in new:
             if tp in resume:
-                start = resume[tp]
+                start, why = resume[tp], "committed"
+            elif tp in self._left_at:
+                start, why = self._left_at[tp], "where this task left it"
             else:
                 beginning, end = marks[tp]
-                start = beginning if strategy.from_beginning else end
+                start, why = beginning if strategy.from_beginning else end, strategy.value
             self.source.seek(tp, start)
             self._assigned.add(tp)
             if self._at_least_once:
                 self._offsets[tp] = OffsetManager(start)
-            log.info("reading %s from offset %d (%s)", tp, start,
-                     "committed" if tp in resume else strategy.value)
+            log.info("reading %s from offset %d (%s)", tp, start, why)
 
     def on_revoked(self, partitions: Collection[TopicPartition], *, lost: bool = False) -> None:
         """Stop tracking partitions taken away; commit their acked offsets first unless they were lost."""
@@ -220,6 +227,11 @@ class OffsetCore:
             return
         if self._at_least_once and not lost:
             self._commit_acked(gone)
+        for tp in gone:
+            self._left_at[tp] = self._offsets[tp].next_commit_offset() if self._at_least_once else \
+                self.source.position(tp)
+        if self._paused & gone:  # the client may keep them paused: given back, they would never be read again
+            self.source.resume(self._paused & gone)
         self._assigned -= gone
         self._paused -= gone
         for tp in gone:
