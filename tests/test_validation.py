@@ -71,6 +71,20 @@ def test_unknown_input_component():
     assert_mentions(message, "bolt 'count'", "unknown component 'splt'", "count, sentences, split")
 
 
+def test_a_stream_subscribed_to_twice_by_one_bolt_is_refused():
+    """Accepted, the bolt was given every tuple of the stream twice, each copy an edge of its tree: counts
+    doubled silently (found by the Storm-semantics audit)."""
+    again = {"component": "split", "grouping": {"type": "shuffle"}}
+    message = error_of(lambda d: d["bolts"][1]["inputs"].append(again))
+    assert_mentions(message, "bolt 'count' inputs[1]", "stream 'default' of 'split' is subscribed to already",
+                    "by inputs[0]", "keep one of the two groupings")
+    builder = TopologyBuilder("twice")
+    builder.set_spout("s", RecordingSpout)
+    builder.set_bolt("b", PassBolt).shuffle_grouping("s").all_grouping("s")
+    with pytest.raises(TopologyError, match="stream 'default' of 's' is subscribed to already"):
+        LocalCluster(builder.build())
+
+
 def test_unknown_input_stream():
     message = error_of(lambda d: count_input(d).update(stream="words"))
     assert_mentions(message, "bolt 'count'", "'split'", "does not declare stream 'words'", "declared: default")

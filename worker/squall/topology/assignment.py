@@ -60,10 +60,16 @@ def structural_errors(spec: TopologySpec) -> list[str]:
         errors.append(f"the topology has {tasks:,} tasks; at most {MAX_TASK:,} are supported (ackers keep task "
                       f"ids in 16 bits); lower the components' parallelism or tasks")
     for bolt in spec.bolts:
+        subscribed: dict[tuple[str, str], int] = {}
         for i, inp in enumerate(bolt.inputs):
             if inp.component not in seen:
                 errors.append(f"bolt {bolt.name!r} inputs[{i}]: unknown component {inp.component!r} "
                               f"(components: {', '.join(sorted(seen))})")
+            # twice, it would be given every tuple of the stream twice (Storm keeps one grouping per stream)
+            first = subscribed.setdefault((inp.component, inp.stream), i)
+            if first != i:
+                errors.append(f"bolt {bolt.name!r} inputs[{i}]: stream {inp.stream!r} of {inp.component!r} is "
+                              f"subscribed to already, by inputs[{first}]; keep one of the two groupings")
     return errors
 
 
