@@ -73,16 +73,19 @@ class Recording:
 class ParityCounts(Recording, SparkBolt):
     """Counts the ids of a batch by parity; with ``conf["raise_first"]`` its first job fails in Spark,
     with ``conf["sleep_first"]`` its first job takes that many seconds, and with ``conf["block_first"]``
-    its first job waits for ``self.release``, and with ``conf["exit_first"]`` it raises SystemExit."""
+    its first job waits for ``self.release``, and with ``conf["exit_first"]`` it raises SystemExit;
+    ``self.sizes`` has the rows of each batch it was given."""
 
     outputs = ["parity", "n"]
 
     def prepare(self, conf, context, collector):
         super().prepare(conf, context, collector)
         self.release = threading.Event()
+        self.sizes: list[int] = []
 
     def process(self, df):
         self.calls += 1
+        self.sizes.append(df.count())
         first = self.calls == 1
         if first and self.conf.get("sleep_first"):
             time.sleep(self.conf["sleep_first"])  # a long job, as far as the bolt can tell
@@ -244,6 +247,42 @@ def test_a_job_that_runs_past_its_timeout_fails_its_batch_and_the_bolt_goes_on()
         assert all(bolt.fails[(i,)] >= 1 for i in range(5)), bolt.fails  # the stuck job's batch failed
         error = cluster.errors("spark")[0].error
         assert "a Spark job of 5 tuples ran 5 s (spark.job.timeout.ms) without ending" in error
+
+
+def test_batches_failed_at_their_deadline_behind_a_stuck_job_are_not_run_once_it_returns():
+    """Each batch that failed at its deadline while the job thread was stuck waited in a queue behind it,
+    held in memory, and every one was run once the thread returned: Spark jobs (and the side effects of a
+    process() that writes) for tuples failed and replayed already (found by the Spark audit)."""
+    with parity_topology(count=10, batch=5, wait_ms=200, block_first=True, **{"spark.job.timeout.ms": 5000}) \
+            as cluster:
+        spout, bolt = one(cluster, "spout"), one(cluster, "spark")
+        try:  # the stuck job's batch fails at its deadline, and then the next one, handed over behind it
+            run_until(cluster, lambda: len(spout.failed) >= 10, seconds=DEADLINE)
+        finally:
+            bolt.release.set()
+        run_until(cluster, lambda: spout.done() and cluster.pending() == 0, seconds=DEADLINE)
+        assert sorted(spout.acked) == list(range(10))
+        # every job after the stuck one was given a live batch: its inputs were all acked
+        assert sum(bolt.sizes[1:]) == sum(bolt.acks.values()) == 10, (bolt.sizes, bolt.acks)
+
+
+def test_a_batch_fails_at_its_deadline_and_the_bolt_goes_on_whether_the_jvm_stopped_answering_or_died():
+    """The job timeout cancelled the job first, a call into the JVM on the executor thread that every
+    executor of the process shares: a stopped JVM (a long pause) held the whole process until it answered,
+    and a dead one made the call raise, so the batch was never failed and the bolt was stuck for good
+    (found by the Spark audit). In a process of its own: this one's JVM is the other tests'."""
+    import json
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, str(Path(__file__).with_name("jvm_gone.py")), "stop", "kill"],
+                          capture_output=True, text=True, timeout=300)
+    runs = {r["mode"]: r for r in map(json.loads, done.stdout.splitlines())}
+    assert set(runs) == {"stop", "kill"}, done.stderr[-3000:]
+    for mode, run in runs.items():
+        # at the 3 s timeout, not once the JVM answered again (45 s for a stopped one, never for a dead one)
+        assert run["failed_after"] is not None and run["failed_after"] < 15, (mode, run)
+        assert run["acked"] == list(range(10)), (mode, run)  # the replays went through the JVM, or a new one
 
 
 def test_a_job_that_raises_system_exit_fails_its_batch_and_the_bolt_goes_on():

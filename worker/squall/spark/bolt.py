@@ -12,7 +12,6 @@ from __future__ import annotations
 import importlib.util
 import logging
 import math
-import queue
 import threading
 import time
 from dataclasses import dataclass
@@ -82,6 +81,8 @@ class Batch:
     fields: Fields
     reset_due: float  # when the inputs' message timeout is next reset, while the job runs
     deadline: float  # when the job has run too long: cancelled, and the batch failed
+    job_group: str  # its Spark job group: a cancel reaches its own job, never the next batch's
+    abandoned: bool = False  # failed at its deadline: never started if it has not been yet
 
 
 class SparkBolt(Bolt):
@@ -146,7 +147,13 @@ class SparkBolt(Bolt):
         self._buffer_due = 0.0  # when the gathering batch has waited long enough
         self._running: Batch | None = None  # the batch whose job runs (one at a time per task)
         self._job_group = f"squall:{context.topology_name}:{component}:{context.task_id}"
-        self._jobs: queue.SimpleQueue[Batch | None] = queue.SimpleQueue()
+        self._batches = 0  # numbers each batch's job group
+        # One slot between this thread and the job thread: a batch handed over while the job thread is
+        # still busy (with a batch failed at its deadline) replaces a batch in the slot, which failed at its
+        # deadline too. A queue kept them all, and ran every one once the thread was free.
+        self._slot: Batch | None = None
+        self._closed = False
+        self._handed = threading.Condition(threading.Lock())
         name = f"squall-spark-{component}-{context.task_id}"
         self._alarm = Alarm(name=f"{name}-alarm", post=collector.call_soon_threadsafe, fire=self._on_alarm)
         # A daemon: a job stuck in Spark must not keep the worker process from exiting.
@@ -179,18 +186,19 @@ class SparkBolt(Bolt):
     def cleanup(self) -> None:
         """Stop the threads and cancel a running job; its inputs time out and are replayed."""
         self._alarm.close()
-        self._jobs.put(None)
+        with self._handed:
+            self._closed = True
+            self._handed.notify()
         if self._running is not None:
-            session = active_session()
-            if session is not None:
-                session.sparkContext.cancelJobGroup(self._job_group)
+            _cancel(self._running.job_group)
 
     def _advance(self, now: float) -> None:
         """Start the next job when it is due, and keep ``paused`` and the alarm in step with the state."""
         buffer, size = self._buffer, self.batching.size
         if self._running is None and buffer and (len(buffer) >= size or now >= self._buffer_due):
+            self._batches += 1
             batch = Batch(buffer[:size], self._fields, reset_due=now + self._reset_every,
-                          deadline=now + self.batching.job_timeout)
+                          deadline=now + self.batching.job_timeout, job_group=f"{self._job_group}:{self._batches}")
             # Their timeouts count from now: the first of them may have waited almost max wait already
             for tup in batch.inputs:
                 self.collector.reset_timeout(tup)
@@ -198,7 +206,9 @@ class SparkBolt(Bolt):
             if buffer:
                 self._buffer_due = now + self.batching.max_wait
             self._running = batch
-            self._jobs.put(batch)
+            with self._handed:
+                self._slot = batch
+                self._handed.notify()
         running = self._running
         # Backpressure: with a job running and the next batch full, take no more input.
         self.collector.paused = running is not None and len(buffer) >= size
@@ -212,14 +222,13 @@ class SparkBolt(Bolt):
         running = self._running
         if running is not None and now >= running.deadline:
             # A job that never ends (executors that never come, a hung process) must not hold its inputs,
-            # and the bolt, for good: cancelled, its batch failed and replayed, the bolt going on.
-            session = active_session()
-            if session is not None:
-                session.sparkContext.cancelJobGroup(self._job_group)
+            # and the bolt, for good: its batch failed and replayed, its job cancelled, the bolt going on.
+            running.abandoned = True
             self._finish(running, None, TimeoutError(
                 f"bolt {self.context.component_id!r}: a Spark job of {len(running.inputs)} tuples ran "
                 f"{self.batching.job_timeout:g} s ({JOB_TIMEOUT_MS}) without ending: cancelled, and its tuples "
                 f"failed; raise {JOB_TIMEOUT_MS} if its jobs take that long"))
+            _cancel(running.job_group)
             return
         if running is not None and now >= running.reset_due:
             # The next batch waits for this job too, so its trees need the reset as much.
@@ -267,9 +276,14 @@ class SparkBolt(Bolt):
                         self.context.task_id, exc)
             post(partial(self.collector.report_error, exc))
         while True:
-            batch = self._jobs.get()
-            if batch is None:
-                return
+            with self._handed:
+                while self._slot is None and not self._closed:
+                    self._handed.wait()
+                if self._closed:
+                    return
+                batch, self._slot = self._slot, None
+            if batch.abandoned:  # failed at its deadline while this thread was busy with another
+                continue
             try:
                 rows, error = self._run(batch), None
             except BaseException as exc:  # noqa: BLE001 - even SystemExit: the batch must be decided
@@ -282,7 +296,7 @@ class SparkBolt(Bolt):
 
         spark = get_session()
         ctx = self.context
-        spark.sparkContext.setJobGroup(self._job_group, f"squall {ctx.topology_name}/{ctx.component_id} task "
+        spark.sparkContext.setJobGroup(batch.job_group, f"squall {ctx.topology_name}/{ctx.component_id} task "
                                        f"{ctx.task_id}: {len(batch.inputs)} tuples", interruptOnCancel=True)
         columns = list(batch.fields.names)
         df = spark.createDataFrame([tup.values for tup in batch.inputs], schema=self.schema or columns)
@@ -310,6 +324,21 @@ class SparkBolt(Bolt):
                          max_bytes=ctx.max_value_bytes)
             result.append(values)
         return result
+
+
+def _cancel(job_group: str) -> None:
+    """Cancel the Spark jobs of ``job_group``, on a thread of its own: the call goes to the JVM, which may
+    not answer (a long pause) or be gone, and must hold neither the executor thread, which every executor
+    of the process shares, nor the decision on the batch, taken before."""
+    def cancel() -> None:
+        session = active_session()
+        try:
+            if session is not None:
+                session.sparkContext.cancelJobGroup(job_group)
+        except Exception as exc:  # noqa: BLE001 - py4j raises several types for a JVM that is gone
+            log.warning("cancelling the Spark jobs of %s failed: %s", job_group, exc)
+
+    threading.Thread(target=cancel, name=f"cancel-{job_group}", daemon=True).start()
 
 
 def _output_stream(cls: type[SparkBolt], component: str) -> tuple[str | None, tuple[str, ...]]:
