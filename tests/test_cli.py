@@ -191,6 +191,19 @@ def test_a_run_waiting_for_trees_its_spouts_will_not_emit_says_so_once(tmp_path,
                     "spouts' input may be exhausted; Ctrl-C stops the run"]
 
 
+def test_a_run_whose_spout_could_not_open_says_that_is_why_nothing_is_emitted(tmp_path, monkeypatch, capsys):
+    """It said the spouts' input may be exhausted, pointing away from the error (found by the newcomer audit)."""
+    monkeypatch.setattr(run_cli, "QUIET_HINT", 1.0)
+    spec = tmp_path / "broken.yaml"
+    spec.write_text("name: broken\nspouts:\n  - {name: source, className: 'test_ticks_errors:BrokenOpen'}\n"
+                    "bolts: []\n")
+    assert main(["run", str(spec), "--in-process", "--trees", "10", "--duration", "3"]) == 0
+    said = [line for line in capsys.readouterr().err.splitlines() if line.startswith("no spout has emitted")]
+    assert said == ["no spout has emitted for 1 s and no tree is in flight, with 0 of --trees 10 acked: spout "
+                    "'source' reported errors (above; a spout whose open() raised emits nothing until its process "
+                    "restarts): fix it and run again; Ctrl-C stops the run"]
+
+
 # The pod entrypoint replaced by a stand-in that reports the environment it started with, and what
 # GRPC_ENABLE_FORK_SUPPORT said when gRPC was first imported (gRPC reads it then): the real entrypoint
 # would need a topology and peers, and its environment is what this checks.

@@ -140,9 +140,12 @@ class Progress:
         self.quiet_since = self.quiet_since or now
         if now - self.quiet_since >= QUIET_HINT and not self.quiet_said:
             self.quiet_said = True
+            broken = [s for s in self.spouts if t.errors[s]]
+            why = (f"spout {', '.join(map(repr, broken))} reported errors (above; a spout whose open() raised "
+                   "emits nothing until its process restarts): fix it and run again" if broken else
+                   "the spouts' input may be exhausted")
             self.say(f"no spout has emitted for {QUIET_HINT:.0f} s and no tree is in flight, with "
-                     f"{self.acked(t):,.0f} of --trees {args.trees:,} acked: the spouts' input may be exhausted; "
-                     f"Ctrl-C stops the run")
+                     f"{self.acked(t):,.0f} of --trees {args.trees:,} acked: {why}; Ctrl-C stops the run")
 
     def should_stop(self, t: Totals, args: argparse.Namespace) -> bool:
         if args.trees is not None and self.acked(t) >= args.trees:
