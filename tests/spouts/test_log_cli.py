@@ -88,6 +88,22 @@ def test_produce_from_stdin_reports_the_bad_line_and_keeps_the_ones_before(tmp_p
     log.close()
 
 
+def test_produce_refused_at_its_first_line_makes_no_topic_and_an_empty_input_makes_one(tmp_path, monkeypatch,
+                                                                                       capsys):
+    """The topic was made before the input was read: a first line refused left it with one partition, and
+    the same command with --partitions 3 was then refused (found by the newcomer audit)."""
+    db = str(tmp_path / "log.db")
+    monkeypatch.setattr(sys, "stdin", io.StringIO("{oops\n"))
+    assert cli("produce", db, "--topic", "t") == 2
+    monkeypatch.setattr(sys, "stdin", io.StringIO('{"a": 1}\n{"a": 2}\n'))
+    assert cli("produce", db, "--topic", "t", "--partitions", "3") == 0
+    monkeypatch.setattr(sys, "stdin", io.StringIO(""))
+    assert cli("produce", db, "--topic", "empty") == 0
+    log = DurableLog(db)
+    assert (log.partition_count("t"), log.partition_count("empty")) == (3, 1)
+    log.close()
+
+
 def test_produce_with_a_key_needs_the_field(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(sys, "stdin", io.StringIO('{"user": "a"}\n{"other": 1}\n'))
     assert cli("produce", str(tmp_path / "log.db"), "--topic", "t", "--key", "user") == 2

@@ -8,7 +8,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import IO, Any
 
 from squall.spouts.log import DurableLog, LogError
@@ -85,12 +85,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def produce(args: argparse.Namespace) -> int:
     log = DurableLog(args.log, create=True)
+    made = False
+
+    def append(records: list[tuple[Any, Any]], *, done: bool = False) -> int:
+        # The topic is made with the first records (or once an input without any is done): made first, a
+        # refused first line left a topic of one partition, and the same command with --partitions 3 failed.
+        nonlocal made
+        if not made and (records or done):
+            if args.topic not in log.topics() or args.partitions is not None:
+                log.create_topic(args.topic, partitions=1 if args.partitions is None else args.partitions)
+            made = True
+        return len(log.append(args.topic, records)) if records else 0
+
     try:
-        if args.topic not in log.topics() or args.partitions is not None:
-            log.create_topic(args.topic, partitions=1 if args.partitions is None else args.partitions)
         name = "stdin" if args.input == "-" else args.input
         with _open_input(args.input) as lines:
-            total = _produce_lines(log, args.topic, lines, source=name, key_field=args.key)
+            total = _produce_lines(append, lines, source=name, key_field=args.key)
+        append([], done=True)
         count = log.partition_count(args.topic)
         ends = " ".join(f"{p}:{log.watermarks(args.topic, p)[1]}" for p in range(count))
         print(f"produced {total} record(s) to topic {args.topic!r} in {args.log} (end offsets {ends})")
@@ -108,7 +119,8 @@ def _open_input(path: str) -> contextlib.AbstractContextManager[IO[str]]:
         raise LogError(f"cannot read {path}: {exc.strerror}") from None
 
 
-def _produce_lines(log: DurableLog, topic: str, lines: IO[str], *, source: str, key_field: str | None) -> int:
+def _produce_lines(append: Callable[[list[tuple[Any, Any]]], int], lines: IO[str], *, source: str,
+                   key_field: str | None) -> int:
     total, batch = 0, []
     last_progress = time.monotonic()
     for lineno, line in enumerate(lines, 1):
@@ -117,17 +129,17 @@ def _produce_lines(log: DurableLog, topic: str, lines: IO[str], *, source: str, 
         try:
             batch.append(_record(line, key_field=key_field))
         except LogError as exc:
-            total += len(log.append(topic, batch))
+            total += append(batch)
             raise LogError(f"{source} line {lineno}: {exc}; "
                            f"the {total} record(s) before it were produced") from None
         if len(batch) >= BATCH:
-            total += len(log.append(topic, batch))
+            total += append(batch)
             batch = []
             if time.monotonic() - last_progress >= PROGRESS_EVERY:
                 last_progress = time.monotonic()
                 print(f"squall log produce: {total} records so far", file=sys.stderr, flush=True)
     if batch:
-        total += len(log.append(topic, batch))
+        total += append(batch)
     return total
 
 
