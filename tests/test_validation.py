@@ -306,6 +306,15 @@ def test_load_spec_errors_name_the_file(tmp_path):
     broken.write_text("name: [unclosed\n")
     with pytest.raises(TopologyError, match="broken.yaml is not valid YAML"):
         load_spec(broken)
+    # the lines around the error name the file too, not "<unicode string>" (found by the newcomer audit)
+    indented = tmp_path / "indented.yaml"
+    indented.write_text("name: x\nbolts:\n  - name: b\n   className: m:B\n")
+    with pytest.raises(TopologyError) as info:
+        load_spec(indented)
+    message = str(info.value)
+    assert f'in "{indented}", line 4' in message and "<unicode string>" not in message
+    assert message.endswith("check the indentation there: a key indented more or less than the others of its "
+                            "mapping")
     bad = tmp_path / "bad.yaml"
     bad.write_text("name: bad\nspouts: []\n")
     with pytest.raises(TopologyError) as info:

@@ -9,13 +9,11 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-from pathlib import Path
 from typing import Any
-
-import yaml
 
 from squall.errors import TopologyError
 from squall.topology import TopologySpec, load_spec
+from squall.topology.spec import yaml_documents
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -36,12 +34,7 @@ def run(args: argparse.Namespace) -> int:
 
 def load_topologies(path: str) -> list[TopologySpec]:
     """The topologies of a topology YAML, or of the Topology resources in a (multi-document) YAML file."""
-    try:
-        docs = [d for d in yaml.safe_load_all(Path(path).read_text()) if d is not None]
-    except OSError as exc:
-        raise TopologyError(f"cannot read topology file {path}: {exc.strerror}") from None
-    except yaml.YAMLError as exc:
-        raise TopologyError(f"{path} is not valid YAML: {exc}") from None
+    docs = yaml_documents(path)
     if not (docs and all(isinstance(d, dict) and "kind" in d for d in docs)):
         return [load_spec(path)]
     return [_from_resource(doc, path=path, index=i) for i, doc in enumerate(docs)]

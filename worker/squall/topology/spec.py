@@ -422,15 +422,25 @@ def file_stamp(path: str | Path) -> tuple[int, int, int] | None:
     return st.st_ino, st.st_size, st.st_mtime_ns
 
 
-def load_spec(path: str | Path) -> TopologySpec:
-    """Load and parse a topology YAML file (structure only; see :func:`squall.topology.validate`)."""
-    path = Path(path)
+def yaml_documents(path: str | Path) -> list[Any]:
+    """The documents of a YAML file, empty ones left out; :class:`TopologyError` saying where it is not YAML."""
     try:
-        docs = [d for d in yaml.safe_load_all(path.read_text()) if d is not None]
+        return [d for d in yaml.safe_load_all(Path(path).read_text()) if d is not None]
     except OSError as exc:
         raise TopologyError(f"cannot read topology file {path}: {exc.strerror}") from None
     except yaml.YAMLError as exc:
-        raise TopologyError(f"{path} is not valid YAML: {exc}") from None
+        # Parsed from a string, YAML quotes the lines around the error but names the input "<unicode string>"
+        where = str(exc).replace('"<unicode string>"', f'"{path}"')
+        problem = str(getattr(exc, "problem", ""))
+        hint = ("\ncheck the indentation there: a key indented more or less than the others of its mapping"
+                if "block end" in problem or "mapping values are not allowed" in problem else "")
+        raise TopologyError(f"{path} is not valid YAML: {where}{hint}") from None
+
+
+def load_spec(path: str | Path) -> TopologySpec:
+    """Load and parse a topology YAML file (structure only; see :func:`squall.topology.validate`)."""
+    path = Path(path)
+    docs = yaml_documents(path)
     if len(docs) > 1:
         resources = all(isinstance(d, dict) and {"apiVersion", "kind"} <= d.keys() for d in docs)
         raise TopologyError(f"{path} holds {len(docs)} YAML documents, not one topology" + (
