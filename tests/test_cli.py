@@ -204,6 +204,22 @@ def test_a_run_whose_spout_could_not_open_says_that_is_why_nothing_is_emitted(tm
                     "restarts): fix it and run again; Ctrl-C stops the run"]
 
 
+def test_the_summary_says_when_a_bolt_executed_tuples_and_acked_none(tmp_path, capsys):
+    """A Bolt that never calls ack showed only acked 0 in the table, and its trees timing out later (found
+    by the newcomer audit)."""
+    spec = tmp_path / "holds.yaml"
+    spec.write_text("name: holds\n"
+                    "spouts:\n"
+                    "  - {name: ids, className: 'engine_kit:RecordingSpout', config: {count: 3}}\n"
+                    "bolts:\n"
+                    "  - {name: sink, className: 'engine_kit:HoldBolt', config: {hold: [[0], [1], [2]]},\n"
+                    "     inputs: [{component: ids, grouping: {type: shuffle}}]}\n")
+    assert main(["run", str(spec), "--in-process", "--duration", "1"]) == 0
+    out = capsys.readouterr()
+    assert ("bolt 'sink' executed 3 tuples and acked or failed none: unless it holds them on purpose (a batch), "
+            "call self.collector.ack(tup) in execute") in out.out + out.err
+
+
 # The pod entrypoint replaced by a stand-in that reports the environment it started with, and what
 # GRPC_ENABLE_FORK_SUPPORT said when gRPC was first imported (gRPC reads it then): the real entrypoint
 # would need a topology and peers, and its environment is what this checks.

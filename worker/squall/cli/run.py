@@ -112,6 +112,11 @@ class Progress:
         pending = sum(t.pending[s] for s in self.spouts)
         left = (f"\n{pending:,.0f} tree(s) were still in flight when the run stopped: their spouts saw neither "
                 "ack nor fail") if pending else ""
+        left += "".join(f"\nbolt {b.name!r} executed {t.executed[b.name]:,.0f} tuples and acked or failed none: "
+                        "unless it holds them on purpose (a batch), call self.collector.ack(tup) in execute, or "
+                        "derive it from BasicBolt, which acks when execute returns; their trees time out"
+                        for b in self.spec.bolts
+                        if t.executed[b.name] and not t.acked[b.name] and not t.failed[b.name])
         return (f"{'' if not self.tty else chr(10)}{table}\n\n{acked:,.0f} trees acked in {elapsed:.1f} s "
                 f"({acked / elapsed:,.0f}/s); complete latency p50 {t.recorded.quantile(0.5) * 1000:.1f} ms, "
                 f"p99 {t.recorded.quantile(0.99) * 1000:.1f} ms, p99.9 {t.recorded.quantile(0.999) * 1000:.1f} ms "
