@@ -111,6 +111,13 @@ class Sink(Bolt):
         self.collector.ack(tup)
 
 
+class FailingSink(Bolt):
+    outputs = []
+
+    def execute(self, tup):
+        self.collector.fail(tup)
+
+
 class SlowInit(Sink):
     """A Sink whose construction takes 3 s when the file ``$SQUALL_TEST_SLOW_INIT`` exists (removed then),
     saying so on stderr: a plan slow to build, as after a rebalance's switch."""

@@ -692,6 +692,20 @@ def test_an_idle_worker_given_sigterm_takes_what_its_peers_emit_until_their_own_
     assert report["acked"] == list(range(report["emitted"])) and report["failed"] == 0
 
 
+def test_a_worker_that_drains_after_its_acker_left_exits_by_itself(cluster):
+    """Every tuple fails and its spout replays it, so trees are in flight whenever the worker's SIGTERM
+    comes; its acker drained and left first. Each FAIL the worker sent the gone acker was dropped, its tree
+    lost again and failed again within the same scheduler round: the loop never came back to see its drain
+    end, and the worker was SIGKILLed (found by the newcomer audit, with squall run's stop)."""
+    sup = cluster(count=-1, workers=1, ackers=1, timeout=3, sink="FailingSink", config={"test.rate": 500})
+    wait_for(lambda t: t.failed["a-numbers"] >= 100, timeout=60, sup=sup, what="trees failing and replayed")
+    acker, worker = sup.child("acker-0"), sup.child("worker-0")
+    acker.proc.send_signal(signal.SIGTERM)
+    assert acker.proc.wait(timeout=30) == 0
+    worker.proc.send_signal(signal.SIGTERM)  # it drains for the message timeout, then finishes what it holds
+    assert worker.proc.wait(timeout=30) == 0
+
+
 def test_processes_of_different_plans_never_exchange_tuples(cluster, tmp_path):
     """A rolling update: an acker started from another spec is refused by the worker, and the
     worker's streams to it are refused too; once the acker runs the same plan again, work resumes."""

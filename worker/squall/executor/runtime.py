@@ -185,9 +185,11 @@ class Runtime:
         """Fail the trees of frames the transport dropped (a peer died or was replaced): a tuple's tree
         at its acker, a tree whose INIT never reached its acker at the spout itself. A FAIL that finds
         its inbox or batch full waits, with those after it, for a later round: dropped, its tree would
-        wait for its timeout, and keep a draining process up that long."""
+        wait for its timeout, and keep a draining process up that long. Those that were lost when it began
+        only: a FAIL for a peer that is gone is dropped at once, and its tree lost again, so taking them as
+        they came kept this loop going for ever (a draining worker whose acker had left never exited)."""
         route = self._acker_route
-        while lost:
+        for _ in range(len(lost)):
             task, root = lost[0]
             if task >= 0:
                 sent = self.transfer.try_send(task, Notification(FAIL, root, task))
