@@ -16,7 +16,6 @@ from pathlib import Path
 from squall.errors import SquallError
 from squall.metrics.scrape import Totals
 from squall.process import contract
-from squall.process.pod import LEAVE_SECONDS
 from squall.process.supervisor import Supervisor
 from squall.testing import LocalCluster
 from squall.topology import load_spec, validate
@@ -334,8 +333,8 @@ def _processes(spec: TopologySpec, args: argparse.Namespace, progress: Progress,
     finally:
         progress.stopped = time.monotonic()
         progress.say(f"stopping: spouts deactivate, in-flight trees drain (for at most the message timeout, "
-                     f"{sup.spec.message_timeout_seconds} s, then {LEAVE_SECONDS:g} s to finish what is in hand; "
-                     "Ctrl-C again stops at once)...")
+                     f"{sup.spec.message_timeout_seconds} s, then {contract.LEAVE_SECONDS:g} s to finish what is in "
+                     "hand; Ctrl-C again stops at once)...")
         codes = sup.stop(hurry=stop_requested.again)
         totals = sup.final_totals()
     bad = {name: code for name, code in codes.items() if code != 0}

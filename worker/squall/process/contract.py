@@ -10,6 +10,9 @@ from __future__ import annotations
 WORKER, ACKER = "worker", "acker"
 ROLES = (WORKER, ACKER)
 
+# A drain that reaches the message timeout (its peers emit on: a lone worker restarted) stops taking
+# frames in, then has this long to finish what it took in before the process exits anyway.
+LEAVE_SECONDS = 5.0
 GRPC_PORT = 7070  # the transport between processes
 METRICS_PORT = 9090  # /metrics, /healthz, /errors
 

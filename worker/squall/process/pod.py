@@ -27,7 +27,7 @@ from squall.metrics.http import MetricsServer
 from squall.metrics.registry import process_registry
 from squall.metrics.scrape import latency_path
 from squall.process import contract
-from squall.process.contract import ACKER, WORKER
+from squall.process.contract import ACKER, LEAVE_SECONDS, WORKER
 from squall.process.control import COMMAND_WAIT
 from squall.process.thread_names import name_native_threads
 from squall.proto.squall_pb2 import ControlRequest, ProcessState
@@ -46,9 +46,6 @@ HEALTHY_WITHIN = 10.0  # seconds since the scheduler loop last ran
 # spouts, and the SIGTERMs of a topology's processes land one by one (what a peer's spouts emit until
 # theirs lands must find it up, or it is stranded in a link to a process that left).
 DRAIN_QUIET = 1.0
-# A drain that reaches the message timeout (its peers emit on: a lone worker restarted) stops taking
-# frames in, then has this long to finish what it took in before it exits anyway.
-LEAVE_SECONDS = 5.0
 # A rebalance drains for at most the message timeout, then switches or activates the spouts again. Held
 # this much longer than twice that, its rebalancer is gone (an operator down mid-drain, for as long as it
 # stays down): the spouts go again, and a rebalancer that comes back deactivates them anew.
