@@ -3,6 +3,7 @@ hold or fail chosen tuples, and helpers that run a cluster until an event (never
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -114,6 +115,18 @@ class HoldBolt(Bolt):
         for tup in held:
             self.collector.ack(tup)
         return len(held)
+
+
+class SlowBolt(Bolt):
+    """A sink whose every input takes ``conf["seconds"]`` of work (a sleep stands for it) before its ack."""
+
+    def prepare(self, conf, context, collector):
+        super().prepare(conf, context, collector)
+        self.seconds = conf["seconds"]
+
+    def execute(self, tup):
+        time.sleep(self.seconds)
+        self.collector.ack(tup)
 
 
 def one(cluster: LocalCluster, component: str) -> Any:

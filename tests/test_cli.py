@@ -220,6 +220,23 @@ def test_the_summary_says_when_a_bolt_executed_tuples_and_acked_none(tmp_path, c
             "call self.collector.ack(tup) in execute") in out.out + out.err
 
 
+def test_an_in_process_run_drains_its_trees_in_flight_when_it_stops(tmp_path, capsys):
+    """As the processes do: the spouts deactivate and the trees in flight are acked before the run ends.
+    Before, it stopped at once and reported them as neither acked nor failed (found by the newcomer audit)."""
+    spec = tmp_path / "slow.yaml"
+    spec.write_text("name: slow\n"
+                    "spouts:\n"
+                    "  - {name: ids, className: 'engine_kit:RecordingSpout', config: {count: 5}}\n"
+                    "bolts:\n"
+                    "  - {name: sink, className: 'engine_kit:SlowBolt', config: {seconds: 0.2},\n"
+                    "     inputs: [{component: ids, grouping: {type: shuffle}}]}\n")
+    assert main(["run", str(spec), "--in-process", "--duration", "0.1"]) == 0
+    out, err = capsys.readouterr()
+    assert "stopping: spouts deactivate, in-flight trees drain (for at most the message timeout, 30 s" in err
+    assert re.search(r"^ids +5 +0 +5 +0 +0 +0$", out, re.MULTILINE), out
+    assert "still in flight" not in out
+
+
 # The pod entrypoint replaced by a stand-in that reports the environment it started with, and what
 # GRPC_ENABLE_FORK_SUPPORT said when gRPC was first imported (gRPC reads it then): the real entrypoint
 # would need a topology and peers, and its environment is what this checks.

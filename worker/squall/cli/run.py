@@ -275,6 +275,8 @@ def _in_process(spec: TopologySpec, args: argparse.Namespace, progress: Progress
 
         try:
             cluster.run(until=until)
+            progress.stopped = time.monotonic()
+            _drain(cluster, progress)
             stop_requested.interrupt = False  # the loop is back: Ctrl-Cs while the summary prints only count
         except KeyboardInterrupt:
             print(progress.summary(totals()))
@@ -282,6 +284,17 @@ def _in_process(spec: TopologySpec, args: argparse.Namespace, progress: Progress
             return 130
         print(progress.summary(totals()))
     return 0
+
+
+def _drain(cluster: LocalCluster, progress: Progress) -> None:
+    """Stop as the processes do: the spouts deactivate and the trees in flight end (acked, failed or timed
+    out, their spouts told) for at most the message timeout; another Ctrl-C stops at once."""
+    timeout = cluster.spec.message_timeout_seconds
+    if cluster.pending():
+        progress.say(f"stopping: spouts deactivate, in-flight trees drain (for at most the message timeout, "
+                     f"{timeout} s; Ctrl-C again stops at once)...")
+    cluster.deactivate()
+    cluster.run(until=lambda c: c.pending() == 0, seconds=timeout)
 
 
 def _totals(cluster: LocalCluster) -> Totals:
