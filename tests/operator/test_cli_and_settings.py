@@ -93,6 +93,21 @@ def test_submit_writes_the_topology_resource(tmp_path, capsys):
     assert "namespace" not in yaml.safe_load(out.read_text())["metadata"]
 
 
+def test_submit_warns_when_the_classes_are_not_in_the_default_image_and_no_image_is_given(tmp_path, capsys):
+    """Before, it said nothing, and the pods failed at their imports in the cluster (found by the newcomer
+    audit). The examples are in the worker image, the default: no warning for them."""
+    assert main(["submit", str(WORDCOUNT)]) == 0
+    assert "warning" not in capsys.readouterr().err
+    own = tmp_path / "mine.yaml"
+    own.write_text(WORDCOUNT.read_text().replace("examples.wordcount:WordCount", "mytopo.bolts:WordCount"))
+    assert main(["submit", str(own)]) == 0
+    assert ("warning: no image: the pods will run the operator's default image, which holds squall and its "
+            "examples only, not mytopo.bolts: build an image FROM it with your modules and give --image") in \
+        capsys.readouterr().err
+    assert main(["submit", str(own), "--image", "registry.example/mytopo:1"]) == 0
+    assert "no image" not in capsys.readouterr().err
+
+
 def test_settings_from_the_environment():
     assert Settings.from_env({}) == Settings()
     assert Settings().clusterwide and Settings().podmonitor == "auto"

@@ -16,11 +16,12 @@ from typing import Any
 
 import yaml
 
-from squall.cli.validate import check, unimportable
+from squall.cli.validate import check, modules, unimportable
 from squall.topology import load_spec
 from squall.topology.spec import DNS_LABEL
 
 NAMESPACE = re.compile(rf"^{DNS_LABEL}$")
+IN_THE_IMAGE = ("squall", "examples")  # the packages of the worker image (the Dockerfile), any image's default
 
 
 def _namespace(value: str) -> str:
@@ -88,6 +89,11 @@ def run_submit(args: argparse.Namespace) -> int:
     spec = load_spec(args.topology)
     if args.image:
         spec.image = args.image
+    own = sorted(m for m in modules(spec) if m.partition(".")[0] not in IN_THE_IMAGE)
+    if not spec.image and own:
+        print(f"squall submit: warning: no image: the pods will run the operator's default image, which holds "
+              f"squall and its examples only, not {', '.join(own)}: build an image FROM it with your modules "
+              "and give --image (or set image: in the topology file)", file=sys.stderr)
     missing = unimportable(spec)
     if missing:
         print(f"squall submit: warning: cannot import {', '.join(missing)} here, so the classes are not checked "

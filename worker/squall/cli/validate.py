@@ -52,13 +52,18 @@ def _from_resource(doc: dict[str, Any], *, path: str, index: int) -> TopologySpe
     return resource.parse_spec(meta["name"], doc.get("spec"), namespace=meta.get("namespace"))
 
 
+def modules(spec: TopologySpec) -> set[str]:
+    """The modules of the spec's classes (components, custom groupings)."""
+    names = {c.class_name.partition(":")[0] for c in spec.components()}
+    names |= {i.grouping.custom_class.partition(":")[0] for b in spec.bolts for i in b.inputs
+              if i.grouping.custom_class}
+    return {m for m in names if m}
+
+
 def unimportable(spec: TopologySpec) -> list[str]:
-    """The modules of the spec's classes (components, custom groupings) that cannot be imported here."""
-    modules = {c.class_name.partition(":")[0] for c in spec.components()}
-    modules |= {i.grouping.custom_class.partition(":")[0] for b in spec.bolts for i in b.inputs
-                if i.grouping.custom_class}
+    """The modules of the spec's classes that cannot be imported here."""
     missing = []
-    for name in sorted(m for m in modules if m):
+    for name in sorted(modules(spec)):
         try:
             found = importlib.util.find_spec(name)
         except (ImportError, ValueError):
