@@ -247,6 +247,11 @@ MALFORMED = {
     "tuple of a reserved root": (lambda b, s: _tuples([b, s, "default", ["w", None], [1, 7]]), "reserved"),
     "tuple of trees with a reserved root": (lambda b, s: _tuples([b, s, "default", ["w", None], [5, 7, 0, 3]]),
                                             "reserved"),
+    # decoded as one tree with the last edge, the first lost: the tree could only time out (the wire audit)
+    "tuple anchored to one tree twice": (lambda b, s: _tuples([b, s, "default", ["w", None], [5, 7, 5, 9]]),
+                                         "anchored to one tree twice"),
+    # it blamed the (valid) source task (the wire audit)
+    "stream not a string": (lambda b, s: _tuples([b, s, 7, ["w", None], []]), "on stream 7: a stream is a string"),
     # msgpack decodes its timestamp type itself, never calling ext_hook (found by the transport audit)
     "msgpack timestamp": (lambda b, s: _one(b, s, values=msgpack.packb([["w", {"at": msgpack.Timestamp(1)}]])),
                           "values holds a msgpack timestamp"),
@@ -292,6 +297,21 @@ def test_malformed_frames_are_refused_with_a_reason(plan, case):
     frame = make(plan.component_tasks["upper"][0], plan.component_tasks["words"][0])
     with pytest.raises(FrameError, match=message):
         decoder(plan).decode(frame)
+
+
+def test_an_acker_refuses_messages_for_the_trees_another_acker_tracks():
+    """A tree's messages go to acker task ``acker_tasks[root % n]``; one that came to another would be a tree
+    its spout hears nothing of (found by the wire audit: the acker's decoder took them)."""
+    builder = TopologyBuilder("wire")
+    builder.set_spout("words", Words)
+    builder.set_bolt("upper", Upper).shuffle_grouping("words")
+    two = Plan(builder.build(ackers=2))
+    spout, (first, second) = two.spout_tasks[0], two.acker_tasks
+    at_first = Decoder(two, bolt_tasks=frozenset(), spout_tasks=frozenset(), acker_tasks=frozenset([first]))
+    [(task, batch)] = at_first.decode(encode_acker([AckerMessage(INIT, 2000, 3, spout)]))  # 2000 % 2: the first's
+    assert task == first and list(batch.roots) == [2000]
+    with pytest.raises(FrameError, match=f"root 2001, which acker task {second} tracks, sent to acker task {first}"):
+        at_first.decode(encode_acker([AckerMessage(INIT, 2000, 3, spout), AckerMessage(INIT, 2001, 3, spout)]))
 
 
 def test_a_tuple_on_a_stream_its_bolt_does_not_subscribe_to_is_refused(plan):
@@ -1566,6 +1586,40 @@ def test_a_command_the_process_refuses_says_so_and_one_it_never_answered_does_no
         with pytest.raises(CommandError) as unanswered:
             nobody.status()
     assert unanswered.value.refused is False
+
+
+def test_an_acker_takes_the_streams_of_every_worker_and_still_answers_commands(plan):
+    """An acker sends only to its spouts' workers, and every worker streams to it. Its gRPC server was sized
+    from the first: with 5 workers (here the acker sends to none), streams were refused as over the limit
+    of concurrent calls for good, the acker never ready and the spouts' worker never activated; with 4
+    and one spout worker, the streams fit and its commands were refused. Found by the wire audit."""
+    import threading
+
+    from squall.process.control import ControlClient, ProcessState
+
+    state = ProcessState(plan="p1", active=True, held=False, connected=True, pending=0, in_flight=0, member=True)
+    common = {"plan": "p1", "decoder": decoder(plan), "ackers": frozenset(), "bind": "127.0.0.1:0",
+              "batch_size": 1, "flush_interval": 0.001, "max_frame": 1 << 20}
+    workers = [f"worker-{i}" for i in range(5)]
+    acker = Transport(name="acker-0", owner={}, addresses={}, senders=frozenset(workers),
+                      control=lambda request: state.message(), **common)
+    acker.attach(transfer=Taking(), wake=lambda: None, frames=8)
+    address = f"127.0.0.1:{acker.receiver.port}"
+    senders = [Transport(name=w, owner={100: "acker-0"}, addresses={"acker-0": address}, senders=frozenset(),
+                         **common) for w in workers]
+    try:
+        for sender in senders:
+            sender.attach(transfer=Taking(), wake=lambda: None, frames=8)
+        for _ in range(600):  # each stream opens once its link connects: 30 s at most
+            if acker.all_connected():
+                break
+            threading.Event().wait(0.05)
+        assert acker.all_connected(), acker.missing()
+        with ControlClient(address, timeout=10) as client:
+            assert client.status() == state
+    finally:
+        for transport in (*senders, acker):
+            transport.close()
 
 
 def test_a_senders_old_stream_that_ends_after_its_new_one_opened_leaves_the_new_one_counted(plan):

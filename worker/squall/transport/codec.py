@@ -229,8 +229,10 @@ class Decoder:
         if allowed is None:
             raise FrameError(f"tuple for task {task!r}, which is not a bolt task of this worker")
         component = self.plan.task_component.get(source_task) if type(source_task) is int else None
-        if component is None or type(stream) is not str:
+        if component is None:
             raise FrameError(f"tuple from unknown source task {source_task!r}")
+        if type(stream) is not str:
+            raise FrameError(f"tuple from task {source_task} on stream {stream!r}: a stream is a string")
         try:
             fields = self.plan.stream_fields(component, stream)
         except KeyError:
@@ -289,6 +291,8 @@ class Decoder:
                 out.append(Tuple.make(vals, fields, component, stream, source_task, None, 0, None, task))
             else:
                 trees = {roots[j]: edges[j] for j in range(k, k + c)}
+                if len(trees) != c:  # an edge would be lost, and its tree could only time out
+                    raise FrameError("a tuple is anchored to one tree twice (its trees' roots must differ)")
                 if min(trees) < 2:
                     raise FrameError("root ids 0 and 1 are reserved")
                 out.append(Tuple.anchored(vals, fields, component, stream, source_task, trees, task))
@@ -316,7 +320,8 @@ class Decoder:
         return [(self.acker_task, AckBatch(kinds, roots, vals, tasks))]
 
     def _check_acker(self, kinds: Any, roots: Any, tasks: Any) -> None:
-        spouts = self.all_spout_tasks
+        spouts, ackers, n, mine = self.all_spout_tasks, self.plan.acker_tasks, len(self.plan.acker_tasks), \
+            self.acker_task
         for i in range(len(kinds)):
             kind, task = kinds[i], tasks[i]
             if kind > RESET:
@@ -328,6 +333,9 @@ class Decoder:
                 raise FrameError("only an acker INIT carries a spout task (the others carry -1)")
             if roots[i] < 2:
                 raise FrameError("root ids 0 and 1 are reserved")
+            if mine is not None and ackers[roots[i] % n] != mine:  # another acker tracks that tree
+                raise FrameError(f"acker message for root {roots[i]}, which acker task {ackers[roots[i] % n]} "
+                                 f"tracks, sent to acker task {mine}")
 
     def _forwarded(self, kinds: array, roots: array, vals: array, tasks: array) -> list[tuple[int, Any]]:
         """Acker messages a worker forwards to their acker: each for an acker task it is the home of."""

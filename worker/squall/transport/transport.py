@@ -119,7 +119,11 @@ class Transport(Remote):
         self.ingress: Ingress | None = None
         self.receiver: Receiver | None = None
         self._decoder, self._bind, self._max_frame, self._tls, self._control = decoder, bind, max_frame, tls, control
-        self._streams = 2 * len(peers) + 2
+        # Every process that streams to us, not only those we send to (an acker sends only to its spouts'
+        # workers, and every worker streams to it): two streams each, and room for each sender's new two
+        # to open before its old ones end (a reconnect). Sized from ours alone, an acker of 5 workers
+        # refused streams for good, and its spouts' worker never activated.
+        self._streams = 4 * len(set(peers) | senders) + 2
 
     def _room(self) -> None:
         """On a link thread: the link took a frame and has room again. The loop needs to know only if a
