@@ -240,6 +240,38 @@ def test_unknown_keys(mutate, expected):
      ["transfer.flushIntervalMs (600) must be at most a tenth of messageTimeoutSeconds (5 s)", "lower it"]),
     (lambda d: d.update(transfer={"flushIntervalMs": 1001}),
      ["transfer.flushIntervalMs", "must be at most 1000"]),
+    # Found by the configuration audit: each passed every check, then failed in the processes or the cluster.
+    # gRPC's options are 32-bit: every process crashed at start, for good
+    (lambda d: d.update(transfer={"maxFrameBytes": 2**32}), ["transfer.maxFrameBytes", "must be at most 2147483647"]),
+    # the executors' counters are C integers: OverflowError at start
+    (lambda d: d.update(maxSpoutPending=2**63), ["maxSpoutPending", "must be at most 2147483647"]),
+    (lambda d: d.update(executorQueueSize=2**63), ["executorQueueSize", "must be at most 2147483647"]),
+    # a spout that idled once was never called again
+    (lambda d: d.update(spoutWait={"level3SleepMs": float("inf")}),
+     ["spoutWait.level3SleepMs", "must be a finite number (not .inf or .nan)"]),
+    (lambda d: d.update(errorReporting={"intervalSeconds": float("nan")}),
+     ["errorReporting.intervalSeconds", "must be a finite number"]),
+    (lambda d: d["bolts"][1].update(tickFrequencySeconds=float("inf")), ["tickFrequencySeconds", "finite"]),
+    # Storm's names of spec keys, taken and ignored in config
+    (lambda d: d.update(config={"topology.disable.loadaware.messaging": True}),
+     ["'topology.disable.loadaware.messaging' is Storm's setting", "localityAware.enabled"]),
+    (lambda d: d.update(config={"topology.spout.wait.progressive.level3.sleep.millis": 5}),
+     ["spoutWait.level3SleepMs"]),
+    (lambda d: d.update(config={"topology.flush.tuple.freq.millis": 5}), ["transfer.flushIntervalMs"]),
+    # Kubernetes refuses these: the pods were never made
+    (lambda d: d.update(resources={"requests": {"cpu": "-500m"}}),
+     ["resources.requests.cpu: a quantity is 0 or more (got '-500m')"]),
+    (lambda d: d.update(resources={"limits": {"memory": -1}}), ["resources.limits.memory: a quantity is 0 or more"]),
+    (lambda d: d.update(resources={"requests": {"cpus": "1"}}),
+     ["resources.requests: 'cpus' is not a resource Kubernetes knows: use cpu, memory, ephemeral-storage"]),
+    (lambda d: d.update(disruptionBudget={"maxUnavailable": "150%"}),
+     ["disruptionBudget.maxUnavailable", "from 1% to 100%"]),
+    # messages that name the fix
+    (lambda d: d.update(config={200: "ok"}), ["config: key 200 must be a string (in YAML, quote it: '200')"]),
+    (lambda d: d.update(spark={"executorMemory": "2gb"}),
+     ["spark.executorMemory: must be a JVM memory size: a whole number with k, m, g or t (512m, 2g)"]),
+    (lambda d: d.update(spark={"conf": {"spark.executor.cores": 4}}),
+     ["spark.conf.spark.executor.cores: must be a string (in YAML, quote it: '4')"]),
 ])
 def test_wrong_types_and_bounds(mutate, expected):
     assert_mentions(error_of(mutate), *expected)

@@ -40,26 +40,32 @@ NAME_RULE = ("must be lowercase letters, digits and '-', beginning with a letter
 NAME_MAX = 40
 COMPONENT_PATTERN = r"^[A-Za-z][A-Za-z0-9_.-]*$"
 CLASS_PATTERN = r"^[^:\s]+:[^:\s]+$"  # module:Class (squall.topology.plan.import_class)
-# Kubernetes' resource.Quantity, as its OpenAPI schema spells it (an integer, or a string such as 500m)
-QUANTITY_PATTERN = (r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|"
+# Kubernetes' resource.Quantity, as its OpenAPI schema spells it (an integer, or a string such as 500m), not
+# negative: no container may request or be limited to less than nothing
+QUANTITY_PATTERN = (r"^\+?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|"
                     r"([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$")
 
 
 def _quantity(value: Any) -> Any:
     if isinstance(value, float):
         raise ValueError(f"a fractional quantity must be a string; write '{value}' (or in milli-units, 500m)")
+    if isinstance(value, str) and value.startswith("-") or isinstance(value, int) and value < 0:
+        raise ValueError("a quantity is 0 or more")
     if isinstance(value, str) and not re.match(QUANTITY_PATTERN, value):
         raise ValueError("not a Kubernetes quantity; write it as 500m, 2, '1.5' or 1Gi")
     return value
 
 
 Quantity = Annotated[int | str, BeforeValidator(_quantity), WithJsonSchema(
-    {"anyOf": [{"type": "integer"}, {"type": "string", "pattern": QUANTITY_PATTERN}]})]
+    {"anyOf": [{"type": "integer", "minimum": 0}, {"type": "string", "pattern": QUANTITY_PATTERN}]})]
+# What a container may request: Kubernetes' own resources, and extended ones named with their domain
+STANDARD_RESOURCES = ("cpu", "memory", "ephemeral-storage")
 
 
 class _Model(BaseModel):
+    # no .inf or .nan (YAML has both): a wait of .inf never ends, a bound of .nan compares false
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid",
-                              validate_assignment=True, use_enum_values=True, strict=True)
+                              validate_assignment=True, use_enum_values=True, strict=True, allow_inf_nan=False)
 
     def to_dict(self) -> dict[str, Any]:
         """The camelCase document this model loads from (the YAML / CR shape)."""
@@ -115,6 +121,15 @@ STORM_KEYS = {
     "topology.tick.tuple.freq.secs": "tickFrequencySeconds (of the bolt)",
     "topology.executor.receive.buffer.size": "executorQueueSize",
     "topology.transfer.batch.size": "transfer.batchSize",
+    "topology.producer.batch.size": "transfer.batchSize",
+    "topology.batch.flush.interval.millis": "transfer.flushIntervalMs",
+    "topology.flush.tuple.freq.millis": "transfer.flushIntervalMs",
+    "topology.disable.loadaware.messaging": "localityAware.enabled",
+    "topology.localityaware.higher.bound": "localityAware.higherBound",
+    "topology.localityaware.lower.bound": "localityAware.lowerBound",
+    "topology.spout.wait.progressive.level1.count": "spoutWait.level1Count",
+    "topology.spout.wait.progressive.level2.count": "spoutWait.level2Count",
+    "topology.spout.wait.progressive.level3.sleep.millis": "spoutWait.level3SleepMs",
     "topology.max.error.report.per.interval": "errorReporting.maxPerInterval",
     "topology.error.throttle.interval.secs": "errorReporting.intervalSeconds",
     "topology.spout.wait.strategy": "spoutWait",
@@ -174,6 +189,7 @@ class ErrorReporting(_Model):
     keep_last: int = Field(default=10, ge=1, description="recent errors kept per component")
 
 
+INT32_MAX = 2**31 - 1  # what gRPC's options and the executors' C counters hold
 ACKER_MESSAGE_BYTES = 21  # on the wire: kind 1, root 8, value 8, spout task 4 (squall.transport.codec)
 FRAME_OVERHEAD = 64  # a frame's protobuf tags and lengths, with room to spare
 
@@ -185,7 +201,8 @@ class Transfer(_Model):
     flush_interval_ms: float = Field(default=1.0, ge=0, le=1000.0,
                                      description="a partial batch waits at most this for more items; 0 sends "
                                                  "it at the end of every scheduler round")
-    max_frame_bytes: int = Field(default=16 * 1024 * 1024, ge=65536, description="larger frames are refused")
+    max_frame_bytes: int = Field(default=16 * 1024 * 1024, ge=65536, le=INT32_MAX,
+                                 description="larger frames are refused (at most gRPC's limit, 2 GiB - 1)")
     gil_switch_interval_ms: float = Field(default=2.0, gt=0, le=100.0,
                                           description="a worker's or acker's transport threads wait at most "
                                                       "this for the GIL its busy scheduler holds")
@@ -225,14 +242,17 @@ class LocalityAware(_Model):
         return self
 
 
+JVM_MEMORY = r"^[0-9]+[kmgtKMGT]?$"  # as Spark's spark.*.memory: a whole number with a unit letter
+
+
 class Spark(_Model):
     """Spark for SparkBolts in Kubernetes: the worker pod is the driver, executors are pods."""
 
     executor_image: str | None = Field(default=None, description="default: the topology's image")
     executors: int = Field(default=2, ge=1, description="spark.executor.instances")
     executor_cores: int = Field(default=1, ge=1)
-    executor_memory: str = Field(default="1g", pattern=r"^[0-9]+[kmgtKMGT]?$")
-    driver_memory: str = Field(default="1g", pattern=r"^[0-9]+[kmgtKMGT]?$")
+    executor_memory: str = Field(default="1g", pattern=JVM_MEMORY)
+    driver_memory: str = Field(default="1g", pattern=JVM_MEMORY)
     conf: dict[str, str] = Field(default_factory=dict, description="extra spark.* settings")
 
     @field_validator("conf")
@@ -258,19 +278,29 @@ class Resources(_Model):
     requests: dict[str, Quantity] | None = Field(default=None, description="e.g. {cpu: 500m, memory: 1Gi}")
     limits: dict[str, Quantity] | None = Field(default=None, description="e.g. {memory: 1Gi}")
 
+    @field_validator("requests", "limits")
+    @classmethod
+    def _known_resources(cls, amounts: dict[str, Any] | None) -> dict[str, Any] | None:
+        for name in amounts or ():
+            if not (name in STANDARD_RESOURCES or name.startswith("hugepages-") or "/" in name):
+                raise ValueError(f"{name!r} is not a resource Kubernetes knows: use {', '.join(STANDARD_RESOURCES)}, "
+                                 "hugepages-<size>, or an extended resource named with its domain (example.com/gpu)")
+        return amounts
+
 
 def _int_or_percent(value: Any) -> Any:
     if isinstance(value, bool) or not isinstance(value, (int, str)):
         raise ValueError("use a number of pods (1) or a percentage ('25%')")
     if isinstance(value, int) and value < 1:
         raise ValueError("at least 1 pod must be allowed to go, or a node could never be drained")
-    if isinstance(value, str) and not re.fullmatch(r"[1-9][0-9]*%", value):
-        raise ValueError("a percentage is written as '25%'")
+    if isinstance(value, str) and not re.fullmatch(PERCENT, value):
+        raise ValueError("a percentage is written as '25%', from 1% to 100%")
     return value
 
 
+PERCENT = r"([1-9][0-9]?|100)%"
 IntOrPercent = Annotated[int | str, BeforeValidator(_int_or_percent), WithJsonSchema(
-    {"anyOf": [{"type": "integer"}, {"type": "string", "pattern": r"^[1-9][0-9]*%$"}]})]
+    {"anyOf": [{"type": "integer", "minimum": 1}, {"type": "string", "pattern": f"^{PERCENT}$"}]})]
 
 
 class DisruptionBudget(_Model):
@@ -313,8 +343,9 @@ class TopologySpec(_Model):
     workers: int = Field(default=1, ge=1)
     ackers: int | None = Field(default=None, ge=0, description="acker tasks; null = one per worker")
     message_timeout_seconds: int = Field(default=30, ge=1)
-    max_spout_pending: int | None = Field(default=1000, ge=1, description="per spout task; null = no limit")
-    executor_queue_size: int = Field(default=1024, ge=1, description="bounded inbox of each executor")
+    max_spout_pending: int | None = Field(default=1000, ge=1, le=INT32_MAX,
+                                          description="per spout task; null = no limit")
+    executor_queue_size: int = Field(default=1024, ge=1, le=INT32_MAX, description="bounded inbox of each executor")
     spout_wait: SpoutWait = Field(default_factory=SpoutWait)
     error_reporting: ErrorReporting = Field(default_factory=ErrorReporting)
     transfer: Transfer = Field(default_factory=Transfer)
@@ -502,6 +533,8 @@ def _describe(error: Any, data: dict[str, Any]) -> str:
         return f"  {where}: unknown key; {hint}"
     if error["type"] == "missing":
         return f"  {where}: required, add it"
+    if loc[-1:] == ("[key]",):  # a mapping's key: pydantic puts it after the key itself
+        return f"  {_path(loc[:-2])}: key {loc[-2]!r} {_plain(error)}"
     got = error.get("input")
     shown = "" if isinstance(got, (dict, list)) else f" (got {got!r})"
     return f"  {where}: {_plain(error)}{shown}"
@@ -521,6 +554,7 @@ _PATTERNS = {
     NAME_PATTERN: NAME_RULE,
     COMPONENT_PATTERN: "must begin with a letter, then letters, digits, '_', '.' or '-'",
     CLASS_PATTERN: "must be 'module:Class' (e.g. 'examples.wordcount:SplitSentence')",
+    JVM_MEMORY: "must be a JVM memory size: a whole number with k, m, g or t (512m, 2g)",
 }
 
 
@@ -547,4 +581,9 @@ def _plain(error: Any) -> str:
         return f"must be {ctx['expected']}"
     if kind == "too_short":
         return f"must have at least {ctx['min_length']} item(s)"
+    if kind == "string_type":
+        got = error.get("input")
+        return "must be a string" + (f" (in YAML, quote it: '{got}')" if isinstance(got, (int, float, bool)) else "")
+    if kind == "finite_number":
+        return "must be a finite number (not .inf or .nan)"
     return error["msg"].removeprefix("Value error, ")
