@@ -73,6 +73,13 @@ def test_environment_contract(spec_file):
     ({"SQUALL_WORKER_INDEX": "0", "SQUALL_WORKER_PEERS": "127.0.0.1:1"},
      "SQUALL_WORKER_PEERS lists 1 address(es) but there are 2"),
     ({"SQUALL_WORKER_INDEX": "0", "SQUALL_WORKER_PEERS": "{i}-{nope}"}, "SQUALL_WORKER_PEERS: bad template"),
+    # found by the configuration audit: gRPC listened on another port, 0 became the default, and a shared
+    # port left the process unreachable, its peers waiting for it for good
+    ({"SQUALL_WORKER_INDEX": "0", "SQUALL_GRPC_PORT": "70000"},
+     "SQUALL_GRPC_PORT=70000 is not a port: use 1 to 65535 (default 7070)"),
+    ({"SQUALL_WORKER_INDEX": "0", "SQUALL_METRICS_PORT": "0"}, "SQUALL_METRICS_PORT=0 is not a port"),
+    ({"SQUALL_WORKER_INDEX": "0", "SQUALL_GRPC_PORT": "9090"},
+     "SQUALL_GRPC_PORT and SQUALL_METRICS_PORT are both 9090: give them different ports"),
 ])
 def test_bad_environment_is_refused_with_the_variable_named(spec_file, env, message):
     if env:

@@ -2,17 +2,29 @@
 
 from __future__ import annotations
 
+import difflib
 import logging
+import math
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 from squall.errors import ConfigError
 
 PodMonitorMode = Literal["auto", "true", "false"]
 FailurePolicy = Literal["Fail", "Ignore"]
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+PREFIX = "SQUALL_OPERATOR_"
+KNOWN = frozenset(PREFIX + name for name in (
+    "NAMESPACES", "IMAGE", "LOG_LEVEL", "PODMONITOR", "PODMONITOR_LABELS", "LIVENESS", "WEBHOOK_HOST", "WEBHOOK_PORT",
+    "WEBHOOK_FAILURE_POLICY", "RESYNC_SECONDS", "METRICS_PORT", "TLS", "NETWORK_POLICY", "METRICS_NAMESPACES",
+    "POD_NAMESPACE"))
+# What Kubernetes sets in a pod for a Service of that name (squall-operator): not settings
+SERVICE_VARIABLE = re.compile(rf"{PREFIX}(SERVICE_(HOST|PORT)\w*|PORT(_\d+_(TCP|UDP|SCTP)\w*)?)")
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -50,6 +62,11 @@ class Settings:
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
         """Read ``SQUALL_OPERATOR_*``; raise :class:`ConfigError` naming the variable on a bad value."""
         env = os.environ if env is None else env
+        for name in sorted(env):
+            if name.startswith(PREFIX) and name not in KNOWN and not SERVICE_VARIABLE.fullmatch(name):
+                close = difflib.get_close_matches(name, KNOWN, n=1)
+                log.warning("%s is not a setting of the operator and is ignored%s", name,
+                            f"; did you mean {close[0]}?" if close else f" (settings: {', '.join(sorted(KNOWN))})")
         namespaces = _names(env, "SQUALL_OPERATOR_NAMESPACES")
         level = env.get("SQUALL_OPERATOR_LOG_LEVEL", "INFO").strip().upper()
         if level not in LOG_LEVELS:
@@ -69,18 +86,37 @@ class Settings:
         policy = env.get("SQUALL_OPERATOR_WEBHOOK_FAILURE_POLICY", "Fail").strip().capitalize()
         if policy not in ("Fail", "Ignore"):
             raise ConfigError(f"SQUALL_OPERATOR_WEBHOOK_FAILURE_POLICY={policy!r}: use Fail or Ignore")
-        return cls(tls=_flag(env, "SQUALL_OPERATOR_TLS"), network_policy=_flag(env, "SQUALL_OPERATOR_NETWORK_POLICY"),
-                   metrics_namespaces=_names(env, "SQUALL_OPERATOR_METRICS_NAMESPACES"),
-                   own_namespace=env.get("SQUALL_OPERATOR_POD_NAMESPACE", "").strip() or None,
-                   namespaces=namespaces, image=env.get("SQUALL_OPERATOR_IMAGE", "").strip() or None,
-                   log_level=level, podmonitor=podmonitor,  # type: ignore[arg-type]  # checked above
-                   podmonitor_labels=tuple(monitor_labels),
-                   liveness=env.get("SQUALL_OPERATOR_LIVENESS", "").strip() or cls.liveness,
-                   webhook_host=env.get("SQUALL_OPERATOR_WEBHOOK_HOST", "").strip() or None,
-                   webhook_port=_number(env, "SQUALL_OPERATOR_WEBHOOK_PORT", cls.webhook_port, integer=True),
-                   webhook_failure_policy=policy,  # type: ignore[arg-type]  # checked above
-                   resync_seconds=_number(env, "SQUALL_OPERATOR_RESYNC_SECONDS", cls.resync_seconds),
-                   metrics_port=_number(env, "SQUALL_OPERATOR_METRICS_PORT", cls.metrics_port, integer=True))
+        settings = cls(tls=_flag(env, "SQUALL_OPERATOR_TLS"),
+                       network_policy=_flag(env, "SQUALL_OPERATOR_NETWORK_POLICY"),
+                       metrics_namespaces=_names(env, "SQUALL_OPERATOR_METRICS_NAMESPACES"),
+                       own_namespace=env.get("SQUALL_OPERATOR_POD_NAMESPACE", "").strip() or None,
+                       namespaces=namespaces, image=env.get("SQUALL_OPERATOR_IMAGE", "").strip() or None,
+                       log_level=level, podmonitor=podmonitor,  # type: ignore[arg-type]  # checked above
+                       podmonitor_labels=tuple(monitor_labels),
+                       liveness=env.get("SQUALL_OPERATOR_LIVENESS", "").strip() or cls.liveness,
+                       webhook_host=env.get("SQUALL_OPERATOR_WEBHOOK_HOST", "").strip() or None,
+                       webhook_port=_number(env, "SQUALL_OPERATOR_WEBHOOK_PORT", cls.webhook_port, integer=True),
+                       webhook_failure_policy=policy,  # type: ignore[arg-type]  # checked above
+                       resync_seconds=_number(env, "SQUALL_OPERATOR_RESYNC_SECONDS", cls.resync_seconds),
+                       metrics_port=_number(env, "SQUALL_OPERATOR_METRICS_PORT", cls.metrics_port, integer=True))
+        settings._check_ports()
+        return settings
+
+    def _check_ports(self) -> None:
+        """Each of the operator's servers on a port of its own: two on one port both bind, and each takes
+        some of the connections."""
+        try:
+            liveness = urlsplit(self.liveness).port or 80
+        except ValueError:
+            raise ConfigError(f"SQUALL_OPERATOR_LIVENESS={self.liveness!r}: its port is not one (1 to 65535)") from None
+        ports = {"SQUALL_OPERATOR_WEBHOOK_PORT": self.webhook_port, "SQUALL_OPERATOR_METRICS_PORT": self.metrics_port,
+                 "SQUALL_OPERATOR_LIVENESS": liveness}
+        for name, port in ports.items():
+            if not 1 <= port <= 65535:
+                raise ConfigError(f"{name}: port {port} is not a port: use 1 to 65535")
+        if len(set(ports.values())) < len(ports):
+            raise ConfigError("the webhook, metrics and liveness ports must differ: "
+                              + ", ".join(f"{name} {port}" for name, port in ports.items()))
 
     @property
     def log_level_number(self) -> int:
@@ -95,7 +131,7 @@ def _number(env: Mapping[str, str], name: str, default: float, *, integer: bool 
         value = int(raw) if integer else float(raw)
     except ValueError:
         value = 0
-    if value <= 0:
+    if not (value > 0 and math.isfinite(value)):
         raise ConfigError(f"{name}={raw!r}: use a positive {'integer' if integer else 'number'}")
     return value
 

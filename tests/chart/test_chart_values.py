@@ -33,6 +33,9 @@ BAD_VALUES = [
     ({"monitoring": {"prometheusRule": {"enabled": True}}}, "prometheusRule"),
     ({"monitoring": {"operatorPodMonitor": {"enabled": "maybe"}}}, "enabled"),
     ({"grafanaDashboard": {"enabled": True, "namespace": "Monitoring"}}, "namespace"),
+    # the operator's /metrics and /healthz ports: both servers bound it (found by the configuration audit)
+    ({"webhook": {"enabled": True, "failurePolicy": "Fail", "port": 9090}}, "port"),
+    ({"webhook": {"enabled": True, "failurePolicy": "Fail", "port": 8080}}, "port"),
 ]
 
 

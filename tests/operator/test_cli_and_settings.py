@@ -127,6 +127,36 @@ def test_settings_from_the_environment():
         Settings.from_env({"SQUALL_OPERATOR_PODMONITOR_LABELS": "release"})
 
 
+@pytest.mark.parametrize(("env", "message"), [
+    # two servers on one port both bound it, and each took some of the connections
+    ({"SQUALL_OPERATOR_WEBHOOK_PORT": "9090"}, "the webhook, metrics and liveness ports must differ: "
+     "SQUALL_OPERATOR_WEBHOOK_PORT 9090, SQUALL_OPERATOR_METRICS_PORT 9090, SQUALL_OPERATOR_LIVENESS 8080"),
+    ({"SQUALL_OPERATOR_METRICS_PORT": "8080"}, "ports must differ"),
+    ({"SQUALL_OPERATOR_WEBHOOK_PORT": "70000"}, "SQUALL_OPERATOR_WEBHOOK_PORT: port 70000 is not a port"),
+    ({"SQUALL_OPERATOR_LIVENESS": "http://0.0.0.0:99999/healthz"}, "SQUALL_OPERATOR_LIVENESS='http://0.0.0.0:99999"),
+    # drift repair never ran
+    ({"SQUALL_OPERATOR_RESYNC_SECONDS": "inf"}, "SQUALL_OPERATOR_RESYNC_SECONDS='inf': use a positive number"),
+    ({"SQUALL_OPERATOR_RESYNC_SECONDS": "nan"}, "use a positive number"),
+])
+def test_settings_that_cannot_work_are_refused(env, message):
+    """Found by the configuration audit: each was taken."""
+    with pytest.raises(ConfigError) as refused:
+        Settings.from_env(env)
+    assert message in str(refused.value)
+
+
+def test_a_misspelled_setting_is_named_with_the_one_meant(caplog):
+    """SQUALL_OPERATOR_NAMESPACE (no S) was ignored in silence, and the operator watched every namespace.
+    What Kubernetes sets for a Service named squall-operator is no setting, and not warned of."""
+    settings = Settings.from_env({"SQUALL_OPERATOR_NAMESPACE": "team-a", "SQUALL_OPERATOR_SERVICE_HOST": "10.0.0.1",
+                                  "SQUALL_OPERATOR_PORT_443_TCP_ADDR": "10.0.0.1",
+                                  "SQUALL_OPERATOR_PORT": "tcp://10.0.0.1:443"})
+    assert settings.clusterwide
+    assert [r.getMessage() for r in caplog.records] == [
+        "SQUALL_OPERATOR_NAMESPACE is not a setting of the operator and is ignored; did you mean "
+        "SQUALL_OPERATOR_NAMESPACES?"]
+
+
 def test_tls_and_network_policy_settings():
     assert Settings().tls and Settings().metrics_from == ()
     s = Settings.from_env({"SQUALL_OPERATOR_TLS": "False", "SQUALL_OPERATOR_METRICS_NAMESPACES": "monitoring, obs",

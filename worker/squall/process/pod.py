@@ -65,6 +65,15 @@ def _int(env: Mapping[str, str], name: str) -> int | None:
     return value
 
 
+def _port(env: Mapping[str, str], name: str, default: int) -> int:
+    value = _int(env, name)
+    if value is None:
+        return default
+    if not 1 <= value <= 65535:
+        raise ConfigError(f"{name}={value} is not a port: use 1 to 65535 (default {default})")
+    return value
+
+
 def _ordinal(env: Mapping[str, str], role: str) -> int:
     """The index from SQUALL_<ROLE>_INDEX, or from a StatefulSet hostname such as wordcount-worker-3."""
     var = contract.index_var(role)
@@ -123,12 +132,15 @@ class ProcessConfig:
         tls = env.get(contract.TLS_DIR)
         cfg = cls(role=role, index=_ordinal(env, role), spec=load_spec(path), spec_path=Path(path),
                   worker_addresses=[], acker_addresses=[], bind_host=env.get(contract.BIND_HOST, "0.0.0.0"),
-                  grpc_port=_int(env, contract.GRPC_PORT_VAR) or contract.GRPC_PORT,
-                  metrics_port=_int(env, contract.METRICS_PORT_VAR) or contract.METRICS_PORT,
+                  grpc_port=_port(env, contract.GRPC_PORT_VAR, contract.GRPC_PORT),
+                  metrics_port=_port(env, contract.METRICS_PORT_VAR, contract.METRICS_PORT),
                   final_metrics_file=Path(final) if final else None,
                   tls=Credentials.load(tls) if tls else None, namespace=env.get(contract.NAMESPACE, "default"),
                   peers=tuple((r, env.get(contract.peers_var(r)) or contract.peer_template(r)) for r in contract.ROLES),
                   parent_pid=_int(env, contract.PARENT_PID))
+        if cfg.grpc_port == cfg.metrics_port:
+            raise ConfigError(f"{contract.GRPC_PORT_VAR} and {contract.METRICS_PORT_VAR} are both {cfg.grpc_port}: "
+                              "give them different ports")
         running = cfg.running(cfg.spec)
         if running is None:
             raise ConfigError(f"{role} index {cfg.index} is out of range: the topology has "
