@@ -251,6 +251,27 @@ def test_summary_and_exit_of_squall_run(tmp_path, monkeypatch):
 
 
 
+def test_squall_run_exits_1_when_a_process_died_during_the_run_though_it_was_restarted(tmp_path, monkeypatch):
+    """Before, a run whose processes crashed and were restarted exited 0 (a --duration run whose every process
+    crashed at start, found by the configuration audit): a script running it saw success."""
+    run, _ = _squall_run(tmp_path, monkeypatch, count=-1, workers=1, config={"test.rate": 500})
+    seen: list[str] = []
+    try:
+        _line(run, r"^acked +[1-9]", seen)
+        worker = next(p for p in psutil.Process(run.pid).children() if "SQUALL_WORKER_INDEX" in p.environ())
+        worker.kill()
+        _line(run, r"^worker-0 exited with signal SIGKILL; restarting it \(restart 1\)", seen)
+        _line(run, r"^acked ", seen)
+        os.killpg(run.pid, signal.SIGINT)
+        out, err = run.communicate(timeout=90)
+    finally:
+        if run.poll() is None:
+            run.kill()
+    assert run.returncode == 1, "".join(seen) + err
+    assert "processes that exited during the run and were restarted: worker-0 (1 time(s)); see their logs in" in err
+    assert "trees acked" in out
+
+
 def test_squall_run_rebalances_when_its_spec_file_changes_and_counts_on_across_the_switch(tmp_path, monkeypatch):
     """An edit of the file that changes the plan (here workers 1 → 2) is applied as the operator applies a
     changed Topology: drained, switched in place, the new processes started; the counts go on."""

@@ -358,7 +358,11 @@ def _processes(spec: TopologySpec, args: argparse.Namespace, progress: Progress,
         print(f"stopped at once (Ctrl-C again): {', '.join(sorted(bad)) or 'no process'} killed before "
               "draining; their trees in flight were neither acked nor failed", file=sys.stderr)
         return 130
+    restarted = {child.name: child.restarts for child in sup.children if child.restarts}
     if bad:
         print(f"processes that did not exit cleanly: {bad}; see their logs in {sup.run_dir}/", file=sys.stderr)
-        return 1
-    return 0
+    if restarted:  # a crash the run recovered from is still a crash: a script that runs it must see it
+        print("processes that exited during the run and were restarted: "
+              f"{', '.join(f'{name} ({n} time(s))' for name, n in restarted.items())}; see their logs in "
+              f"{sup.run_dir}/", file=sys.stderr)
+    return 1 if bad or restarted else 0
