@@ -75,6 +75,14 @@ def test_a_bad_job_timeout_is_refused_with_the_key(value):
         start(**{"spark.job.timeout.ms": value})
 
 
+@pytest.mark.parametrize(("key", "meant"), [("spark.batch.sise", "spark.batch.size"),
+                                            ("spark.batch.max.wait", "spark.batch.max.wait.ms")])
+def test_a_misspelled_batching_key_is_refused_with_the_one_meant(key, meant):
+    """Read by no one, it left the batching at its default in silence (found by the configuration audit)."""
+    with pytest.raises(ConfigError, match=f"'spark': config key '{key}' is read by no one; did you mean '{meant}'"):
+        start(**{key: 10})
+
+
 def test_a_spark_bolt_emits_on_one_stream_only():
     with pytest.raises(TopologyError, match=r"emits its result rows on one stream.*declares 2 \(a, b\)"):
         start(TwoStreams)

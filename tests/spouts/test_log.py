@@ -223,6 +223,25 @@ def test_a_misspelt_key_is_warned_about(log_path, caplog):
     assert "'log.grop'" in caplog.text and "did you mean 'log.group'" in caplog.text
 
 
+@pytest.mark.parametrize(("conf", "message"), [
+    ({"processing.guarantees": "at_most_once"}, "'processing.guarantees' is read by no one; did you mean "
+                                                 "'processing.guarantee'"),
+    ({"offset.commit.period": 5000}, "did you mean 'offset.commit.period.ms'"),
+    ({"first.poll.offset.strategie": "latest"}, "did you mean 'first.poll.offset.strategy'"),
+    ({"processing.guarantee": "exactly-once"}, "processing.guarantee must be one of at_least_once"),
+])
+def test_a_topology_with_a_misspelled_or_bad_offset_key_is_refused_by_validation(conf, message):
+    """A misspelled key left its setting at the default (at least once) in silence, and a bad value passed
+    squall validate, submit and the webhook, refused only by each task's open() (the configuration audit)."""
+    from squall import TopologyBuilder
+    from squall.topology import validate
+
+    builder = TopologyBuilder("offsets")
+    builder.set_spout("records", LogSpout, config={"log.path": "/nowhere.db", "log.topic": "clicks", **conf})
+    with pytest.raises(ConfigError, match=message):
+        validate(builder.build())
+
+
 def test_a_task_without_partitions_emits_nothing(log_path):
     make_log(log_path, partitions=1).close()
     spout, collector = open_spout({"log.path": str(log_path), "log.topic": "clicks"}, tasks=2, index=1)

@@ -19,6 +19,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from squall.api import Bolt, OutputCollector, TopologyContext
+from squall.conf_keys import refuse_misspelled
 from squall.errors import ConfigError, TopologyError
 from squall.spark.alarm import Alarm
 from squall.spark.session import active_session, get_session
@@ -125,7 +126,8 @@ class SparkBolt(Bolt):
 
     @classmethod
     def check_config(cls, component: str, conf: dict[str, Any], *, message_timeout_seconds: int) -> None:
-        """Refuse bad batching keys, more than one output stream, or a worker without PySpark."""
+        """Refuse misspelled or bad batching keys, more than one output stream, or a worker without PySpark."""
+        refuse_misspelled(component, conf, (BATCH_SIZE, MAX_WAIT_MS, JOB_TIMEOUT_MS))
         Batching.from_conf(conf, component=component, message_timeout=message_timeout_seconds)
         _output_stream(cls, component)
         if importlib.util.find_spec("pyspark") is None:

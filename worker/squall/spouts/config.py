@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import difflib
-import logging
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, TypeVar
@@ -13,8 +11,6 @@ from typing import Any, TypeVar
 from squall.errors import ConfigError
 from squall.spouts.guarantees import FirstPollOffsetStrategy, ProcessingGuarantee
 from squall.spouts.retry import RetryPolicy
-
-log = logging.getLogger(__name__)
 
 E = TypeVar("E", bound=StrEnum)
 
@@ -97,16 +93,3 @@ def get_enum(conf: Mapping[str, Any], key: str, enum: type[E], default: E) -> E:
             pass
     choices = ", ".join(m.value for m in enum)
     raise ConfigError(f"{key} must be one of {choices}, got {value!r} (default {default.value})")
-
-
-def warn_unknown(conf: Mapping[str, Any], *, prefixes: Iterable[str], known: Iterable[str]) -> None:
-    """Log a warning for keys under the spout's own prefixes that it does not read (likely typos).
-
-    Only a warning: the conf is the whole topology's, and another component may use the prefix.
-    """
-    known = set(known)
-    for key in conf:
-        if isinstance(key, str) and key.startswith(tuple(prefixes)) and key not in known:
-            close = difflib.get_close_matches(key, known, n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
-            log.warning("offset spout: unknown config key %r is ignored%s", key, hint)

@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from squall.api import Spout, SpoutOutputCollector, TopologyContext
-from squall.spouts.config import COMMON_KEYS, OffsetSpoutConfig, warn_unknown
+from squall.conf_keys import refuse_misspelled, warn_unknown
+from squall.spouts.config import COMMON_KEYS, OffsetSpoutConfig
 from squall.spouts.core import OffsetCore, PartitionOffsets
 from squall.spouts.records import MessageId, Record, TopicPartition, Translated, default_translate
 from squall.spouts.source import Source
@@ -41,9 +42,15 @@ class OffsetSpout(Spout):
         it (a skipped record counts as processed at once)."""
         return default_translate(record)
 
+    @classmethod
+    def check_config(cls, component: str, conf: dict[str, Any], *, message_timeout_seconds: int) -> None:
+        """Refuse a misspelled key, and a bad value of the common keys, before any task starts."""
+        refuse_misspelled(component, conf, COMMON_KEYS | cls.config_keys)
+        OffsetSpoutConfig.from_conf(conf)
+
     def open(self, conf: dict[str, Any], context: TopologyContext, collector: SpoutOutputCollector) -> None:
         super().open(conf, context, collector)
-        warn_unknown(conf, prefixes=self.config_prefixes, known=COMMON_KEYS | self.config_keys)
+        warn_unknown(conf, prefixes=self.config_prefixes, known=COMMON_KEYS | self.config_keys, what="offset spout")
         config = OffsetSpoutConfig.from_conf(conf)
         source = self.make_source()
         try:
