@@ -11,6 +11,7 @@ import pytest
 from engine_kit import PassBolt, RecordingSpout
 from squall import Bolt, Spout, TopologyBuilder, TopologyError, TopologySpec, direct, load_spec, validate
 from squall.testing import LocalCluster
+from squall.topology.spec import yaml_documents
 
 GOOD = {
     "name": "wc",
@@ -347,6 +348,16 @@ def test_load_spec_errors_name_the_file(tmp_path):
     assert f'in "{indented}", line 4' in message and "<unicode string>" not in message
     assert message.endswith("check the indentation there: a key indented more or less than the others of its "
                             "mapping")
+    # the last of two was kept in silence (found by the configuration audit); keys merged in with << are not twice
+    twice = tmp_path / "twice.yaml"
+    twice.write_text("name: x\nspouts:\n  - name: s\n    className: m:S\n    parallelism: 4\n    parallelism: 1\n")
+    with pytest.raises(TopologyError, match=r"key 'parallelism' is given twice in this mapping: remove one \(YAML "
+                                            r"would keep the last\)\n  in \".*twice.yaml\", line 6"):
+        load_spec(twice)
+    merged = tmp_path / "merged.yaml"
+    merged.write_text("name: x\nbase: &base {className: 'm:S', parallelism: 4}\n"
+                      "spouts:\n  - {<<: *base, name: s, parallelism: 1}\n")
+    assert yaml_documents(merged)[0]["spouts"] == [{"className": "m:S", "parallelism": 1, "name": "s"}]
     bad = tmp_path / "bad.yaml"
     bad.write_text("name: bad\nspouts: []\n")
     with pytest.raises(TopologyError) as info:

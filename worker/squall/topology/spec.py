@@ -453,10 +453,29 @@ def file_stamp(path: str | Path) -> tuple[int, int, int] | None:
     return st.st_ino, st.st_size, st.st_mtime_ns
 
 
+class _UniqueKeys(yaml.SafeLoader):
+    """YAML that refuses a key given twice in one mapping (PyYAML keeps the last, in silence)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen = set()
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":  # <<: keys merged in, which the mapping's own override
+                continue
+            key = self.construct_object(key_node, deep=True)
+            if isinstance(key, (str, int, float, bool)) or key is None:
+                if key in seen:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"key {key!r} is given twice in this mapping: remove one (YAML would keep the "
+                        "last)", key_node.start_mark)
+                seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
 def yaml_documents(path: str | Path) -> list[Any]:
-    """The documents of a YAML file, empty ones left out; :class:`TopologyError` saying where it is not YAML."""
+    """The documents of a YAML file, empty ones left out; :class:`TopologyError` saying where it is not YAML
+    (a key given twice in a mapping included)."""
     try:
-        return [d for d in yaml.safe_load_all(Path(path).read_text()) if d is not None]
+        return [d for d in yaml.load_all(Path(path).read_text(), Loader=_UniqueKeys) if d is not None]
     except OSError as exc:
         raise TopologyError(f"cannot read topology file {path}: {exc.strerror}") from None
     except yaml.YAMLError as exc:
