@@ -32,15 +32,19 @@ def parse_spec(name: str, spec: Any, *, namespace: str | None = None) -> Topolog
     if len(name) > NAME_MAX or not re.fullmatch(NAME_PATTERN, name):
         raise TopologyError(f"{where}: metadata.name {NAME_RULE}, at most {NAME_MAX} characters (got {name!r}); "
                             "create the Topology under such a name")
-    if name == TAKEN:
-        raise TopologyError(f"{where}: metadata.name {TAKEN!r} is taken: the Topology's ServiceAccount bears its "
-                            f"name, and every namespace has its own ServiceAccount {TAKEN!r}; create the Topology "
-                            "under another name")
+    check_name(name, where=f"{where}: metadata.name")
     given = spec.get("name")
     if given is not None and given != name:
         raise TopologyError(f"{where}: spec.name {given!r} differs from metadata.name {name!r}; "
                             "remove spec.name (the resource's name is the topology's name)")
     return TopologySpec.from_dict({**spec, "name": name}, source=f"{where} spec", camel_case_only=True)
+
+
+def check_name(name: str, *, where: str) -> None:
+    """Refuse a name a Topology cannot have in a cluster though a topology file may (``squall run`` runs it)."""
+    if name == TAKEN:
+        raise TopologyError(f"{where} {TAKEN!r} is taken: the Topology's ServiceAccount bears its name, and every "
+                            f"namespace has its own ServiceAccount {TAKEN!r}; give the topology another name")
 
 
 def check_spec(name: str, spec: Any, *, namespace: str | None = None) -> TopologySpec:

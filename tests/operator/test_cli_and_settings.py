@@ -108,6 +108,15 @@ def test_submit_warns_when_the_classes_are_not_in_the_default_image_and_no_image
     assert "no image" not in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("command", [["render", "--image", "x"], ["submit"]])
+def test_render_and_submit_refuse_a_topology_named_default(command, tmp_path, capsys):
+    """Both said it was fine, and the operator refused the Topology (found by the configuration audit)."""
+    named = tmp_path / "default.yaml"
+    named.write_text(WORDCOUNT.read_text().replace("name: wordcount", "name: default"))
+    assert main([command[0], str(named), *command[1:]]) == 2
+    assert f"{named}: name 'default' is taken: the Topology's ServiceAccount bears its name" in capsys.readouterr().err
+
+
 def test_settings_from_the_environment():
     assert Settings.from_env({}) == Settings()
     assert Settings().clusterwide and Settings().podmonitor == "auto"

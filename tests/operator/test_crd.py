@@ -283,7 +283,7 @@ def test_a_topology_named_default_is_refused_since_its_service_account_would_be_
     with pytest.raises(TopologyError) as info:
         check_spec("default", {"spouts": [{"name": "s", "className": "m:S"}]}, namespace="prod")
     assert "Topology prod/default: metadata.name 'default' is taken" in str(info.value)
-    assert "create the Topology under another name" in str(info.value)
+    assert "give the topology another name" in str(info.value)
 
 
 # Types are checked as strictly by both: a string that spells a number or a boolean is refused (the model

@@ -72,8 +72,10 @@ def _dump(docs: list[dict[str, Any]]) -> str:
 def run_render(args: argparse.Namespace) -> int:
     from squall.transport.tls import issue
     from squall_operator.render import render, resolve_image
+    from squall_operator.resource import check_name
 
     spec = load_spec(args.topology)
+    check_name(spec.name, where=f"{args.topology}: name")
     check(spec, imports=False)
     manifests = render(spec, namespace=args.namespace, image=resolve_image(spec, args.image),
                        podmonitor=args.podmonitor, tls=None if args.insecure else issue(spec.name),
@@ -84,9 +86,10 @@ def run_render(args: argparse.Namespace) -> int:
 
 
 def run_submit(args: argparse.Namespace) -> int:
-    from squall_operator.resource import to_resource
+    from squall_operator.resource import check_name, to_resource
 
     spec = load_spec(args.topology)
+    check_name(spec.name, where=f"{args.topology}: name")
     if args.image:
         spec.image = args.image
     own = sorted(m for m in modules(spec) if m.partition(".")[0] not in IN_THE_IMAGE)
