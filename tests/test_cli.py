@@ -144,8 +144,11 @@ def test_run_prints_a_components_first_error_on_the_terminal_once(tmp_path):
 
 
 @pytest.mark.parametrize("args,message", [
-    (["run", str(GOOD), "--duration", "0"], "argument --duration: must be above 0, not 0"),
-    (["run", str(GOOD), "--trees", "-5"], "argument --trees: must be above 0, not -5"),
+    (["run", str(GOOD), "--duration", "0"], "argument --duration: must be above 0 and finite, not 0"),
+    (["run", str(GOOD), "--trees", "-5"], "argument --trees: must be above 0 and finite, not -5"),
+    (["run", str(GOOD), "--duration", "nan"], "argument --duration: must be above 0 and finite, not nan"),
+    # a traceback before (found by the configuration audit)
+    (["top", "--interval", "nan"], "argument --interval: must be above 0 and finite, not nan"),
     (["run", str(GOOD), "--trees", "many"], "argument --trees: 'many' is not a number (a whole one)"),
     (["run", str(GOOD), "--trees", "1.5"], "argument --trees: '1.5' is not a number (a whole one)"),
     (["--log-level", "VERBOSE", "validate", str(GOOD)], "argument --log-level: invalid choice: 'VERBOSE'"),

@@ -157,6 +157,20 @@ def test_parallelism_below_one_from_the_builder():
     assert_mentions(str(info.value), "spout 'spout'", "parallelism", "must be at least 1")
 
 
+@pytest.mark.parametrize(("settings", "lower"), [
+    ({"workers": 70_000}, "lower ackers (one per worker unless set)"),
+    ({"ackers": 70_000}, "lower ackers"),
+])
+def test_too_many_tasks_names_what_made_them(settings, lower):
+    """It said to lower the components' parallelism when the ackers made them (the configuration audit)."""
+    builder = TopologyBuilder("many")
+    builder.set_spout("spout", RecordingSpout)
+    with pytest.raises(TopologyError) as info:
+        validate(builder.build(**settings))
+    assert_mentions(str(info.value), "the topology has 70,001 tasks (1 of its components, 70,000 acker(s)); at most",
+                    lower)
+
+
 def test_fewer_tasks_than_parallelism():
     message = error_of(lambda d: d["bolts"][1].update(parallelism=3, tasks=2))
     assert_mentions(message, "'count'", "tasks (2)", "parallelism (3)", "set tasks >= parallelism")

@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from squall.cli.options import positive
 from squall.errors import SquallError
 from squall.metrics.scrape import Totals
 from squall.process import contract
@@ -36,21 +37,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="pin each process, all its threads, to one CPU (worker i and acker i on the i-th, round "
                         "robin): pays when the processes outnumber the CPUs (docs/operations.md)")
     p.set_defaults(func=run)
-
-
-def positive(kind: Callable[[str], float]) -> Callable[[str], float]:
-    """An argparse type: a number of ``kind`` above 0, or a message that says so."""
-    def parse(text: str) -> float:
-        try:
-            value = kind(text)
-        except ValueError:
-            whole = " (a whole one)" if kind is int else ""
-            raise argparse.ArgumentTypeError(f"{text!r} is not a number{whole}") from None
-        if not value > 0:
-            raise argparse.ArgumentTypeError(f"must be above 0, not {text}")
-        return value
-    parse.__name__ = kind.__name__  # argparse names the type in its own messages
-    return parse
 
 
 SUSPENDED = "suspended: the spouts stay inactive until the file says suspended: false"

@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from squall.cli.options import positive
 from squall.errors import SquallError
 from squall.metrics.scrape import fetch
 from squall.process.supervisor import PROCESSES_FILE
@@ -38,7 +39,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "in --run-dir), e.g. http://localhost:9090/metrics through kubectl port-forward")
     p.add_argument("--run-dir", default=".squall/run",
                    help="the run directory of a local `squall run` (default .squall/run)")
-    p.add_argument("--interval", type=float, default=1.0, help="seconds between two frames (default 1)")
+    p.add_argument("--interval", type=positive(float), default=1.0, help="seconds between two frames (default 1)")
     p.add_argument("--once", action="store_true", help="print one frame and exit")
     p.set_defaults(func=top)
 
@@ -157,8 +158,6 @@ def _urls(args: argparse.Namespace) -> list[str]:
 
 
 def top(args: argparse.Namespace) -> int:
-    if args.interval <= 0:
-        raise SquallError(f"--interval {args.interval}: use a positive number of seconds")
     urls = _urls(args)
     tty = sys.stdout.isatty() and not args.once
     prev = scrape(urls)

@@ -55,10 +55,13 @@ def structural_errors(spec: TopologySpec) -> list[str]:
         if comp.tasks is not None and comp.tasks < comp.parallelism:
             errors.append(f"component {comp.name!r}: tasks ({comp.tasks}) is less than parallelism "
                           f"({comp.parallelism}); set tasks >= parallelism or leave it out")
-    tasks = sum(c.num_tasks for c in spec.components()) + spec.num_ackers
+    components = sum(c.num_tasks for c in spec.components())
+    tasks = components + spec.num_ackers
     if tasks > MAX_TASK:
-        errors.append(f"the topology has {tasks:,} tasks; at most {MAX_TASK:,} are supported (ackers keep task "
-                      f"ids in 16 bits); lower the components' parallelism or tasks")
+        ackers = ("ackers (one per worker unless set)" if spec.ackers is None else "ackers")
+        errors.append(f"the topology has {tasks:,} tasks ({components:,} of its components, {spec.num_ackers:,} "
+                      f"acker(s)); at most {MAX_TASK:,} are supported (ackers keep task ids in 16 bits); lower "
+                      + ("the components' parallelism or tasks" if components >= spec.num_ackers else ackers))
     for bolt in spec.bolts:
         subscribed: dict[tuple[str, str], int] = {}
         for i, inp in enumerate(bolt.inputs):
