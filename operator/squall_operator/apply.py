@@ -73,9 +73,15 @@ class Ref:
         return f"{self.kind} {self.name}"
 
 
+# (connect, read) seconds of every request: without a bound, one whose connection went half-open (an API
+# server or load balancer failing over) never returned, and the reconcile waiting for it held its Topology's
+# lock for good. A request that times out raises, and the reconcile is tried again.
+REQUEST_TIMEOUT = (5.0, 30.0)
+
+
 class Kube:
     """Blocking get/create/patch/delete of namespaced objects as plain dicts (kopf runs the handlers
-    that call it in threads)."""
+    that call it in threads); every request bounded by :data:`REQUEST_TIMEOUT`."""
 
     def __init__(self, api: client.ApiClient, *, strict_apply: bool = False) -> None:
         self.api = api
@@ -100,7 +106,8 @@ class Kube:
 
     def _call(self, ref: Ref, verb: str, *args: Any, status: bool = False, **kwargs: Any) -> Manifest:
         method, where = self._method(ref, verb, status=status)
-        return self.load(method(*where, *args, _preload_content=False, **kwargs))  # raw JSON: plain dicts
+        return self.load(method(*where, *args, _preload_content=False, _request_timeout=REQUEST_TIMEOUT,
+                                **kwargs))  # raw JSON: plain dicts
 
     def get(self, ref: Ref) -> Manifest | None:
         """The live object, or None if it does not exist (or its kind is not installed)."""
@@ -116,7 +123,8 @@ class Kube:
         runs at every pod event, and a GET per pod made that the square of the pods in API calls)."""
         selector = ",".join(f"{key}={value}" for key, value in labels.items())
         response = client.CoreV1Api(self.api).list_namespaced_pod(namespace, label_selector=selector,
-                                                                   _preload_content=False)
+                                                                   _preload_content=False,
+                                                                   _request_timeout=REQUEST_TIMEOUT)
         return list(self.load(response).get("items") or ())
 
     def create(self, manifest: Manifest) -> Manifest:
@@ -153,12 +161,14 @@ class Kube:
                 "type": type, "reason": reason, "message": message[:EVENT_MESSAGE_CHARS],
                 "source": {"component": FIELD_MANAGER}, "reportingComponent": FIELD_MANAGER,
                 "firstTimestamp": at, "lastTimestamp": at, "count": 1}
-        client.CoreV1Api(self.api).create_namespaced_event(meta["namespace"], body, _preload_content=False)
+        client.CoreV1Api(self.api).create_namespaced_event(meta["namespace"], body, _preload_content=False,
+                                                           _request_timeout=REQUEST_TIMEOUT)
 
     def serves(self, group: str, version: str, plural: str) -> bool:
         """Whether the API server serves ``plural`` (e.g. whether a CRD is installed), by discovery."""
         try:
-            response = client.CustomObjectsApi(self.api).get_api_resources(group, version, _preload_content=False)
+            response = client.CustomObjectsApi(self.api).get_api_resources(group, version, _preload_content=False,
+                                                                           _request_timeout=REQUEST_TIMEOUT)
         except ApiException as exc:
             if exc.status == 404:
                 return False

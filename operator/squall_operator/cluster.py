@@ -18,7 +18,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from squall_operator import crd, resource
-from squall_operator.apply import Kube, covers
+from squall_operator.apply import REQUEST_TIMEOUT, Kube, covers
 
 STRICT_APPLY_SINCE = (1, 25)
 CEL_SINCE = (1, 25)
@@ -48,7 +48,7 @@ class Features:
 
     @classmethod
     def discover(cls, kube: Kube) -> Features:
-        info = kube.load(client.VersionApi(kube.api).get_code(_preload_content=False))
+        info = kube.load(client.VersionApi(kube.api).get_code(_preload_content=False, _request_timeout=REQUEST_TIMEOUT))
         version = (_digits(info.get("major", "")), _digits(info.get("minor", "")))  # some distributions say "20+"
         pdb = next((f"policy/{v}" for v in ("v1", "v1beta1") if kube.serves("policy", v, "poddisruptionbudgets")),
                    None)
@@ -77,11 +77,13 @@ def install_cel(kube: Kube, features: Features, logger: logging.Logger | logging
     api = client.ApiextensionsV1Api(kube.api)
     wanted = crd.crd(cel=True)["spec"]["versions"]
     try:
-        live: dict[str, Any] = kube.load(api.read_custom_resource_definition(CRD_NAME, _preload_content=False))
+        live: dict[str, Any] = kube.load(api.read_custom_resource_definition(CRD_NAME, _preload_content=False,
+                                                                             _request_timeout=REQUEST_TIMEOUT))
         if covers(live["spec"]["versions"], wanted):
             return False
         api.patch_custom_resource_definition(CRD_NAME, {"spec": {"versions": wanted}}, _preload_content=False,
-                                             _content_type="application/merge-patch+json")
+                                             _content_type="application/merge-patch+json",
+                                             _request_timeout=REQUEST_TIMEOUT)
     except ApiException as exc:
         logger.warning("could not add the CEL validation rules to the CRD %s (%s %s): the admission webhook and "
                        "the operator still check Topologies; install crds/topology-cel.yaml to have them",

@@ -30,6 +30,7 @@ from typing import Any, TypeVar
 import kopf
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+from urllib3.exceptions import HTTPError
 
 from squall.errors import CommandError, TopologyError
 from squall.metrics.http import MetricsServer
@@ -197,9 +198,10 @@ class Operator:
         they are supported (watching every namespace only: a namespaced operator has no cluster rights)."""
         try:
             self.features = Features.discover(self.kube)
-        except ApiException as exc:
-            logger.warning("discovery failed (%s %s): assuming the oldest supported cluster, %s", exc.status,
-                           exc.reason, self.features.describe())
+        except (ApiException, HTTPError) as exc:
+            logger.warning("discovery failed (%s): assuming the oldest supported cluster, %s",
+                           f"{exc.status} {exc.reason}" if isinstance(exc, ApiException) else exc,
+                           self.features.describe())
             return
         self.kube.strict_apply = self.features.strict_apply
         logger.info("%s", self.features.describe())
@@ -494,6 +496,8 @@ class Operator:
             self.kube.event(topology, type=kind, reason=reason, message=message)
         except ApiException as exc:  # an Event lost is no reason to stop a reconcile
             log.warning("posting the %s Event %s failed: %s %s", kind, reason, exc.status, exc.reason)
+        except HTTPError as exc:  # unanswered within REQUEST_TIMEOUT
+            log.warning("posting the %s Event %s failed: %s", kind, reason, exc)
 
     def _write(self, topology: Manifest, previous: dict[str, Any], current: dict[str, Any]) -> None:
         """Write the status if it changed, and post an Event if the phase did."""

@@ -21,6 +21,7 @@ from operator_kit import (
     SPEC,
     STATEFULSETS,
     TOPOLOGIES,
+    ApiServer,
     OperatorThread,
     condition,
     create_topology,
@@ -35,6 +36,7 @@ from operator_kit import (
     status,
 )
 
+from squall_operator import apply as apply_module
 from squall_operator import handlers
 from squall_operator.apply import Kube
 from squall_operator.handlers import Operator
@@ -79,6 +81,31 @@ async def test_deleted_and_edited_children_come_back(api, start_operator):
     await patch(api, SERVICES, "wc-worker", {"spec": {"publishNotReadyAddresses": False}})
     await eventually("the Service put back", lambda: obj(api, SERVICES, "wc-worker")["spec"]
                      ["publishNotReadyAddresses"] is True)
+
+
+async def test_a_request_the_api_server_never_answers_times_out_and_the_topology_is_reconciled_again(
+        api, start_operator, monkeypatch):
+    """A request whose connection went half-open (an API server or load balancer failing over) never returned:
+    the reconcile waiting for it held the Topology's lock, so that no later change, resync or repair of it was
+    ever carried out, and the operator's liveness stayed green (found by the operator audit)."""
+    monkeypatch.setattr(apply_module, "REQUEST_TIMEOUT", (1.0, 1.0))
+    hung: list[float] = []
+    real = ApiServer._handle
+
+    async def handle(self: ApiServer, request: kmock.Request):
+        if len(hung) == 1 and request.method == kmock.method.GET and request.url.path.endswith("/roles/wc-spark"):
+            hung.append(time.monotonic())
+            await asyncio.sleep(3600)  # no answer, and no reset either
+        return await real(self, request)
+
+    monkeypatch.setattr(ApiServer, "_handle", handle)
+    await start_operator(resync_seconds=2)
+    await create_topology(api, "wc", SPEC)
+    await eventually("the acker StatefulSet", lambda: obj(api, STATEFULSETS, "wc-acker"))
+    hung.append(0.0)  # armed: the next reconcile's read of a child hangs
+    await eventually("a request left unanswered", lambda: len(hung) == 2)
+    await patch(api, TOPOLOGIES, "wc", {"spec": {"workers": 3}})
+    await eventually("the change carried out", lambda: obj(api, STATEFULSETS, "wc-worker")["spec"]["replicas"] == 3)
 
 
 async def test_the_children_of_a_topology_being_deleted_are_not_made_again(api, start_operator, caplog):
