@@ -98,6 +98,17 @@ def instance(topology: str) -> dict[str, str]:
     return {"app.kubernetes.io/name": "squall", "app.kubernetes.io/instance": topology}
 
 
+SPARK_EXECUTOR = "spark-executor"  # the component label of a Spark executor pod
+POD_COMPONENTS = (WORKER, ACKER, SPARK_EXECUTOR)
+
+
+def pods_of(topology: str) -> dict[str, Any]:
+    """A label selector of the topology's pods, and of no other: the chart's operator pod carries the same
+    name and instance labels when a Topology is named like the Helm release in the operator's namespace."""
+    return {"matchLabels": instance(topology), "matchExpressions": [
+        {"key": "app.kubernetes.io/component", "operator": "In", "values": list(POD_COMPONENTS)}]}
+
+
 def resolve_image(spec: TopologySpec, default: str | None) -> str:
     """``spec.image``, else the operator's default image; :class:`TopologyError` when there is neither."""
     image = spec.image or default
@@ -241,7 +252,7 @@ def network_policy(spec: TopologySpec, *, namespace: str, metrics_from: Collecti
     """Ingress to the topology's pods: anything from its own pods (gRPC, and Spark's driver and
     executors), the metrics port from the ``metrics_from`` namespaces, the gRPC port (a rebalance's
     commands) from the ``control_from`` namespaces, nothing else."""
-    own = {"matchLabels": instance(spec.name)}
+    own = pods_of(spec.name)
     ingress: list[dict[str, Any]] = [{"from": [{"podSelector": own}]}]
     for port, namespaces in ((METRICS_PORT, metrics_from), (GRPC_PORT, control_from)):
         if namespaces:
@@ -306,7 +317,7 @@ def spark_conf(spec: TopologySpec, *, namespace: str, image: str) -> dict[str, s
         "spark.driver.memory": spark.driver_memory,
         # the topology's NetworkPolicy lets in its own pods: the executors are among them
         **{f"spark.kubernetes.executor.label.{k}": v
-           for k, v in selector(spec.name, component="spark-executor").items()},
+           for k, v in selector(spec.name, component=SPARK_EXECUTOR).items()},
     }
     conf["spark.kubernetes.executor.podTemplateFile"] = f"{SPEC_DIR}/{EXECUTOR_TEMPLATE_FILE}"
     conf["spark.kubernetes.executor.podTemplateContainerName"] = pods.MAIN_CONTAINER[pods.SPARK_EXECUTORS]
@@ -470,6 +481,5 @@ def pod_monitor(spec: TopologySpec, *, namespace: str, labels: Mapping[str, str]
     meta = _meta(Names(spec.name).pod_monitor, namespace=namespace, topology=spec.name, component="metrics")
     meta["labels"] = {**(labels or {}), **meta["labels"]}
     return {"apiVersion": "monitoring.coreos.com/v1", "kind": "PodMonitor", "metadata": meta,
-            "spec": {"selector": {"matchLabels": {"app.kubernetes.io/name": "squall",
-                                                  "app.kubernetes.io/instance": spec.name}},
+            "spec": {"selector": pods_of(spec.name),
                      "podMetricsEndpoints": [{"port": "metrics", "path": "/metrics"}]}}

@@ -283,17 +283,38 @@ def test_spark_driver_and_executors():
     assert ("Role", "wc-spark") not in by_kind(render(spec(BASE), namespace=NS, image="x"))
 
 
+def selects(selector: dict, labels: dict) -> bool:
+    """Whether a Kubernetes label selector (matchLabels, and matchExpressions with In) selects ``labels``."""
+    return selector.get("matchLabels", {}).items() <= labels.items() and all(
+        labels.get(e["key"]) in e["values"] for e in selector.get("matchExpressions", ()))
+
+
 def test_pod_monitor_scrapes_workers_and_ackers():
     objs = by_kind(render(spec(BASE), namespace=NS, image="x", podmonitor=True))
     monitor = objs["PodMonitor", "wc"]
     assert monitor["spec"]["podMetricsEndpoints"] == [{"port": "metrics", "path": "/metrics"}]
     for role in ("worker", "acker"):
         pod_labels = objs["StatefulSet", f"wc-{role}"]["spec"]["template"]["metadata"]["labels"]
-        assert monitor["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
+        assert selects(monitor["spec"]["selector"], pod_labels)
     # kube-prometheus-stack selects monitors by its release label; the monitor's own labels win
     labelled = by_kind(render(spec(BASE), namespace=NS, image="x", podmonitor=True,
                               monitor_labels={"release": "kps", "app.kubernetes.io/instance": "other"}))
     assert labelled["PodMonitor", "wc"]["metadata"]["labels"] == {**monitor["metadata"]["labels"], "release": "kps"}
+
+
+def test_a_topology_named_like_the_helm_release_selects_none_of_the_operators_pods():
+    """The chart's operator pod carries name squall and instance <release>: a Topology named like the release,
+    in the operator's namespace, had its NetworkPolicy fence the operator pod off from the API server (every
+    Topology then refused by the webhook) and its PodMonitor scrape it (found by the operator audit)."""
+    objs = by_kind(render(spec({**BASE, "name": "squall"}), namespace=NS, image="x", podmonitor=True,
+                          tls=issue("squall"), metrics_from=["monitoring"]))
+    operator_pod = {"app.kubernetes.io/name": "squall", "app.kubernetes.io/instance": "squall",
+                    "app.kubernetes.io/component": "operator"}
+    for selector in (objs["NetworkPolicy", "squall"]["spec"]["podSelector"],
+                     objs["PodMonitor", "squall"]["spec"]["selector"]):
+        assert not selects(selector, operator_pod)
+        for role in ("worker", "acker"):
+            assert selects(selector, objs["StatefulSet", f"squall-{role}"]["spec"]["template"]["metadata"]["labels"])
 
 
 def test_image_comes_from_the_spec_or_the_operator():

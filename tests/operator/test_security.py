@@ -151,7 +151,9 @@ async def test_the_network_policy_lets_in_the_topologys_pods_named_namespaces_on
     await start_operator(metrics_namespaces=("monitoring",), own_namespace="squall-system")
     await create_topology(api, "wc", SPEC)
     policy = await eventually("the NetworkPolicy", lambda: obj(api, NETWORK_POLICIES, "wc"))
-    own = {"matchLabels": {"app.kubernetes.io/name": "squall", "app.kubernetes.io/instance": "wc"}}
+    own = {"matchLabels": {"app.kubernetes.io/name": "squall", "app.kubernetes.io/instance": "wc"},
+           "matchExpressions": [{"key": "app.kubernetes.io/component", "operator": "In",
+                                 "values": ["worker", "acker", "spark-executor"]}]}
     assert policy["spec"] == {"podSelector": own, "policyTypes": ["Ingress"], "ingress": [
         {"from": [{"podSelector": own}]},
         {"from": [{"namespaceSelector": {"matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "In",
