@@ -290,7 +290,9 @@ def compute(spec: TopologySpec, *, workers: dict[str, Any] | None, ackers: dict[
         "selector": ",".join(f"{k}={v}" for k, v in selector(spec.name, component=WORKER).items()),
         "specHash": spec.fingerprint(),
         "conditions": [
-            cond("Ready", all_ready, "AllPodsReady" if all_ready else "PodsNotReady", counts),
+            # pods ready on a plan they refused to leave do not run the current spec
+            cond("Ready", False, "SwitchRefused", rebalance["refused"]) if rebalance and rebalance.get("refused")
+            else cond("Ready", all_ready, "AllPodsReady" if all_ready else "PodsNotReady", counts),
             progressing,
             cond("Degraded", degraded, degraded_reason, degraded_message),
         ],

@@ -330,6 +330,9 @@ async def test_a_switch_the_processes_refuse_stops_the_rebalance_says_why_and_le
                                     .get("reason") == "SwitchRefused" and c, timeout=40)
         assert "refused to switch" in degraded["message"] and "no_such_module" in degraded["message"]
         assert condition(api, "wc", "Progressing")["status"] == "False"
+        # ready pods, not of the current spec: Ready said True with AllPodsReady (found by the operator audit)
+        assert (condition(api, "wc", "Ready")["status"], condition(api, "wc", "Ready")["reason"]) == (
+            "False", "SwitchRefused")
         await eventually("a Warning Event SwitchRefused", lambda: events(api, "SwitchRefused"))  # after the status
         await eventually("the spouts going again on the old plan", lambda: (s := states()) and all(
             x.plan == old and not x.held for x in s) and any(x.active for x in s), timeout=20)
