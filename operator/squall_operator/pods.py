@@ -296,10 +296,16 @@ def merge(base: Any, patch: Any, *, key: str = "") -> Any:
             at = next((i for i, mine in enumerate(out) if isinstance(item, dict) and isinstance(mine, dict)
                        and mine.get(by) == item.get(by)), None)
             if at is None:
-                out.append(copy.deepcopy(item))
+                out.append(merge(None, item, key=key))
             else:
                 out[at] = merge(out[at], item)
         return out
+    # Nothing of base to merge into: a null in the patch still means absent (Helm's toYaml writes them for
+    # empty values), as the API server stores it; kept, the object never read back as rendered
+    if isinstance(patch, dict):
+        return merge({}, patch, key=key)
+    if isinstance(patch, list):
+        return [merge(None, item, key=key) for item in patch]
     return copy.deepcopy(patch)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import re
+import json
 
 import kubernetes_validate
 import pytest
@@ -311,6 +312,21 @@ def test_a_null_may_remove_what_the_operator_does_not_own():
         "allowPrivilegeEscalation": False, "readOnlyRootFilesystem": False, "runAsNonRoot": True,
         "capabilities": {"drop": ["ALL", "NET_RAW"]}}
     assert "podAntiAffinity" not in pod["spec"].get("affinity", {})
+
+
+def test_a_null_in_what_a_template_adds_is_left_out_as_the_api_server_stores_it():
+    """A sidecar's ``resources: null`` (what Helm's toYaml writes for an empty value) and a null in a map
+    the rendered pod has not were kept: the StatefulSet never read back as rendered, and was written again at
+    every reconcile (found by the operator audit)."""
+    template = {"spec": {"containers": [{"name": "log-shipper", "image": "fluent-bit:3", "resources": None,
+                                         "env": [{"name": "A", "value": "1", "valueFrom": None}]}],
+                         "nodeSelector": {"disk": None}, "tolerations": [{"key": "k", "value": None}]}}
+    sts = next(m for m in render(check_spec("wc", {**BASE, "podTemplate": {"workers": template}}), namespace=NS,
+                                 image="squall:1") if m["kind"] == "StatefulSet")
+    pod = sts["spec"]["template"]
+    assert "null" not in json.dumps(sts)
+    assert pod["spec"]["containers"][1]["env"] == [{"name": "A", "value": "1"}]
+    assert "nodeSelector" not in pod["spec"] and pod["spec"]["tolerations"] == [{"key": "k"}]
 
 
 def test_the_acker_main_container_is_the_acker():
