@@ -199,7 +199,13 @@ def apply_failed(previous: dict[str, Any], message: str, *, generation: int | No
     retried."""
     conditions = previous.get("conditions") or []
     kept = [c for c in conditions if c.get("type") not in ("Progressing", "Degraded")]
-    return {**previous, "conditions": [
+    first: dict[str, Any] = {}
+    if not previous.get("phase"):  # nothing ever applied: no phase, no Ready said so
+        first = {"phase": PENDING} | ({"observedGeneration": generation} if generation is not None else {})
+    if not any(c.get("type") == "Ready" for c in kept):
+        kept.append(_condition("Ready", status=False, reason="ApplyFailed", message="nothing of the spec is applied "
+                               "yet", generation=generation, previous=conditions, at=at))
+    return {**previous, **first, "conditions": [
         *kept,
         _condition("Progressing", status=False, reason="ApplyFailed",
                    message="the spec could not be applied; retried until it can", generation=generation,

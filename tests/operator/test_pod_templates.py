@@ -4,8 +4,8 @@ where they set an unknown field or one the operator owns."""
 from __future__ import annotations
 
 import copy
-import re
 import json
+import re
 
 import kubernetes_validate
 import pytest

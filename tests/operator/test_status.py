@@ -115,6 +115,20 @@ def test_an_invalid_spec_keeps_the_pods_figures_and_records_the_error():
     assert failed(st, "bolt 'b': unknown component 'x'", generation=2, at=T1)["errors"] == st["errors"]
 
 
+def test_a_topology_whose_first_apply_is_refused_is_pending_and_not_ready():
+    """Its status held only Progressing and Degraded: no phase (an empty PHASE column in kubectl get topo),
+    no Ready, no observedGeneration (found by the operator audit). Later refusals keep what the pods say."""
+    first = status.apply_failed({}, "creating StatefulSet wc-worker failed: 403 forbidden", generation=1, at=T0)
+    assert (first["phase"], first["observedGeneration"]) == ("Pending", 1)
+    assert [(c["type"], c["status"], c["reason"]) for c in first["conditions"]] == [
+        ("Ready", "False", "ApplyFailed"), ("Progressing", "False", "ApplyFailed"), ("Degraded", "True", "ApplyFailed")]
+    running = compute(SPEC, workers=sts(replicas=2, ready=2), ackers=sts(replicas=1, ready=1), previous={},
+                      generation=1, at=T0)
+    later = status.apply_failed(running, "patching StatefulSet wc-worker failed: 403 forbidden", generation=2, at=T1)
+    assert later["phase"] == "Running" and later["observedGeneration"] == 1
+    assert next(c for c in later["conditions"] if c["type"] == "Ready")["reason"] == "AllPodsReady"
+
+
 def test_recent_errors_are_bounded():
     errors: list[dict] = []
     for i in range(status.KEEP_ERRORS + 3):
