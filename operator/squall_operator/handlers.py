@@ -28,13 +28,14 @@ from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 import kopf
+import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
 from squall.errors import CommandError, TopologyError
 from squall.metrics.http import MetricsServer
-from squall.process.contract import ACKER, WORKER
+from squall.process.contract import ACKER, GENERATION_FILE, SPEC_FILE, WORKER
 from squall.process.control import COMMAND_WAIT, ControlClient, ProcessState
 from squall.topology.spec import TopologySpec
 from squall.transport.tls import Credentials
@@ -119,6 +120,9 @@ class Operator:
         # (namespace, name) → (target plan, when this operator first saw that rebalance under way)
         self._watched: dict[tuple[str, str], tuple[str, datetime]] = {}
         self._reconciling: set[tuple[str, str]] = set()  # Topologies a resync or a due step reconciles now
+        # (namespace, name) → the spec last applied and its generation: what the pods run, which drift repair
+        # applies while the latest spec is invalid or refused (after a restart: read from the ConfigMap)
+        self._applied: dict[tuple[str, str], tuple[TopologySpec, int]] = {}
         self.certificates = Certificates()
         self.resync_task: asyncio.Task[None] | None = None
 
@@ -374,6 +378,7 @@ class Operator:
             topology = self.kube.get(Ref(resource.API_VERSION, resource.KIND, namespace, name))
             if topology is None:
                 self.known.discard((namespace, name))
+                self._applied.pop((namespace, name), None)
                 self.metrics.forget(namespace, name)
                 self.certificates.forget(namespace, name)
                 return  # deleted meanwhile
@@ -389,22 +394,17 @@ class Operator:
                 spec = resource.check_spec(name, topology.get("spec"), namespace=namespace)
                 image = resolve_image(spec, self.settings.image)
             except TopologyError as exc:
-                logger.warning("invalid spec, nothing applied: %s", exc)
+                logger.warning("invalid spec, nothing of it applied: %s", exc)
                 self._write(topology, previous, status.failed(previous, str(exc), generation=generation,
                                                               at=status.now()))
+                self._repair(topology, logger)
                 return
             secret = credentials(self.kube.get(Ref("v1", "Secret", namespace, Names(name).tls)))
             certificates = self._credentials(topology, secret) if self.settings.tls else None
             # the pods' own: what commands to them present (TLS turned off: pods made before hold the Secret's
             # until they are replaced, and the Secret goes only then)
             tls = certificates.held if certificates else secret
-            own = (self.settings.own_namespace,) if self.settings.own_namespace else ()
-            manifests = render(spec, namespace=namespace, image=image, podmonitor=self._podmonitor(),
-                               monitor_labels=dict(self.settings.podmonitor_labels), pdb_api=self.features.pdb_api,
-                               tls=certificates.rendered if certificates else None,
-                               metrics_from=self.settings.metrics_from, control_from=own,
-                               generation=generation or 0, evict_unhealthy=self.features.unhealthy_eviction)
-            kopf.adopt(manifests, owner=topology)
+            manifests = self._render(topology, spec, image=image, certificates=certificates, generation=generation)
             names = Names(name)
             live = {role: self.kube.get(Ref("apps/v1", "StatefulSet", namespace, getattr(names, role)))
                     for role in ROLES}
@@ -433,6 +433,7 @@ class Operator:
                                                                         at=status.now()))
                     raise kopf.TemporaryError(str(exc), delay=RETRY_DELAY) from exc
                 self.metrics.applied(applied)
+                self._applied[(namespace, name)] = (spec, generation or 0)
                 if certificates is not None:
                     self.certificates.written(_key(topology), certificates.rendered)
                 logger.info("reconciled: %s", applied.summary())
@@ -450,6 +451,8 @@ class Operator:
             else:  # a refused rebalance applies nothing, and lets the held spouts go
                 self._carry_out(decision, pods, spec=spec, tls=tls, logger=logger,
                                 commands=("activate",))
+                if decision.rebalance is not None and decision.rebalance.get("refused"):
+                    self._repair(topology, logger)
             self._suspend(found, pods, spec=spec, generation=generation or 0, tls=tls, logger=logger)
             for kind, reason, message in decision.events:
                 logger.info("rebalance: %s: %s", reason, message)
@@ -462,6 +465,53 @@ class Operator:
                                    else None, previous=previous, generation=generation, read_errors=read_errors,
                                    rebalancing=decision.rebalance)
             self._write(topology, previous, current)
+
+    def _render(self, topology: Manifest, spec: TopologySpec, *, image: str,
+                certificates: TopologyCredentials | None, generation: int | None) -> list[Manifest]:
+        """The children of ``topology`` for ``spec``, owned by it."""
+        own = (self.settings.own_namespace,) if self.settings.own_namespace else ()
+        manifests = render(spec, namespace=topology["metadata"]["namespace"], image=image,
+                           podmonitor=self._podmonitor(), monitor_labels=dict(self.settings.podmonitor_labels),
+                           pdb_api=self.features.pdb_api, tls=certificates.rendered if certificates else None,
+                           metrics_from=self.settings.metrics_from, control_from=own, generation=generation or 0,
+                           evict_unhealthy=self.features.unhealthy_eviction)
+        kopf.adopt(manifests, owner=topology)
+        return manifests
+
+    def _repair(self, topology: Manifest, logger: logging.Logger | logging.LoggerAdapter) -> None:
+        """Drift repair, and certificate renewal, while the latest spec is not applied (invalid, or its
+        switch refused): the children of the spec the pods run are put back as it rendered them, nothing
+        pruned. Without it, a deleted headless Service broke the peers' names, a deleted ConfigMap left
+        restarted pods unable to start, and the certificates expired."""
+        namespace, name = topology["metadata"]["namespace"], topology["metadata"]["name"]
+        applied = self._applied.get((namespace, name)) or self._applied_before(namespace, name)
+        if applied is None:
+            logger.warning("the spec the pods run is not known (its ConfigMap is gone too): nothing repaired")
+            return
+        spec, generation = applied
+        try:
+            certificates = self._credentials(topology, credentials(self.kube.get(
+                Ref("v1", "Secret", namespace, Names(name).tls)))) if self.settings.tls else None
+            manifests = self._render(topology, spec, image=resolve_image(spec, self.settings.image),
+                                     certificates=certificates, generation=generation)
+            done = apply(self.kube, manifests, prune=[], owned=lambda live: _owned(live, topology))
+        except (TopologyError, ApplyError) as exc:
+            logger.warning("repairing the children of the spec the pods run failed: %s", exc)
+            return
+        self._applied[(namespace, name)] = applied
+        if certificates is not None:
+            self.certificates.written(_key(topology), certificates.rendered)
+        if done.changed:
+            logger.info("repaired the children of the spec the pods run: %s", done.summary())
+
+    def _applied_before(self, namespace: str, name: str) -> tuple[TopologySpec, int] | None:
+        """The spec and generation in the Topology's ConfigMap (what the pods run), if it is there and valid."""
+        data = (self.kube.get(Ref("v1", "ConfigMap", namespace, Names(name).config_map)) or {}).get("data") or {}
+        try:
+            spec = TopologySpec.from_dict(yaml.safe_load(data.get(SPEC_FILE) or ""), strict=False)
+            return spec, int(data.get(GENERATION_FILE) or 0)
+        except (TopologyError, ValueError, yaml.YAMLError):
+            return None
 
     def refresh(self, namespace: str, name: str) -> None:
         """Recompute the status of a Topology whose latest spec is applied from its StatefulSets and

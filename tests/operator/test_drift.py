@@ -108,6 +108,39 @@ async def test_a_request_the_api_server_never_answers_times_out_and_the_topology
     await eventually("the change carried out", lambda: obj(api, STATEFULSETS, "wc-worker")["spec"]["replicas"] == 3)
 
 
+@pytest.mark.parametrize("restarted", [False, True], ids=["kept", "operator-restarted"])
+async def test_the_children_of_the_spec_the_pods_run_are_repaired_while_the_latest_spec_is_invalid(
+        api, start_operator, restarted):
+    """The pods run on with the last valid spec while the Topology is Failed; its deleted children were never
+    put back (found by the operator audit): without its headless Service the peers' names no longer resolve,
+    without its ConfigMap a restarted pod cannot start. An operator restarted meanwhile reads that spec from
+    the ConfigMap; what it puts back is what was there, the spec that failed left out."""
+    op = await start_operator(resync_seconds=1)
+    await create_topology(api, "wc", SPEC)
+    await eventually("the acker StatefulSet", lambda: obj(api, STATEFULSETS, "wc-acker"))
+    for sts in ("wc-worker", "wc-acker"):
+        await roll_out(api, sts)
+    await eventually("Running", lambda: status(api, "wc").get("phase") == "Running")
+    before = {(res, name): obj(api, res, name) for res, name in ((SERVICES, "wc-worker"), (CONFIGMAPS, "wc-spec"),
+                                                                  (STATEFULSETS, "wc-worker"))}
+    if restarted:
+        await op.stop()
+    await patch(api, TOPOLOGIES, "wc", {"spec": {"workers": 0, "ackers": 1}})  # past a webhook that was down
+    if restarted:
+        await start_operator(resync_seconds=1)
+    await eventually("Failed", lambda: status(api, "wc").get("phase") == "Failed")
+    await delete(api, SERVICES, "wc-worker")
+    await delete(api, STATEFULSETS, "wc-worker")
+    for (res, name), was in before.items():
+        back = await eventually(f"{name} back", lambda res=res, name=name: obj(api, res, name))
+        key = "data" if res == CONFIGMAPS else "spec"
+        assert back[key] == was[key], name
+    await delete(api, CONFIGMAPS, "wc-spec")  # known since: put back again, whatever the operator's restarts
+    back = await eventually("the ConfigMap back", lambda: obj(api, CONFIGMAPS, "wc-spec"))
+    assert back["data"] == before[(CONFIGMAPS, "wc-spec")]["data"]
+    assert status(api, "wc")["phase"] == "Failed"
+
+
 async def test_the_children_of_a_topology_being_deleted_are_not_made_again(api, start_operator, caplog):
     """``kubectl delete --cascade=foreground`` (Argo CD's default): the Topology stays, with a
     deletionTimestamp, while the garbage collector deletes its children. The operator leaves them gone

@@ -339,6 +339,14 @@ async def test_a_switch_the_processes_refuse_stops_the_rebalance_says_why_and_le
         checks = [r for r in caplog.records if "cannot run the new spec, nothing of it is applied" in r.getMessage()]
         assert len(checks) == 1 and not [r for r in caplog.records if "refused the switch" in r.getMessage()]
         assert spec_in_config_map(api, "wc")["bolts"][1]["className"] == SPEC["bolts"][1]["className"]
+        # the pods' spec is repaired meanwhile: deleted, its headless Service was never put back (the operator
+        # audit), and the peers' names no longer resolved
+        running = obj(api, SERVICES, "wc-worker")
+        response = await api.delete(f"/api/v1/namespaces/{NAMESPACE}/services/wc-worker")
+        assert response.status == 200
+        back = await eventually("the Service back", lambda: obj(api, SERVICES, "wc-worker"), timeout=30)
+        assert back["spec"] == running["spec"]
+        assert condition(api, "wc", "Degraded")["reason"] == "SwitchRefused"
 
 
 async def test_a_write_refused_mid_rebalance_is_tried_again_soon_and_stays_reported_through_pod_events(
