@@ -146,6 +146,13 @@ def test_the_builder_takes_what_python_code_hands_it():
     builder.set_bolt("bolt", PassBolt).grouping("spout", {"type": "fields", "fields": ("id",)})
     spec = builder.build(workers=np.int64(2), message_timeout_seconds=30.0, config=types.MappingProxyType({"a": 1}))
     assert (spec.workers, spec.message_timeout_seconds, spec.config) == (2, 30, {"a": 1})
+    # but not what would be lost: True is no count, "no" no truth value (found by the configuration audit)
+    for settings, message in (({"workers": True}, "workers: must be a whole number (got True)"),
+                              ({"suspended": "no"}, "suspended: must be true or false (got 'no')"),
+                              ({"max_spout_pending": False}, "maxSpoutPending: must be a whole number (got False)")):
+        with pytest.raises(TopologyError) as info:
+            builder.build(**settings)
+        assert_mentions(str(info.value), message)
     assert spec.spouts[0].parallelism == 2 and spec.bolts[0].inputs[0].grouping.fields == ["id"]
 
 
@@ -225,6 +232,11 @@ def test_outputs_that_are_not_a_list_or_dict():
      ["bolts[1].paralelism", "bolt 'count'", "did you mean 'parallelism'"]),
     (lambda d: count_input(d)["grouping"].update(feilds=["word"]), ["grouping.feilds", "did you mean 'fields'"]),
     (lambda d: count_input(d).update(zzz=1), ["inputs[0].zzz", "unknown key", "allowed keys: component, stream"]),
+    # both spellings: it said to use the one already there (found by the configuration audit)
+    (lambda d: d.update(messageTimeoutSeconds=5, message_timeout_seconds=6),
+     ["message_timeout_seconds: given twice, also as 'messageTimeoutSeconds'; keep one"]),
+    (lambda d: d["bolts"][1].update(tickFrequencySeconds=1, tick_frequency_seconds=2),
+     ["bolts[1].tick_frequency_seconds", "given twice, also as 'tickFrequencySeconds'"]),
 ])
 def test_unknown_keys(mutate, expected):
     assert_mentions(error_of(mutate), *expected)

@@ -233,6 +233,12 @@ def test_validate_takes_topology_resources_as_submit_prints_them(tmp_path, capsy
     assert main(["validate", str(mixed)]) == 2
     assert "document 2 is a v1 ConfigMap, not a squall.dev/v1alpha1 Topology" in capsys.readouterr().err
 
+    # it said the spec "must be a mapping ..., got NoneType" (found by the configuration audit)
+    cr["specs"] = cr.pop("spec")
+    out.write_text(yaml.safe_dump(cr))
+    assert main(["validate", str(out)]) == 2
+    assert "document 1: unknown key 'specs'; did you mean 'spec'?" in capsys.readouterr().err
+
 
 def test_submit_checks_the_classes_where_it_can_import_them_and_sets_the_image(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(REPO)  # examples.wordcount is importable from here

@@ -8,6 +8,7 @@ admission webhook check them, with the same messages, plus the classes unless ``
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib.util
 from typing import Any
 
@@ -46,6 +47,11 @@ def _from_resource(doc: dict[str, Any], *, path: str, index: int) -> TopologySpe
     if doc.get("kind") != resource.KIND or str(doc.get("apiVersion", "")).split("/")[0] != resource.GROUP:
         raise TopologyError(f"{path}: document {index + 1} is a {doc.get('apiVersion')} {doc.get('kind')}, "
                             f"not a {resource.API_VERSION} {resource.KIND}")
+    unknown = sorted(set(doc) - {"apiVersion", "kind", "metadata", "spec", "status"})
+    if unknown:
+        close = difflib.get_close_matches(unknown[0], ["spec", "metadata"], n=1)
+        raise TopologyError(f"{path}: document {index + 1}: unknown key {unknown[0]!r}"
+                            + (f"; did you mean {close[0]!r}?" if close else " (a Topology has metadata and spec)"))
     meta = doc.get("metadata") or {}
     if not meta.get("name"):
         raise TopologyError(f"{path}: document {index + 1}: metadata.name is required")

@@ -12,7 +12,7 @@ import json
 import re
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, Literal, Self
+from typing import Annotated, Any, ClassVar, Literal, Self, get_args
 
 import yaml
 from pydantic import (
@@ -23,6 +23,7 @@ from pydantic import (
     Field,
     PrivateAttr,
     ValidationError,
+    ValidationInfo,
     WithJsonSchema,
     field_validator,
     model_validator,
@@ -70,6 +71,19 @@ class _Model(BaseModel):
     def to_dict(self) -> dict[str, Any]:
         """The camelCase document this model loads from (the YAML / CR shape)."""
         return self.model_dump(by_alias=True, mode="json")
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_truth_values_as_numbers(cls, value: Any, info: ValidationInfo) -> Any:
+        # What the lax mode of Python code (TopologyBuilder) would convert and lose: workers=True is 1,
+        # suspended="no" is False. Documents are strict, and refuse them anyway.
+        kinds = set(get_args(cls.model_fields[info.field_name].annotation)) or {
+            cls.model_fields[info.field_name].annotation}
+        if isinstance(value, bool) and bool not in kinds and kinds & {int, float}:
+            raise ValueError("must be a whole number" if int in kinds else "must be a number")
+        if isinstance(value, str) and bool in kinds:
+            raise ValueError("must be true or false")
+        return value
 
 
 class GroupingType(StrEnum):
@@ -546,7 +560,11 @@ def _describe(error: Any, data: dict[str, Any]) -> str:
     where = _path(loc) + _component_name(loc, data)
     if error["type"] == "extra_forbidden":
         model = _model_at(loc)
-        allowed = [f.alias or n for n, f in model.model_fields.items()] if model else []
+        fields = model.model_fields if model else {}
+        alias = fields[loc[-1]].alias if loc[-1] in fields else None
+        if alias and alias in _mapping_at(data, loc[:-1]):  # snake_case beside its camelCase: one would be ignored
+            return f"  {where}: given twice, also as {alias!r}; keep one"
+        allowed = [f.alias or n for n, f in fields.items()]
         close = difflib.get_close_matches(str(loc[-1]), allowed, n=1)
         hint = f"did you mean {close[0]!r}?" if close else f"allowed keys: {', '.join(allowed)}"
         return f"  {where}: unknown key; {hint}"
@@ -557,6 +575,16 @@ def _describe(error: Any, data: dict[str, Any]) -> str:
     got = error.get("input")
     shown = "" if isinstance(got, (dict, list)) else f" (got {got!r})"
     return f"  {where}: {_plain(error)}{shown}"
+
+
+def _mapping_at(data: Any, loc: tuple[Any, ...]) -> dict[str, Any]:
+    """The mapping of the document at ``loc`` ({} where there is none)."""
+    for part in loc:
+        try:
+            data = data[part]
+        except (KeyError, IndexError, TypeError):
+            return {}
+    return data if isinstance(data, dict) else {}
 
 
 # What a mapping looks like where a model is expected, by model class (the usual slip: a bare string).
