@@ -79,7 +79,7 @@ class _Model(BaseModel):
         # suspended="no" is False. Documents are strict, and refuse them anyway.
         kinds = set(get_args(cls.model_fields[info.field_name].annotation)) or {
             cls.model_fields[info.field_name].annotation}
-        if isinstance(value, bool) and bool not in kinds and kinds & {int, float}:
+        if isinstance(value, bool) and bool not in kinds and kinds & {int, float} and str not in kinds:
             raise ValueError("must be a whole number" if int in kinds else "must be a number")
         if isinstance(value, str) and bool in kinds:
             raise ValueError("must be true or false")
