@@ -193,7 +193,7 @@ def test_the_limit_is_the_topologys_transfer_max_value_bytes_in_utf_8_and_a_str_
 def test_a_value_limit_must_leave_room_in_a_frame():
     from squall import TopologyError, TopologySpec
 
-    with pytest.raises(TopologyError, match="maxValueBytes .* must be below maxFrameBytes"):
+    with pytest.raises(TopologyError, match="maxValueBytes .70000. must be at most 61371 with maxFrameBytes"):
         TopologySpec.from_dict({"name": "t", "spouts": [{"name": "s", "className": "m:S"}],
                                 "transfer": {"maxValueBytes": 70000, "maxFrameBytes": 65536}})
 
@@ -207,3 +207,104 @@ def test_a_full_batch_of_acker_messages_must_fit_in_a_frame():
     with pytest.raises(TopologyError, match=r"batchSize \(4096\) must be at most 3116 with maxFrameBytes \(65536\)"):
         TopologySpec.from_dict({**doc, "transfer": {"batchSize": 4096, "maxFrameBytes": 65536, "maxValueBytes": 100}})
     TopologySpec.from_dict({**doc, "transfer": {"batchSize": 3116, "maxFrameBytes": 65536, "maxValueBytes": 100}})
+
+
+def test_size_is_what_msgpack_encodes_headers_and_all():
+    """``size`` counted an empty str, bytes, list or dict as 0 bytes and no item's header: [""] * 70,000
+    counted 0 and encoded to 70 KB, so it passed maxValueBytes and then no frame (distributed audit)."""
+    import msgpack
+
+    from squall.values import content_size, size
+
+    samples = [[""] * 70_000, [b""] * 1000, [[]] * 1000, [{}] * 1000, ["x" * 31, "y" * 32, "z" * 65_536],
+               [0, -32, -33, 127, 128, 65_535, 65_536, -32_769, 2**32 - 1, 2**32, -(2**31) - 1, 2**64 - 1, -(2**63)],
+               [0.5, None, True, b"b" * 300, "é" * 40], {str(i): [i] * i for i in range(40)}, *GOOD]
+    for value in samples:
+        encoded = len(msgpack.packb(value))
+        assert size(value) == encoded, repr(value)[:60]
+    assert content_size([""] * 70_000) == 70_000
+
+
+class TwoBig(Spout):
+    """Emits values that each pass maxValueBytes but not a frame together, then a tuple that fits."""
+
+    outputs = ["a", "b"]
+
+    def open(self, conf, context, collector):
+        super().open(conf, context, collector)
+        self.refused: list[str] = []
+        self.acked: list = []
+        self.sent = False
+
+    def next_tuple(self):
+        if self.sent:
+            return
+        self.sent = True
+        for values in (["x" * 40_000, "y" * 40_000], [[""] * 35_000, [{}] * 35_000]):
+            try:
+                self.collector.emit(values, msg_id="big")
+            except EmitError as exc:
+                self.refused.append(str(exc))
+        self.collector.emit(["x" * 40_000, "y" * 20_000], msg_id="fits")
+
+    def ack(self, msg_id):
+        self.acked.append(msg_id)
+
+
+def test_the_values_of_a_tuple_together_must_fit_a_frame_in_every_mode():
+    """Two values of 40,000 bytes each passed maxValueBytes (50,000): the tuple acked in one process, and
+    across processes it was dropped as larger than a frame and its tree failed, at every replay
+    (distributed audit). Now the emit is refused in every mode, naming the stream and both limits."""
+    builder = TopologyBuilder("two-big")
+    builder.set_spout("spout", TwoBig)
+    builder.set_bolt("sink", HoldBolt).shuffle_grouping("spout")
+    with LocalCluster(builder.build(transfer={"maxFrameBytes": 65_536, "maxValueBytes": 50_000})) as cluster:
+        spout = one(cluster, "spout")
+        run_until_quiet(cluster, lambda: spout.acked == ["fits"])
+        (total, empties) = spout.refused
+        assert "'spout'" in total and "'default'" in total and "about 80,006 bytes together" in total
+        assert "transfer.maxFrameBytes (65,536)" in total and "raise maxFrameBytes" in total
+        assert "about 70,006 bytes together" in empties  # an empty str or dict takes a byte
+        assert [len(v) for v in one(cluster, "sink").received[0]] == [40_000, 20_000]
+
+
+class Gather(Bolt):
+    """Holds every input; at the last, emits a large value anchored to them all (refused: their ids do not
+    fit in a frame beside it), then anchored to ten of them, and acks them all."""
+
+    outputs = ["blob"]
+
+    def prepare(self, conf, context, collector):
+        super().prepare(conf, context, collector)
+        self.count = conf["count"]
+        self.held: list = []
+        self.refused: list[str] = []
+
+    def execute(self, tup):
+        self.held.append(tup)
+        if len(self.held) < self.count:
+            return
+        try:
+            self.collector.emit(["y" * 58_000], anchors=self.held)
+        except EmitError as exc:
+            self.refused.append(str(exc))
+        self.collector.emit(["y" * 58_000], anchors=self.held[:10])
+        for held in self.held:
+            self.collector.ack(held)
+
+
+def test_a_tuple_anchored_to_more_trees_than_a_frame_has_room_for_is_refused_and_its_anchors_unharmed():
+    """A tuple's anchors travel with it (16 bytes per tree): one anchored to 300 trees beside a 58,000-byte
+    value does not fit a frame of 64 KiB. The emit is refused before any edge id is drawn, so each input
+    can still be acked and every tree completes; with ten anchors the same value goes."""
+    builder = TopologyBuilder("gather")
+    builder.set_spout("spout", RecordingSpout, config={"count": 300})
+    builder.set_bolt("gather", Gather, config={"count": 300}).global_grouping("spout")
+    builder.set_bolt("sink", HoldBolt).shuffle_grouping("gather")
+    with LocalCluster(builder.build(transfer={"maxFrameBytes": 65_536, "maxValueBytes": 60_000})) as cluster:
+        spout = one(cluster, "spout")
+        run_until_quiet(cluster, lambda: len(spout.acked) == 300)
+        (refused,) = one(cluster, "gather").refused
+        assert "anchored to 300 trees (16 bytes each)" in refused and "(65,536)" in refused
+        assert sorted(spout.acked) == list(range(300)) and spout.failed == []
+        assert len(one(cluster, "sink").received) == 1

@@ -401,6 +401,30 @@ def test_a_result_value_over_max_value_bytes_fails_the_batch_before_any_row_is_e
         assert "over transfer.maxValueBytes (100)" in cluster.errors("spark")[0].error
 
 
+class Wide(SparkBolt):
+    outputs = ["id", "text"]
+
+    def process(self, df):
+        return df.where(F.col("id") < 2).select(
+            "id", F.when(F.col("id") == 1, F.lit("y" * 60_000)).otherwise(F.lit("x")).alias("text"))
+
+
+def test_a_result_row_that_does_not_fit_a_frame_with_the_batchs_anchors_fails_the_batch_before_any_emit():
+    """Each row goes anchored to every input's tree, 16 bytes each in its frame: a row of 60,000 bytes
+    passes maxValueBytes, and fits a frame of 64 KiB alone, but not with 100 trees' ids. Before, the batch
+    was acked in one process, and across processes the row was dropped as over a frame, after the first
+    row had gone, and its trees failed, at every replay."""
+    builder = TopologyBuilder("spark-wide")
+    builder.set_spout("spout", RecordingSpout, config={"count": 100})
+    builder.set_bolt("spark", Wide, config={"spark.batch.size": 100}).shuffle_grouping("spout")
+    builder.set_bolt("sink", Collect).global_grouping("spark")
+    with LocalCluster(builder.build(transfer={"maxFrameBytes": 65_536, "maxValueBytes": 61_000})) as cluster:
+        spout, sink = one(cluster, "spout"), one(cluster, "sink")
+        run_until(cluster, spout.settled, seconds=DEADLINE)
+        assert sorted(spout.failed) == list(range(100)) and sink.rows == []
+        assert "anchored to 100 trees" in cluster.errors("spark")[0].error
+
+
 def test_result_values_become_tuple_values():
     with one_bolt_topology(Shapes, count=3) as cluster:
         spout, sink = one(cluster, "spout"), one(cluster, "sink")

@@ -68,6 +68,10 @@ class TopologyContext(Protocol):
         """``transfer.maxValueBytes``: the largest tuple value an emit takes."""
 
     @property
+    def max_frame_bytes(self) -> int:
+        """``transfer.maxFrameBytes``: what a tuple's values and anchors together must fit in."""
+
+    @property
     def this_component_tasks(self) -> list[int]:
         """The task ids of this task's component."""
 

@@ -16,6 +16,16 @@ INT_MIN, INT_MAX = -(2**63), 2**64 - 1
 MAX_DEPTH = 100  # lists and dicts nested deeper are refused: msgpack refuses to pack ~1,000 levels
 SUPPORTED = "str, bytes, bool, int (64-bit), float, None, list and dict"
 
+# What a frame of tuples holds besides their values (size()): its protobuf tags and routes, and per tuple
+# its route and msgpack's headers, with room to spare, room too for ANCHORS_IN_ROOM trees a tuple is
+# anchored to; past them, a root and an edge id per tree (squall.transport.codec)
+FRAME_ROOM = 4096
+TUPLE_ROOM = 64
+ANCHOR_BYTES = 16
+ANCHORS_IN_ROOM = 64
+HEADER_BYTES = 5  # msgpack's longest header of a str, bytes, list or dict
+SCALAR_BYTES = 9  # a float, or the largest int, with its type byte
+
 
 def utf8_size(text: str) -> int:
     """The bytes ``text`` takes in UTF-8, as the wire carries it; -1 when it does not encode: a lone
@@ -56,7 +66,24 @@ def _bad(value: Any, depth: int = 0) -> str | None:
 
 
 def size(value: Any) -> int:
-    """About how many bytes ``value`` takes on the wire: a str's UTF-8 bytes, bytes, and 8 per other scalar."""
+    """The bytes ``value`` takes on the wire (msgpack): its content and every header in it."""
+    kind = type(value)
+    if kind is str:
+        n = utf8_size(value)
+        return n + _header(n, 32)
+    if kind is bytes:
+        return len(value) + _header(len(value), 0)
+    if kind is list or kind is dict:
+        return content_size(value) + _header(len(value), 16)
+    if kind is int:
+        return (1 if -32 <= value < 128 else 2 if -128 <= value < 256 else 3 if -32768 <= value < 65536
+                else 5 if -2**31 <= value < 2**32 else 9)
+    return SCALAR_BYTES if kind is float else 1
+
+
+def content_size(value: Any) -> int:
+    """What ``transfer.maxValueBytes`` bounds: a str's UTF-8 bytes, a bytes' length, a list's or dict's
+    items as the wire carries them (:func:`size`)."""
     kind = type(value)
     if kind is str:
         return utf8_size(value)
@@ -66,13 +93,27 @@ def size(value: Any) -> int:
         return sum(map(size, value))
     if kind is dict:
         return sum(size(k) + size(v) for k, v in value.items())
-    return 8
+    return 0
+
+
+def _header(n: int, fixed: int) -> int:
+    """msgpack's header of a str, bytes, list or dict of ``n`` bytes or items: one byte below ``fixed``,
+    two below 256 for a str or bytes (lists and dicts have no 8-bit length), three below 65,536."""
+    return 1 if n < fixed else 2 if n < 256 and fixed != 16 else 3 if n < 65536 else HEADER_BYTES
+
+
+def tuple_budget(max_frame: int, stream: str, anchors: int = 0) -> int:
+    """The most a tuple's values may take together (by :func:`size`) for the tuple, on ``stream`` and
+    anchored to ``anchors`` trees, to fit a frame of ``max_frame`` bytes (``transfer.maxFrameBytes``)."""
+    return max_frame - FRAME_ROOM - TUPLE_ROOM - max(utf8_size(stream), 0) - ANCHOR_BYTES * anchors
 
 
 def check_values(values: list[Any], *, fields: tuple[str, ...], component: str, stream: str,
-                 max_bytes: int | None = None) -> None:
+                 max_bytes: int | None = None, max_frame: int | None = None, anchors: int = 0) -> None:
     """Raise :class:`EmitError` unless ``values`` matches ``fields``, holds only supported types and,
-    with ``max_bytes``, no value larger than that (``transfer.maxValueBytes``)."""
+    with ``max_bytes``, no value larger than that (``transfer.maxValueBytes``), and with ``max_frame``,
+    fits a frame of that many bytes (``transfer.maxFrameBytes``), anchored to ``anchors`` trees past
+    the ANCHORS_IN_ROOM a frame has room for."""
     if len(values) != len(fields):
         raise EmitError(
             f"component {component!r} emitted {len(values)} value(s) on stream {stream!r}, "
@@ -87,14 +128,24 @@ def check_values(values: list[Any], *, fields: tuple[str, ...], component: str, 
                 max_bytes is None or kind is not bytes or len(value) <= max_bytes):
             continue
         reason = _bad(value)
-        if not reason and max_bytes is not None and size(value) > max_bytes:
-            raise EmitError(
-                f"component {component!r} emitted field {name!r} on stream {stream!r}: the value holds about "
-                f"{size(value):,} bytes, over transfer.maxValueBytes ({max_bytes:,}); send a reference "
-                "(a path, a key) instead, or raise the limit"
-            )
         if reason:
             raise EmitError(
                 f"component {component!r} emitted field {name!r} on stream {stream!r}: {reason}; "
                 f"tuple values may be {SUPPORTED} (convert the value, e.g. to str or a dict)"
+            )
+        if max_bytes is not None and content_size(value) > max_bytes:
+            raise EmitError(
+                f"component {component!r} emitted field {name!r} on stream {stream!r}: the value holds about "
+                f"{content_size(value):,} bytes, over transfer.maxValueBytes ({max_bytes:,}); send a "
+                "reference (a path, a key) instead, or raise the limit"
+            )
+    if max_frame is not None:
+        total, budget = sum(map(size, values)), tuple_budget(max_frame, stream, anchors)
+        if total > budget:
+            trees = f", anchored to {anchors:,} trees ({ANCHOR_BYTES} bytes each)," if anchors else ""
+            raise EmitError(
+                f"component {component!r} emitted on stream {stream!r} a tuple whose values take about "
+                f"{total:,} bytes together{trees} over the {budget:,} a frame of transfer.maxFrameBytes "
+                f"({max_frame:,}) leaves them; send references (paths, keys) instead of the largest values, "
+                "or raise maxFrameBytes"
             )

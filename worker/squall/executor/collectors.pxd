@@ -66,7 +66,7 @@ cdef class BoltCollector:
     cpdef list _route_and_emit(self, list values, object anchors, str stream)
 
     @cython.locals(executor=Executor, anchor=Tuple, one=Tuple, ids=EdgeIds, t=cython.longlong, root=object,
-                   edge=cython.ulonglong, task_id=cython.longlong)
+                   edge=cython.ulonglong, task_id=cython.longlong, trees=Py_ssize_t)
     cpdef list _emit(self, list targets, list values, Fields fields, str stream, object anchors)
 
     @cython.locals(executor=Executor, acker=AckerRoute, tasks=tuple, n=Py_ssize_t, ack_val=cython.ulonglong,

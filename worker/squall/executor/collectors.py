@@ -16,6 +16,7 @@ from squall.executor.stats import SAMPLE_EVERY, TaskStats
 from squall.system import DEFAULT_STREAM
 from squall.topology.assignment import acker_shares
 from squall.tuples import ACKED, FAILED, Fields, Tuple
+from squall.values import ANCHORS_IN_ROOM
 
 if TYPE_CHECKING:
     from squall.executor.base import Executor
@@ -212,6 +213,11 @@ class BoltCollector:
                 executor.send(t, Tuple.make(values, fields, src, stream, task_id, root, edge, None, t))
         else:
             many = (anchors,) if type(anchors) is Tuple else (anchors or ())
+            trees = 0
+            for anchor in many:
+                trees += 1 if anchor.trees is None else len(anchor.trees)
+            if trees > ANCHORS_IN_ROOM:  # their ids take room in the tuple's frame, counted before any is drawn
+                self._router.check(stream, values, len({root for anchor in many for root in anchor.roots()}))
             for t in targets:
                 executor.send(t, Tuple.anchored(values, fields, src, stream, task_id, self._edges(many), t))
         self._stats.emitted.add(stream)

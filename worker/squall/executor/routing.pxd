@@ -13,13 +13,15 @@ cdef class DirectOnly(Grouper):
 cdef class Router:
     cdef public str component
     cdef public long long task_id
-    cdef public long long max_value_bytes
-    cdef public dict fields, groupers, direct
+    cdef public long long max_value_bytes, max_frame
+    cdef public dict fields, groupers, direct, budgets
     cdef str _stream
     cdef public Fields routed
     cdef list _groupers
+    cdef long long _budget
 
-    @cython.locals(fields=Fields, limit=cython.longlong, groupers=list, grouper=Grouper, targets=list)
+    @cython.locals(fields=Fields, limit=cython.longlong, total=cython.longlong, size=Py_ssize_t, groupers=list,
+                   grouper=Grouper, targets=list)
     cpdef list route(self, str stream, list values)
 
 

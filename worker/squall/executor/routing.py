@@ -11,7 +11,7 @@ from squall.grouping import Grouper, Locality, make_grouper
 from squall.topology.context import TaskContext
 from squall.topology.plan import Plan
 from squall.tuples import NO_FIELDS, Fields
-from squall.values import INT_MAX, INT_MIN, SCALAR_TYPES, check_values, utf8_size
+from squall.values import INT_MAX, INT_MIN, SCALAR_BYTES, SCALAR_TYPES, check_values, tuple_budget, utf8_size
 
 try:
     import cython
@@ -58,7 +58,11 @@ class Router:
         self.component = context.component_id
         self.task_id = context.task_id
         self.max_value_bytes = plan.spec.transfer.max_value_bytes
+        self.max_frame = plan.spec.transfer.max_frame_bytes
         self.fields: dict[str, Fields] = {}
+        # per stream, the bytes of str and bytes values under which a tuple surely fits a frame, whatever
+        # its other values (each of them, or a str's or bytes' header, takes at most SCALAR_BYTES)
+        self.budgets: dict[str, int] = {}
         self.groupers: dict[str, list[Any]] = {}
         self.direct: dict[str, frozenset[int]] = {}
         aware = plan.spec.locality_aware
@@ -67,6 +71,7 @@ class Router:
         for stream in plan.outputs[self.component]:
             fields = plan.stream_fields(self.component, stream)
             self.fields[stream] = fields
+            self.budgets[stream] = tuple_budget(self.max_frame, stream) - SCALAR_BYTES * len(fields)
             subs = plan.subscribers.get((self.component, stream), [])
             groupers = [make_grouper(s, source=(self.component, stream), fields=fields, task_id=self.task_id,
                                      local_tasks=context.worker_tasks, context=context, rng=rng, locality=locality)
@@ -81,6 +86,7 @@ class Router:
         self._stream: str | None = None
         self.routed = NO_FIELDS
         self._groupers: list[Any] = []
+        self._budget = 0
 
     def route(self, stream: str, values: list[Any]) -> list[int]:
         """Check ``values`` against the stream's fields and choose the receiving tasks (the hot path);
@@ -90,22 +96,31 @@ class Router:
             if fields is None:
                 raise self._undeclared(stream)
             self._stream, self.routed, self._groupers = stream, fields, self.groupers[stream]
+            self._budget = self.budgets[stream]
         fields = self.routed
         limit = self.max_value_bytes
         if len(values) != len(fields.names):
-            check_values(values, fields=fields.names, component=self.component, stream=stream, max_bytes=limit)
+            self.check(stream, values)
+        total = 0
         for value in values:
             kind = type(value)
             if kind is str:  # its UTF-8 bytes count (the wire's), and a lone surrogate is refused
-                if 0 <= _wire_size(value) <= limit:
+                size = _wire_size(value)
+                if 0 <= size <= limit:
+                    total += size
                     continue
             elif kind is bytes:
-                if len(value) <= limit:
+                size = len(value)
+                if size <= limit:
+                    total += size
                     continue
             elif kind is float or kind is int and INT_MIN <= value <= INT_MAX or kind in SCALAR_TYPES:
                 continue
-            check_values(values, fields=fields.names, component=self.component, stream=stream, max_bytes=limit)
+            self.check(stream, values)  # the whole tuple: its types, each value's size and their total
             break
+        else:
+            if total > self._budget:
+                self.check(stream, values)
         groupers = self._groupers
         if len(groupers) == 1:
             grouper = groupers[0]
@@ -119,9 +134,16 @@ class Router:
         fields = self.fields.get(stream)
         if fields is None:
             raise self._undeclared(stream)
-        check_values(values, fields=fields.names, component=self.component, stream=stream,
-                     max_bytes=self.max_value_bytes)
+        self.check(stream, values)
         return fields, self.direct_target(stream, task)
+
+    def check(self, stream: str, values: list[Any], anchors: int = 0) -> None:
+        """Raise :class:`EmitError` unless ``values`` may go on ``stream`` (a declared one), anchored to
+        ``anchors`` trees (0: as many as a frame has room for): their fields and types, each one's size
+        and their total, which must fit a frame in every mode, for a tuple that runs in one process to run
+        across processes."""
+        check_values(values, fields=self.fields[stream].names, component=self.component, stream=stream,
+                     max_bytes=self.max_value_bytes, max_frame=self.max_frame, anchors=anchors)
 
     def _undeclared(self, stream: str) -> EmitError:
         return EmitError(f"component {self.component!r} emitted on stream {stream!r}, which it does not "

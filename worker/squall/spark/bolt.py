@@ -319,11 +319,12 @@ class SparkBolt(Bolt):
                                 f"({', '.join(out.columns)}), but the bolt {declared}; select or rename its "
                                 "columns to match, or return None to emit nothing")
         result = []
+        trees = len({root for tup in batch.inputs for root in tup.roots()})  # each row is anchored to them all
         for row in out.select(*fields).collect():
             values = [_plain(v) for v in row]
             # Checked here, so a bad value fails the whole batch before any of its rows is emitted.
             check_values(values, fields=fields, component=ctx.component_id, stream=self._stream,
-                         max_bytes=ctx.max_value_bytes)
+                         max_bytes=ctx.max_value_bytes, max_frame=ctx.max_frame_bytes, anchors=trees)
             result.append(values)
         return result
 

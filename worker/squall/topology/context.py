@@ -29,6 +29,10 @@ class TaskContext:
         return self._plan.spec.transfer.max_value_bytes
 
     @property
+    def max_frame_bytes(self) -> int:
+        return self._plan.spec.transfer.max_frame_bytes
+
+    @property
     def this_component_tasks(self) -> list[int]:
         return self.get_component_tasks(self.component_id)
 

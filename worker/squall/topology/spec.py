@@ -32,6 +32,7 @@ from pydantic.alias_generators import to_camel
 
 from squall.errors import TopologyError
 from squall.system import DEFAULT_STREAM
+from squall.values import HEADER_BYTES, tuple_budget
 
 # a DNS-1035 label (Services are named after it), within 40 characters (the names derived from it fit 63)
 NAME_PATTERN = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
@@ -221,14 +222,17 @@ class Transfer(_Model):
                                           description="a worker's or acker's transport threads wait at most "
                                                       "this for the GIL its busy scheduler holds")
     max_value_bytes: int = Field(default=1024 * 1024, ge=1, description="a tuple value (a str's UTF-8 bytes, "
-                                 "a bytes' length, a list's or dict's contents) larger than this is refused "
-                                 "at emit")
+                                 "a bytes' length, a list's or dict's items as encoded) larger than this is "
+                                 "refused at emit")
 
     @model_validator(mode="after")
     def _value_fits_a_frame(self) -> Self:
-        if self.max_value_bytes >= self.max_frame_bytes:
-            raise ValueError(f"maxValueBytes ({self.max_value_bytes}) must be below maxFrameBytes "
-                             f"({self.max_frame_bytes}): a tuple must fit in a frame")
+        most = tuple_budget(self.max_frame_bytes, "") - HEADER_BYTES  # a tuple of one value (and its stream name)
+        if self.max_value_bytes > most:
+            raise ValueError(f"maxValueBytes ({self.max_value_bytes}) must be at most {most} with maxFrameBytes "
+                             f"({self.max_frame_bytes}): a tuple of one value must fit in a frame, beside "
+                             f"the frame's own {self.max_frame_bytes - most:,} bytes; lower maxValueBytes or "
+                             "raise maxFrameBytes")
         # a full batch of acker messages, and one more: a young tree's FAIL or RESET brings its INIT along
         if (self.batch_size + 1) * ACKER_MESSAGE_BYTES + FRAME_OVERHEAD > self.max_frame_bytes:
             most = (self.max_frame_bytes - FRAME_OVERHEAD) // ACKER_MESSAGE_BYTES - 1

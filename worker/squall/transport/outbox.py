@@ -12,14 +12,10 @@ from squall.executor.base import Transfer
 from squall.proto.squall_pb2 import Batch
 from squall.transport.codec import I32, U8, U64, acker_columns, encode_acker_columns, tuple_columns
 from squall.tuples import Tuple
-from squall.values import size
+from squall.values import ANCHOR_BYTES, FRAME_ROOM, TUPLE_ROOM, size
 
 #: Seconds an acker's home keeps a tree from the acker, for the tree to complete there first.
 YOUNG_SECONDS = 0.1
-# What a frame of tuples holds besides their values' bytes (squall.values.size): its routes and columns,
-# and per tuple its route, anchors and msgpack's headers, with room to spare
-FRAME_ROOM = 4096
-TUPLE_ROOM = 64
 
 
 class Outbox:
@@ -257,6 +253,8 @@ class DataOutbox(AckerOutbox):
         budget, n, total = self.max_frame - FRAME_ROOM, 0, 0
         for tup in items:
             total += size(tup.values) + TUPLE_ROOM
+            if tup.trees is not None:
+                total += ANCHOR_BYTES * len(tup.trees)
             if n and total > budget:
                 break
             n += 1
