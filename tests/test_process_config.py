@@ -76,7 +76,7 @@ def test_environment_contract(spec_file):
     # found by the configuration audit: gRPC listened on another port, 0 became the default, and a shared
     # port left the process unreachable, its peers waiting for it for good
     ({"SQUALL_WORKER_INDEX": "0", "SQUALL_GRPC_PORT": "70000"},
-     "SQUALL_GRPC_PORT=70000 is not a port: use 1 to 65535 (default 7070)"),
+     "SQUALL_GRPC_PORT=70000 is not a port: use 1 to 65535"),
     ({"SQUALL_WORKER_INDEX": "0", "SQUALL_METRICS_PORT": "0"}, "SQUALL_METRICS_PORT=0 is not a port"),
     ({"SQUALL_WORKER_INDEX": "0", "SQUALL_GRPC_PORT": "9090"},
      "SQUALL_GRPC_PORT and SQUALL_METRICS_PORT are both 9090: give them different ports"),

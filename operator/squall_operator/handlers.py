@@ -232,6 +232,12 @@ class Operator:
             return self.kube.serves("monitoring.coreos.com", "v1", "podmonitors")
         return self.settings.podmonitor == "true"
 
+    def _secret(self, topology: Manifest) -> tuple[Credentials | None, TopologyCredentials | None]:
+        """What the topology's Secret holds, and with TLS on, its credentials (see :meth:`_credentials`)."""
+        meta = topology["metadata"]
+        secret = credentials(self.kube.get(Ref("v1", "Secret", meta["namespace"], Names(meta["name"]).tls)))
+        return secret, self._credentials(topology, secret) if self.settings.tls else None
+
     def _credentials(self, topology: Manifest, secret: Credentials | None) -> TopologyCredentials:
         """The topology's TLS credentials, its Secret holding ``secret``: those its pods hold, and those to
         render (new ones if the Secret is missing or due for renewal: the new CA then replaces the pods)."""
@@ -397,10 +403,9 @@ class Operator:
                 logger.warning("invalid spec, nothing of it applied: %s", exc)
                 self._write(topology, previous, status.failed(previous, str(exc), generation=generation,
                                                               at=status.now()))
-                self._repair(topology, logger)
+                self._repair(topology, self._secret(topology)[1], logger)
                 return
-            secret = credentials(self.kube.get(Ref("v1", "Secret", namespace, Names(name).tls)))
-            certificates = self._credentials(topology, secret) if self.settings.tls else None
+            secret, certificates = self._secret(topology)
             # the pods' own: what commands to them present (TLS turned off: pods made before hold the Secret's
             # until they are replaced, and the Secret goes only then)
             tls = certificates.held if certificates else secret
@@ -452,7 +457,7 @@ class Operator:
                 self._carry_out(decision, pods, spec=spec, tls=tls, logger=logger,
                                 commands=("activate",))
                 if decision.rebalance is not None and decision.rebalance.get("refused"):
-                    self._repair(topology, logger)
+                    self._repair(topology, certificates, logger)
             self._suspend(found, pods, spec=spec, generation=generation or 0, tls=tls, logger=logger)
             for kind, reason, message in decision.events:
                 logger.info("rebalance: %s: %s", reason, message)
@@ -478,7 +483,8 @@ class Operator:
         kopf.adopt(manifests, owner=topology)
         return manifests
 
-    def _repair(self, topology: Manifest, logger: logging.Logger | logging.LoggerAdapter) -> None:
+    def _repair(self, topology: Manifest, certificates: TopologyCredentials | None,
+                logger: logging.Logger | logging.LoggerAdapter) -> None:
         """Drift repair, and certificate renewal, while the latest spec is not applied (invalid, or its
         switch refused): the children of the spec the pods run are put back as it rendered them, nothing
         pruned. Without it, a deleted headless Service broke the peers' names, a deleted ConfigMap left
@@ -490,8 +496,6 @@ class Operator:
             return
         spec, generation = applied
         try:
-            certificates = self._credentials(topology, credentials(self.kube.get(
-                Ref("v1", "Secret", namespace, Names(name).tls)))) if self.settings.tls else None
             manifests = self._render(topology, spec, image=resolve_image(spec, self.settings.image),
                                      certificates=certificates, generation=generation)
             done = apply(self.kube, manifests, prune=[], owned=lambda live: _owned(live, topology))

@@ -13,6 +13,7 @@ from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from squall.errors import ConfigError
+from squall.process.contract import check_ports
 
 PodMonitorMode = Literal["auto", "true", "false"]
 FailurePolicy = Literal["Fail", "Ignore"]
@@ -109,14 +110,8 @@ class Settings:
             liveness = urlsplit(self.liveness).port or 80
         except ValueError:
             raise ConfigError(f"SQUALL_OPERATOR_LIVENESS={self.liveness!r}: its port is not one (1 to 65535)") from None
-        ports = {"SQUALL_OPERATOR_WEBHOOK_PORT": self.webhook_port, "SQUALL_OPERATOR_METRICS_PORT": self.metrics_port,
-                 "SQUALL_OPERATOR_LIVENESS": liveness}
-        for name, port in ports.items():
-            if not 1 <= port <= 65535:
-                raise ConfigError(f"{name}: port {port} is not a port: use 1 to 65535")
-        if len(set(ports.values())) < len(ports):
-            raise ConfigError("the webhook, metrics and liveness ports must differ: "
-                              + ", ".join(f"{name} {port}" for name, port in ports.items()))
+        check_ports({"SQUALL_OPERATOR_WEBHOOK_PORT": self.webhook_port,
+                     "SQUALL_OPERATOR_METRICS_PORT": self.metrics_port, "SQUALL_OPERATOR_LIVENESS": liveness})
 
     @property
     def log_level_number(self) -> int:

@@ -138,10 +138,11 @@ def test_settings_from_the_environment():
 
 @pytest.mark.parametrize(("env", "message"), [
     # two servers on one port both bound it, and each took some of the connections
-    ({"SQUALL_OPERATOR_WEBHOOK_PORT": "9090"}, "the webhook, metrics and liveness ports must differ: "
-     "SQUALL_OPERATOR_WEBHOOK_PORT 9090, SQUALL_OPERATOR_METRICS_PORT 9090, SQUALL_OPERATOR_LIVENESS 8080"),
-    ({"SQUALL_OPERATOR_METRICS_PORT": "8080"}, "ports must differ"),
-    ({"SQUALL_OPERATOR_WEBHOOK_PORT": "70000"}, "SQUALL_OPERATOR_WEBHOOK_PORT: port 70000 is not a port"),
+    ({"SQUALL_OPERATOR_WEBHOOK_PORT": "9090"},
+     "SQUALL_OPERATOR_WEBHOOK_PORT and SQUALL_OPERATOR_METRICS_PORT are both 9090: give them different ports"),
+    ({"SQUALL_OPERATOR_METRICS_PORT": "8080"},
+     "SQUALL_OPERATOR_METRICS_PORT and SQUALL_OPERATOR_LIVENESS are both 8080"),
+    ({"SQUALL_OPERATOR_WEBHOOK_PORT": "70000"}, "SQUALL_OPERATOR_WEBHOOK_PORT=70000 is not a port: use 1 to 65535"),
     ({"SQUALL_OPERATOR_LIVENESS": "http://0.0.0.0:99999/healthz"}, "SQUALL_OPERATOR_LIVENESS='http://0.0.0.0:99999"),
     # drift repair never ran
     ({"SQUALL_OPERATOR_RESYNC_SECONDS": "inf"}, "SQUALL_OPERATOR_RESYNC_SECONDS='inf': use a positive number"),

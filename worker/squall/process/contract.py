@@ -7,6 +7,10 @@ process entrypoint alike (docs/processes.md describes them for people).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
+from squall.errors import ConfigError
+
 WORKER, ACKER = "worker", "acker"
 ROLES = (WORKER, ACKER)
 
@@ -82,3 +86,15 @@ def peer_template(role: str, *, namespace: str | None = None) -> str:
     service = service_name("{topology}", role)
     domain = f".{namespace}.svc" if namespace else ""
     return f"{service}-{{i}}.{service}{domain}:{GRPC_PORT}"
+
+
+def check_ports(ports: Mapping[str, int]) -> None:
+    """Raise :class:`ConfigError` unless each port (named by the setting that gave it) is one, and no two
+    are the same: two servers on one port both bind it, and each takes some of the connections."""
+    seen: dict[int, str] = {}
+    for name, port in ports.items():
+        if not 1 <= port <= 65535:
+            raise ConfigError(f"{name}={port} is not a port: use 1 to 65535")
+        if port in seen:
+            raise ConfigError(f"{seen[port]} and {name} are both {port}: give them different ports")
+        seen[port] = name

@@ -52,25 +52,16 @@ DRAIN_QUIET = 1.0
 HOLD_MARGIN = 60.0
 
 
-def _int(env: Mapping[str, str], name: str) -> int | None:
+def _int(env: Mapping[str, str], name: str, default: int | None = None) -> int | None:
     raw = env.get(name)
     if raw is None or raw == "":
-        return None
+        return default
     try:
         value = int(raw)
     except ValueError:
         raise ConfigError(f"{name}={raw!r} is not an integer") from None
     if value < 0:
         raise ConfigError(f"{name}={value} must be >= 0")
-    return value
-
-
-def _port(env: Mapping[str, str], name: str, default: int) -> int:
-    value = _int(env, name)
-    if value is None:
-        return default
-    if not 1 <= value <= 65535:
-        raise ConfigError(f"{name}={value} is not a port: use 1 to 65535 (default {default})")
     return value
 
 
@@ -132,15 +123,13 @@ class ProcessConfig:
         tls = env.get(contract.TLS_DIR)
         cfg = cls(role=role, index=_ordinal(env, role), spec=load_spec(path), spec_path=Path(path),
                   worker_addresses=[], acker_addresses=[], bind_host=env.get(contract.BIND_HOST, "0.0.0.0"),
-                  grpc_port=_port(env, contract.GRPC_PORT_VAR, contract.GRPC_PORT),
-                  metrics_port=_port(env, contract.METRICS_PORT_VAR, contract.METRICS_PORT),
+                  grpc_port=_int(env, contract.GRPC_PORT_VAR, contract.GRPC_PORT),
+                  metrics_port=_int(env, contract.METRICS_PORT_VAR, contract.METRICS_PORT),
                   final_metrics_file=Path(final) if final else None,
                   tls=Credentials.load(tls) if tls else None, namespace=env.get(contract.NAMESPACE, "default"),
                   peers=tuple((r, env.get(contract.peers_var(r)) or contract.peer_template(r)) for r in contract.ROLES),
                   parent_pid=_int(env, contract.PARENT_PID))
-        if cfg.grpc_port == cfg.metrics_port:
-            raise ConfigError(f"{contract.GRPC_PORT_VAR} and {contract.METRICS_PORT_VAR} are both {cfg.grpc_port}: "
-                              "give them different ports")
+        contract.check_ports({contract.GRPC_PORT_VAR: cfg.grpc_port, contract.METRICS_PORT_VAR: cfg.metrics_port})
         running = cfg.running(cfg.spec)
         if running is None:
             raise ConfigError(f"{role} index {cfg.index} is out of range: the topology has "
