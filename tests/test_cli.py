@@ -203,8 +203,8 @@ def test_a_run_whose_spout_could_not_open_says_that_is_why_nothing_is_emitted(tm
     assert main(["run", str(spec), "--in-process", "--trees", "10", "--duration", "3"]) == 0
     said = [line for line in capsys.readouterr().err.splitlines() if line.startswith("no spout has emitted")]
     assert said == ["no spout has emitted for 1 s and no tree is in flight, with 0 of --trees 10 acked: spout "
-                    "'source' reported errors (above; a spout whose open() raised emits nothing until its process "
-                    "restarts): fix it and run again; Ctrl-C stops the run"]
+                    "'source' reported errors (above; a spout whose open() raised emits nothing until a later call of "
+                    "it returns): fix it and run again; Ctrl-C stops the run"]
 
 
 def test_the_summary_says_when_a_bolt_executed_tuples_and_acked_none(tmp_path, capsys):

@@ -133,7 +133,7 @@ class Progress:
             self.quiet_said = True
             broken = [s for s in self.spouts if t.errors[s]]
             why = (f"spout {', '.join(map(repr, broken))} reported errors (above; a spout whose open() raised "
-                   "emits nothing until its process restarts): fix it and run again" if broken else
+                   "emits nothing until a later call of it returns): fix it and run again" if broken else
                    "the spouts' input may be exhausted")
             self.say(f"no spout has emitted for {QUIET_HINT:.0f} s and no tree is in flight, with "
                      f"{self.acked(t):,.0f} of --trees {args.trees:,} acked: {why}; Ctrl-C stops the run")

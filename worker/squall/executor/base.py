@@ -11,6 +11,12 @@ from __future__ import annotations
 from collections import deque
 from typing import Any
 
+# A spout's open() or a bolt's prepare() that raised is called again this many seconds later, twice as
+# long after each further failure in a row, at most RETRY_LAST: a source that is down when its process
+# starts (a broker, a database) is used once it is back, as Storm's restarted worker would, while the
+# process's other tasks go on.
+RETRY_FIRST, RETRY_LAST = 1.0, 60.0
+
 
 class Remote:
     """The link to other processes (``squall.transport.Transport``), which a :class:`Transfer` hands what

@@ -19,8 +19,7 @@ cdef class BoltExecutor(Executor):
     cdef public HeldCount held
     cdef public dict tasks
     cdef public object clock, report
-    cdef public list prepared
-    cdef public set unprepared
+    cdef public dict prepares, unprepared
     cdef public long long countdown
     cdef public double slow_until
 

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 
 from squall.api import BasicBolt, Bolt
+from squall.backoff import Backoff
 from squall.errors import FailedException, ReportedFailedException
-from squall.executor.base import Executor, Transfer
+from squall.executor.base import RETRY_FIRST, RETRY_LAST, Executor, Transfer
 from squall.executor.collectors import BasicCollector, BoltCollector, HeldCount
 from squall.executor.stats import SAMPLE_EVERY, TaskStats
 from squall.tuples import Tuple
+
+log = logging.getLogger("squall.bolt")
 
 # A round takes a bolt's tuples in chunks of BUDGET, one more while the round has lasted under SLICE:
 # a fast bolt drains what an upstream burst queued (a spout's 32 sentences make 256 words for the next
@@ -47,22 +51,40 @@ class BoltExecutor(Executor):
         self.tasks: dict[int, BoltTask] = {}
         self.clock = clock
         self.report = report
-        self.prepared: list[tuple[int, Callable[[], None]]] = []
-        self.unprepared: set[int] = set()
+        self.prepares: dict[int, Callable[[], None]] = {}
+        self.unprepared: dict[int, Backoff] = {}  # the tasks whose prepare() raised, until it returns
         self.countdown = 1  # the first tuple is timed: a slow bolt is known from its first execute
         self.slow_until = float("-inf")
 
     def add_task(self, task: BoltTask, prepare: Callable[[], None]) -> None:
         self.tasks[task.task_id] = task
-        self.prepared.append((task.task_id, prepare))
+        self.prepares[task.task_id] = prepare
 
     def start(self) -> None:
-        for task_id, prepare in self.prepared:  # a bolt whose prepare raises is reported; the others go on
-            try:
-                prepare()
-            except Exception as exc:  # noqa: BLE001 - user code may raise anything
-                self.report(exc, task_id)
-                self.unprepared.add(task_id)
+        now = self.clock()
+        for task_id in self.tasks:  # a bolt whose prepare raises is reported and retried; the others go on
+            self._prepare(task_id, now)
+
+    def _prepare(self, task_id: int, now: float) -> None:
+        """Call the task's prepare(); if it raises, again after a growing wait (meanwhile its inputs are
+        executed as they come, and what execute raises fails them)."""
+        retry = self.unprepared.get(task_id)
+        try:
+            self.prepares[task_id]()
+        except Exception as exc:  # noqa: BLE001 - user code may raise anything
+            self.report(exc, task_id)
+            if retry is None:
+                retry = self.unprepared[task_id] = Backoff(RETRY_FIRST, RETRY_LAST)
+            retry.failed(now)
+            log.error("%s task %d: prepare() raised; it is called again in %.0f s", self.component, task_id,
+                      retry.delay)
+            return
+        if retry is not None:
+            del self.unprepared[task_id]
+            log.info("%s task %d: prepare() returned at last", self.component, task_id)
+
+    def wake_at(self) -> float | None:
+        return min(retry.retry_at for retry in self.unprepared.values()) if self.unprepared else None
 
     def stop(self) -> None:
         for task in self.tasks.values():
@@ -74,6 +96,10 @@ class BoltExecutor(Executor):
                 self.report(exc, task.task_id)
 
     def run_once(self, now: float) -> bool:
+        if self.unprepared:
+            for task_id, retry in list(self.unprepared.items()):
+                if retry.due(now):
+                    self._prepare(task_id, now)
         if self.overflow and not self.flush():
             return False
         inbox, tasks, clock, held = self.inbox, self.tasks, self.clock, self.held

@@ -31,7 +31,7 @@ cdef class SpoutExecutor(Executor):
     cdef public RotatingMap pending
     cdef public object max_pending, wait, clock, report
     cdef public bint active
-    cdef public list opened
+    cdef public dict opens, retries
 
     @cython.locals(task=SpoutTask, before=cython.longlong, progress=cython.bint, began=cython.double,
                    limit=cython.longlong, limited=cython.bint)

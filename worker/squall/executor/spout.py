@@ -9,7 +9,8 @@ from typing import Any
 
 from squall.acker.acker import ACK, FAIL, Notification
 from squall.api import Spout
-from squall.executor.base import Executor, Transfer
+from squall.backoff import Backoff
+from squall.executor.base import RETRY_FIRST, RETRY_LAST, Executor, Transfer
 from squall.executor.collectors import SpoutCollector
 from squall.executor.hdr import HdrHistogram
 from squall.executor.rotating import RotatingMap
@@ -86,11 +87,12 @@ class SpoutExecutor(Executor):
         self.clock = clock
         self.report = report
         self.active = False  # the runtime activates spouts once the process is ready
-        self.opened: list[tuple[SpoutTask, Callable[[], None]]] = []
+        self.opens: dict[int, Callable[[], None]] = {}
+        self.retries: dict[int, Backoff] = {}  # the tasks whose open() raised, until it returns
 
     def add_task(self, task: SpoutTask, open_: Callable[[], None]) -> None:
         self.tasks[task.task_id] = task
-        self.opened.append((task, open_))
+        self.opens[task.task_id] = open_
 
     def on_emit(self, task: SpoutTask) -> Callable[[int, Any, str], None]:
         def track(root: int, msg_id: Any, stream: str) -> None:
@@ -99,14 +101,31 @@ class SpoutExecutor(Executor):
         return track
 
     def start(self) -> None:
-        for task, open_ in self.opened:  # a spout whose open raises is reported; the others go on
-            task.opened = self._call(task, open_)
-            if not task.opened:
-                # Never polled: its state is half-built, and each next_tuple would only report what
-                # that breaks, thousands of times a second, burying the one error that says why.
-                task.wake = float("inf")
-                log.error("%s task %d: open() raised; the task emits nothing until its process restarts",
-                          self.component, task.task_id)
+        now = self.clock()
+        for task in self.tasks.values():  # a spout whose open raises is reported and retried; the others go on
+            self._open(task, now)
+
+    def _open(self, task: SpoutTask, now: float) -> None:
+        """Call the task's open(). If it raises, the task is not polled, activated or closed until a later
+        call returns (its state is half-built: each next_tuple would only report what that breaks,
+        thousands of times a second, burying the one error that says why), and is called again at its
+        wake, after a growing wait."""
+        task.opened = self._call(task, self.opens[task.task_id])
+        retry = self.retries.get(task.task_id)
+        if task.opened:
+            task.wake = now
+            if retry is not None:
+                del self.retries[task.task_id]
+                log.info("%s task %d: open() returned at last; the task emits", self.component, task.task_id)
+                if self.active:
+                    self._call(task, task.spout.activate)
+            return
+        if retry is None:
+            retry = self.retries[task.task_id] = Backoff(RETRY_FIRST, RETRY_LAST)
+        retry.failed(now)
+        task.wake = retry.retry_at
+        log.error("%s task %d: open() raised; it is called again in %.0f s", self.component, task.task_id,
+                  retry.delay)
 
     def stop(self) -> None:
         for task in self.tasks.values():
@@ -185,6 +204,9 @@ class SpoutExecutor(Executor):
         began = clock()  # its own turn's start: bolts that ran first this round do not shorten it
         for task in self.tasks.values():
             if task.wake > now:
+                continue
+            if not task.opened:
+                self._open(task, now)
                 continue
             for _ in range(BURST):
                 if limited and task.pending >= limit:
