@@ -1286,6 +1286,29 @@ def test_an_ingress_whose_backlogs_reach_their_limit_takes_no_more_frames():
     assert list(inbox) == ["b"] and ingress.held == 2 and ingress.waiting() == 2  # c held; d taken in behind it
 
 
+def test_a_workers_ingress_at_its_limit_still_reads_its_control_lane_and_an_ackers_does_not():
+    """An acker's home worker whose backlog of forwarded acker messages reached the limit (the acker
+    congested, so each was refused) read no more frames from either lane: the acker's word that it had
+    room again waited unread on the control lane, the flag never cleared, the backlog never moved, and
+    the topology stalled for good (reproduced with real processes by the acker-home audit, 4 runs in 5).
+    A worker's control lane brings only verdicts and word of congestion: it is read at the limit."""
+    from squall.transport.ingress import Ingress
+
+    for acker in (False, True):
+        taken: list = []
+        # task 2's process refuses what it is sent (its acker said it is congested); task 1 is a spout here
+        transfer = Taking(lambda task, item, taken=taken: task != 2 and not taken.append(item))
+        if acker:  # an acker task of this process: an acker process
+            transfer.ackers.extend([None, None, None, Executor(component="__acker", tasks=(3,), transfer=transfer)])
+        ingress = Ingress(transfer=transfer, wake=lambda: None, frames=4, limit=2)
+        assert ingress.put(DATA, [(2, "m1"), (2, "m2")], closed=lambda: False)
+        ingress.deliver()
+        assert ingress.held == 2  # at the limit
+        assert ingress.put(CONTROL, [(1, "verdict")], closed=lambda: False)
+        ingress.deliver()
+        assert taken == ([] if acker else ["verdict"]), acker
+
+
 def test_a_peer_sends_nothing_to_a_congested_task_until_it_is_told_the_task_has_room(plan):
     """Two real transports over loopback gRPC. A task congested in its process is congested in its peer's
     transport within a round trip: the peer's sends to it are refused (they wait in their executors'

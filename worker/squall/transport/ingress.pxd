@@ -10,13 +10,14 @@ cdef class Ingress:
     cdef object _wake, _control, _data
     cdef dict _lanes, _held
     cdef public Py_ssize_t limit, held
+    cdef Py_ssize_t _control_limit
     cdef public set congested
     cdef public bint changed
     cdef public double last_input
 
     cpdef bint deliver(self) except -1
 
-    cdef Py_ssize_t _deliver(self, object lane) except -1
+    cdef Py_ssize_t _deliver(self, object lane, Py_ssize_t limit) except -1
 
     @cython.locals(transfer=Transfer, held=dict, moved=Py_ssize_t, tup=Tuple, task=cython.longlong)
     cdef Py_ssize_t _distribute(self, list items) except -1

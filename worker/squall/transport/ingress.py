@@ -11,13 +11,15 @@ to a peer whose frames waited behind a full inbox, while that peer's bolt waited
 both processes.
 
 What the backlogs may hold is bounded: beyond :attr:`Ingress.limit` items the lanes take no more
-frames, their queues fill, the server threads block, and HTTP/2 flow control pushes back on every
-sender (a peer that ignored the congestion it was told of, or one that sent before it heard).
+frames (a worker's control lane excepted, see ``Ingress``), their queues fill, the server threads
+block, and HTTP/2 flow control pushes back on every sender (a peer that ignored the congestion it was
+told of, or one that sent before it heard).
 """
 
 from __future__ import annotations
 
 import queue
+import sys
 import time
 from collections import deque
 from collections.abc import Callable
@@ -40,6 +42,12 @@ class Ingress:
         self._data: queue.Queue[list[Any]] = queue.Queue(frames)
         self._lanes = {CONTROL: self._control, DATA: self._data}
         self.limit = limit
+        # An acker's control lane brings the acker messages of every worker: it is bounded as the data lane
+        # is. A worker's brings only verdicts (no more than its trees in flight, and spouts always take them
+        # in) and its peers' word of their congestion: it is read at the limit too. Not read there, an
+        # acker's word that it had room again waited behind the forwarded acker messages that word would
+        # release, and the worker stalled for good (found by the acker-home audit).
+        self._control_limit = limit if any(acker is not None for acker in transfer.ackers) else sys.maxsize
         self._held: dict[int, deque[Any]] = {}  # task → items that found its inbox full, in order
         self.held = 0  # items in the backlogs
         #: tasks of this process that take no more input for now: from when their backlog holds as many
@@ -74,20 +82,20 @@ class Ingress:
     def deliver(self) -> bool:
         """On the scheduler thread: move what fits into the inboxes. Returns progress."""
         moved = self._release() if self.held else 0  # the backlogs first: their items came before
-        moved += self._deliver(self._control)
-        moved += self._deliver(self._data)
+        moved += self._deliver(self._control, self._control_limit)
+        moved += self._deliver(self._data, self.limit)
         if self.congested:
             self._ease()
         if moved:
             self.last_input = time.monotonic()
         return moved > 0
 
-    def _deliver(self, lane: queue.Queue) -> int:
-        """Distribute ``lane``'s frames while the backlogs are below the limit; how many items reached an inbox."""
+    def _deliver(self, lane: queue.Queue, limit: int) -> int:
+        """Distribute ``lane``'s frames while the backlogs are below ``limit``; how many items reached an inbox."""
         moved = 0
         # Queue.queue is the deque the queue guards: this thread alone takes from it, so a frame seen
         # there is there to get, and an empty lane costs no Empty exception every round.
-        while lane.queue and self.held < self.limit:
+        while lane.queue and self.held < limit:
             moved += self._distribute(lane.get_nowait())
         return moved
 
