@@ -438,7 +438,7 @@ class Operator:
                                                                         at=status.now()))
                     raise kopf.TemporaryError(str(exc), delay=RETRY_DELAY) from exc
                 self.metrics.applied(applied)
-                self._applied[(namespace, name)] = (spec, generation or 0)
+                self._ran(namespace, name, spec, generation or 0)
                 if certificates is not None:
                     self.certificates.written(_key(topology), certificates.rendered)
                 logger.info("reconciled: %s", applied.summary())
@@ -502,11 +502,16 @@ class Operator:
         except (TopologyError, ApplyError) as exc:
             logger.warning("repairing the children of the spec the pods run failed: %s", exc)
             return
-        self._applied[(namespace, name)] = applied
+        self._ran(namespace, name, *applied)
         if certificates is not None:
             self.certificates.written(_key(topology), certificates.rendered)
         if done.changed:
             logger.info("repaired the children of the spec the pods run: %s", done.summary())
+
+    def _ran(self, namespace: str, name: str, spec: TopologySpec, generation: int) -> None:
+        """``spec`` (of ``generation``) is what the Topology's pods run now."""
+        self._applied[(namespace, name)] = (spec, generation)
+        self.metrics.processes(namespace, name, workers=spec.workers, ackers=spec.num_ackers)
 
     def _applied_before(self, namespace: str, name: str) -> tuple[TopologySpec, int] | None:
         """The spec and generation in the Topology's ConfigMap (what the pods run), if it is there and valid."""

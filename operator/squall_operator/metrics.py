@@ -63,6 +63,7 @@ class OperatorMetrics:
         self.last_resync.set_to_current_time()
         self._topologies: dict[tuple[str, str], dict[str, Any]] = {}
         self._expiries: dict[tuple[str, str], float] = {}
+        self._processes: dict[tuple[str, str], tuple[int, int]] = {}
         r.register(_TopologyCollector(self))
 
     def watch_ready(self, is_set: Callable[[], bool]) -> None:
@@ -118,10 +119,15 @@ class OperatorMetrics:
         """The certificate a Topology's pods hold is valid until ``until``."""
         self._expiries[(namespace, name)] = until.timestamp()
 
+    def processes(self, namespace: str, name: str, *, workers: int, ackers: int) -> None:
+        """The spec a Topology's pods run (the one last applied) asks for ``workers`` and ``ackers``."""
+        self._processes[(namespace, name)] = (workers, ackers)
+
     def forget(self, namespace: str, name: str) -> None:
         """A Topology is gone."""
         self._topologies.pop((namespace, name), None)
         self._expiries.pop((namespace, name), None)
+        self._processes.pop((namespace, name), None)
 
     def admitted(self, *, allowed: bool) -> None:
         """The webhook allowed or rejected a Topology."""
@@ -129,8 +135,8 @@ class OperatorMetrics:
 
 
 class _TopologyCollector:
-    """Topologies by phase and which are Degraded, from the statuses the operator last computed, and when
-    their certificates expire."""
+    """Topologies by phase and which are Degraded, from the statuses the operator last computed, when
+    their certificates expire, and how many processes each should run."""
 
     def __init__(self, metrics: OperatorMetrics) -> None:
         self.metrics = metrics
@@ -161,4 +167,12 @@ class _TopologyCollector:
                                      labels=["topology_namespace", "topology"])
         for (namespace, name), until in list(self.metrics._expiries.items()):
             expiries.add_metric([namespace, name], until)
-        yield from (phases, degraded, expiries)
+        # From the operator, not the processes: a Topology whose every process is gone still says how many
+        # should run (SquallProcessesDown)
+        processes = GaugeMetricFamily("squall_operator_topology_processes", "Worker and acker processes the "
+                                      "spec a Topology's pods run asks for, by role",
+                                      labels=["topology_namespace", "topology", "role"])
+        for (namespace, name), counts in list(self.metrics._processes.items()):
+            for role, n in zip(("worker", "acker"), counts, strict=True):
+                processes.add_metric([namespace, name, role], n)
+        yield from (phases, degraded, expiries, processes)

@@ -74,6 +74,9 @@ async def test_the_operator_counts_what_it_does_and_its_dashboard_shows_it(api, 
         expiry = value(samples, "squall_operator_certificate_expiry_timestamp_seconds",
                        topology_namespace=NAMESPACE, topology="wc")
         assert time.time() + 364 * 86400 < expiry < time.time() + 366 * 86400
+        # what should run, for SquallProcessesDown: from the operator, so a Topology with no process left still says
+        assert [value(samples, "squall_operator_topology_processes", topology_namespace=NAMESPACE, topology="wc",
+                      role=role) for role in ("worker", "acker")] == [2, 2]
 
         await roll_out(api, "wc-worker", ready=1)  # a worker pod dies
         await eventually("Degraded", lambda: value(scrape(port), "squall_operator_topology_degraded",
