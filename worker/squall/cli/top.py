@@ -44,15 +44,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=top)
 
 
+def _counts() -> defaultdict[str, defaultdict[str, float]]:
+    return defaultdict(lambda: defaultdict(float))
+
+
 @dataclass
 class Snapshot:
-    """One scrape of every URL: counters summed per component (and per executor for busy time)."""
+    """One scrape of every URL: per URL that answered, its counters per component and what process it is."""
 
     at: float
     up: int = 0
     topology: str = ""
-    counters: defaultdict[str, defaultdict[str, float]] = field(
-        default_factory=lambda: defaultdict(lambda: defaultdict(float)))
+    counters: dict[str, defaultdict[str, defaultdict[str, float]]] = field(default_factory=dict)
+    #: per URL, its process's start time and plan: counters start from 0 when either changes
+    identity: dict[str, tuple[float, str]] = field(default_factory=dict)
+    spouts: set[str] = field(default_factory=set)
     busy: dict[tuple[str, str, str], float] = field(default_factory=dict)  # (url, component, executor) → s
     pending: defaultdict[str, float] = field(default_factory=lambda: defaultdict(float))
     lag: float | None = None
@@ -65,57 +71,81 @@ class Snapshot:
                 self.last_error[e["component"]] = (e["time"], e["error"])
 
     def add(self, url: str, text: str) -> None:
-        self.up += 1
-        spouts: set[str] = set()
+        counters, started, plan = _counts(), 0.0, ""
         for family in text_string_to_metric_families(text):
             for s in family.samples:
                 comp = s.labels.get("component", "")
                 self.topology = s.labels.get("topology", self.topology)
                 if s.name in COUNTERS:
-                    self.counters[comp][COUNTERS[s.name]] += s.value
+                    counters[comp][COUNTERS[s.name]] += s.value
                     if s.name == "squall_busy_seconds_total":
                         self.busy[(url, comp, s.labels["executor"])] = s.value
                 elif s.name == "squall_pending_trees" and comp != ACKER_COMPONENT:
                     self.pending[comp] += s.value
                 elif s.name == "squall_max_spout_pending":
-                    spouts.add(comp)
+                    self.spouts.add(comp)
                 elif s.name == "squall_spout_lag_records":
                     self.lag = (self.lag or 0.0) + s.value
-        for comp in spouts:
-            self.counters[comp]["is_spout"] = 1.0
+                elif s.name == "process_start_time_seconds":
+                    started = s.value
+                elif s.name == "squall_process_info":
+                    plan = s.labels.get("plan", "")
+        self.up += 1
+        self.counters[url], self.identity[url] = counters, (started, plan)
+
+    def components(self) -> list[str]:
+        return sorted({comp for counters in self.counters.values() for comp in counters})
+
+    def total(self, comp: str, name: str) -> float:
+        return sum(counters[comp][name] for counters in self.counters.values() if comp in counters)
 
 
 def scrape(urls: list[str]) -> Snapshot:
     snap = Snapshot(at=time.monotonic())
     for url in urls:
         try:
-            snap.add(url, fetch(url))
-            snap.add_errors(json.loads(fetch(url.rsplit("/", 1)[0] + "/errors")))
+            text, errors = fetch(url), json.loads(fetch(url.rsplit("/", 1)[0] + "/errors"))
         except (OSError, ValueError):
-            pass  # a process restarting: the header counts it as down
+            continue  # a process restarting: the header counts it as down
+        snap.add(url, text)
+        snap.add_errors(errors)
     return snap
 
 
+def _delta(cur: Snapshot, prev: Snapshot, comp: str, name: str) -> float:
+    """What ``name`` of ``comp`` counted between the two scrapes, over the processes that answered both: all
+    of it where the process restarted or switched plans meanwhile (its counters began at 0), and nothing of
+    a process that one scrape missed (its whole count is no rate; summed, it made one of millions a second)."""
+    total = 0.0
+    for url, counters in cur.counters.items():
+        before = prev.counters.get(url)
+        if before is None or comp not in counters:
+            continue
+        now = counters[comp][name]
+        total += now if cur.identity[url] != prev.identity[url] else max(0.0, now - before[comp][name])
+    return total
+
+
 def _rate(cur: Snapshot, prev: Snapshot, comp: str, name: str) -> float:
-    return max(0.0, cur.counters[comp][name] - prev.counters[comp][name]) / max(cur.at - prev.at, 1e-9)
+    return _delta(cur, prev, comp, name) / max(cur.at - prev.at, 1e-9)
 
 
 def _mean_ms(cur: Snapshot, prev: Snapshot, comp: str, kind: str) -> str:
-    n = cur.counters[comp][f"{kind}_n"] - prev.counters[comp][f"{kind}_n"]
+    n = _delta(cur, prev, comp, f"{kind}_n")
     if n <= 0:
         return "-"
-    return f"{(cur.counters[comp][f'{kind}_sum'] - prev.counters[comp][f'{kind}_sum']) / n * 1000:.2f}"
+    return f"{_delta(cur, prev, comp, f'{kind}_sum') / n * 1000:.3f}"
 
 
 def _capacity(cur: Snapshot, prev: Snapshot, comp: str) -> str:
     shares = [(v - prev.busy[key]) / max(cur.at - prev.at, 1e-9) for key, v in cur.busy.items()
-              if key[1] == comp and key in prev.busy]
+              if key[1] == comp and key in prev.busy and cur.identity[key[0]] == prev.identity[key[0]]]
     return f"{min(1.0, max(shares)):.3f}" if shares else "-"
 
 
 def frame(prev: Snapshot, cur: Snapshot, *, expected: int) -> str:
     """The header and the component table for the interval between two snapshots."""
-    spouts = [c for c in sorted(cur.counters) if cur.counters[c]["is_spout"]]
+    spouts = [c for c in cur.components() if c in cur.spouts]
     acked = sum(_rate(cur, prev, c, "acked") for c in spouts)
     failed = sum(_rate(cur, prev, c, "failed") for c in spouts)
     header = (f"topology {cur.topology or '?'}   processes {cur.up}/{expected}   trees acked {acked:,.1f}/s   "
@@ -123,7 +153,7 @@ def frame(prev: Snapshot, cur: Snapshot, *, expected: int) -> str:
               + (f"   lag {cur.lag:,.0f}" if cur.lag is not None else ""))
     rows = [("component", "emitted/s", "transferred/s", "executed/s", "acked/s", "failed/s", "execute ms",
              "process ms", "capacity", "errors", "last error")]
-    for comp in sorted(c for c in cur.counters if c and c != ACKER_COMPONENT):
+    for comp in (c for c in cur.components() if c and c != ACKER_COMPONENT):
         spout = comp in spouts
         error = cur.last_error.get(comp)
         rows.append((comp, *(f"{_rate(cur, prev, comp, n):,.1f}" for n in ("emitted", "transferred")),
@@ -132,7 +162,7 @@ def frame(prev: Snapshot, cur: Snapshot, *, expected: int) -> str:
                      "-" if spout else _mean_ms(cur, prev, comp, "execute"),
                      "-" if spout else _mean_ms(cur, prev, comp, "process"),
                      "-" if spout else _capacity(cur, prev, comp),
-                     f"{cur.counters[comp]['errors']:,.0f}",
+                     f"{cur.total(comp, 'errors'):,.0f}",
                      f"{error[1][:60]} ({time.time() - error[0]:,.0f} s ago)" if error else ""))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = ["  ".join(cell.ljust(w) if i in (0, len(widths) - 1) else cell.rjust(w)

@@ -1,0 +1,38 @@
+"""``squall top``'s rates from two scrapes of several processes, one of which missed a scrape, restarted,
+or switched plans in between (the scrapes' texts are written here; tests/procs/test_top.py runs it against
+real processes)."""
+
+from __future__ import annotations
+
+from squall.cli.top import Snapshot, frame
+
+
+def metrics(acked: float, *, started: float = 100.0, plan: str = "p1") -> str:
+    return (f'squall_process_info{{topology="t",role="worker",index="0",plan="{plan}"}} 1\n'
+            f"process_start_time_seconds {started}\n"
+            f'squall_max_spout_pending{{topology="t",component="words",task="1"}} 1000\n'
+            f'squall_acked_total{{topology="t",component="words",task="1",stream="default"}} {acked}\n')
+
+
+def snapshot(at: float, **texts: str) -> Snapshot:
+    snap = Snapshot(at=at)
+    for url, text in texts.items():
+        snap.add(url, text)
+    return snap
+
+
+def acked_per_second(prev: Snapshot, cur: Snapshot) -> float:
+    header = frame(prev, cur, expected=2).splitlines()[0]
+    return float(header.split("trees acked ")[1].split("/s")[0].replace(",", ""))
+
+
+def test_a_rate_counts_the_processes_that_answered_both_scrapes_and_a_restart_from_zero():
+    # both answered: 10 + 20 a second
+    assert acked_per_second(snapshot(0, a=metrics(1000), b=metrics(5000)),
+                            snapshot(1, a=metrics(1010), b=metrics(5020))) == 30.0
+    # b missed the first scrape: its lifetime count is no rate (it showed 5,020/s before)
+    assert acked_per_second(snapshot(0, a=metrics(1000)), snapshot(1, a=metrics(1010), b=metrics(5020))) == 10.0
+    # b restarted, or switched plans, in between: it counted 7 since (the sum went down, and showed 0/s)
+    for restarted in (metrics(7, started=200.0), metrics(7, plan="p2")):
+        assert acked_per_second(snapshot(0, a=metrics(1000), b=metrics(5000)),
+                                snapshot(1, a=metrics(1010), b=restarted)) == 17.0
