@@ -146,11 +146,11 @@ def test_an_oversized_value_is_refused_at_emit_naming_the_field_and_the_limit(va
     check_values(["ok", "x" * 100], fields=("id", "payload"), component="split", stream="words", max_bytes=100)
 
 
-class BigSpout(Spout):
-    """Emits values over the limit, in characters or only in UTF-8 bytes, and a str that has no UTF-8
-    (recording the refusals), then one at the limit."""
+class RefusedThenFits(Spout):
+    """Emits each of ``tries`` once, recording the refusals, then ``fits`` (message id "fits")."""
 
-    outputs = ["blob"]
+    tries: tuple[list, ...] = ()
+    fits: list = []
 
     def open(self, conf, context, collector):
         super().open(conf, context, collector)
@@ -162,15 +162,24 @@ class BigSpout(Spout):
         if self.sent:
             return
         self.sent = True
-        for value in ("x" * 2000, "é" * 600, b"caf\xe9".decode("utf-8", "surrogateescape")):
+        for values in self.tries:
             try:
-                self.collector.emit([value], msg_id="big")
+                self.collector.emit(values, msg_id="refused")
             except EmitError as exc:
                 self.refused.append(str(exc))
-        self.collector.emit(["é" * 500], msg_id="small")
+        self.collector.emit(self.fits, msg_id="fits")
 
     def ack(self, msg_id):
         self.acked.append(msg_id)
+
+
+class BigSpout(RefusedThenFits):
+    """Values over the limit, in characters or only in UTF-8 bytes, and a str that has no UTF-8, then one at
+    the limit."""
+
+    outputs = ["blob"]
+    tries = (["x" * 2000], ["é" * 600], [b"caf\xe9".decode("utf-8", "surrogateescape")])
+    fits = ["é" * 500]
 
 
 def test_the_limit_is_the_topologys_transfer_max_value_bytes_in_utf_8_and_a_str_must_have_utf_8():
@@ -182,7 +191,7 @@ def test_the_limit_is_the_topologys_transfer_max_value_bytes_in_utf_8_and_a_str_
     builder.set_bolt("sink", HoldBolt).shuffle_grouping("spout")
     with LocalCluster(builder.build(transfer={"maxValueBytes": 1000})) as cluster:
         spout = one(cluster, "spout")
-        run_until_quiet(cluster, lambda: spout.acked == ["small"])
+        run_until_quiet(cluster, lambda: spout.acked == ["fits"])
         assert len(spout.refused) == 3
         assert "about 2,000 bytes, over transfer.maxValueBytes (1,000)" in spout.refused[0]
         assert "about 1,200 bytes, over transfer.maxValueBytes (1,000)" in spout.refused[1]
@@ -225,30 +234,12 @@ def test_size_is_what_msgpack_encodes_headers_and_all():
     assert content_size([""] * 70_000) == 70_000
 
 
-class TwoBig(Spout):
-    """Emits values that each pass maxValueBytes but not a frame together, then a tuple that fits."""
+class TwoBig(RefusedThenFits):
+    """Values that each pass maxValueBytes but not a frame together, then a tuple that fits."""
 
     outputs = ["a", "b"]
-
-    def open(self, conf, context, collector):
-        super().open(conf, context, collector)
-        self.refused: list[str] = []
-        self.acked: list = []
-        self.sent = False
-
-    def next_tuple(self):
-        if self.sent:
-            return
-        self.sent = True
-        for values in (["x" * 40_000, "y" * 40_000], [[""] * 35_000, [{}] * 35_000]):
-            try:
-                self.collector.emit(values, msg_id="big")
-            except EmitError as exc:
-                self.refused.append(str(exc))
-        self.collector.emit(["x" * 40_000, "y" * 20_000], msg_id="fits")
-
-    def ack(self, msg_id):
-        self.acked.append(msg_id)
+    tries = (["x" * 40_000, "y" * 40_000], [[""] * 35_000, [{}] * 35_000])
+    fits = ["x" * 40_000, "y" * 20_000]
 
 
 def test_the_values_of_a_tuple_together_must_fit_a_frame_in_every_mode():
