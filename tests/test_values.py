@@ -296,6 +296,6 @@ def test_a_tuple_anchored_to_more_trees_than_a_frame_has_room_for_is_refused_and
         spout = one(cluster, "spout")
         run_until_quiet(cluster, lambda: len(spout.acked) == 300)
         (refused,) = one(cluster, "gather").refused
-        assert "anchored to 300 trees (16 bytes each)" in refused and "(65,536)" in refused
+        assert "anchored to 300 trees (16 bytes each past 64)" in refused and "(65,536)" in refused
         assert sorted(spout.acked) == list(range(300)) and spout.failed == []
         assert len(one(cluster, "sink").received) == 1

@@ -403,7 +403,7 @@ class Operator:
                 logger.warning("invalid spec, nothing of it applied: %s", exc)
                 self._write(topology, previous, status.failed(previous, str(exc), generation=generation,
                                                               at=status.now()))
-                self._repair(topology, self._secret(topology)[1], logger)
+                self._repair(topology, lambda: self._secret(topology)[1], logger)
                 return
             secret, certificates = self._secret(topology)
             # the pods' own: what commands to them present (TLS turned off: pods made before hold the Secret's
@@ -457,7 +457,7 @@ class Operator:
                 self._carry_out(decision, pods, spec=spec, tls=tls, logger=logger,
                                 commands=("activate",))
                 if decision.rebalance is not None and decision.rebalance.get("refused"):
-                    self._repair(topology, certificates, logger)
+                    self._repair(topology, lambda: certificates, logger)
             self._suspend(found, pods, spec=spec, generation=generation or 0, tls=tls, logger=logger)
             for kind, reason, message in decision.events:
                 logger.info("rebalance: %s: %s", reason, message)
@@ -483,7 +483,7 @@ class Operator:
         kopf.adopt(manifests, owner=topology)
         return manifests
 
-    def _repair(self, topology: Manifest, certificates: TopologyCredentials | None,
+    def _repair(self, topology: Manifest, read_certificates: Callable[[], TopologyCredentials | None],
                 logger: logging.Logger | logging.LoggerAdapter) -> None:
         """Drift repair, and certificate renewal, while the latest spec is not applied (invalid, or its
         switch refused): the children of the spec the pods run are put back as it rendered them, nothing
@@ -495,6 +495,7 @@ class Operator:
             logger.warning("the spec the pods run is not known (its ConfigMap is gone too): nothing repaired")
             return
         spec, generation = applied
+        certificates = read_certificates()  # only now: none are issued for a Topology nothing was ever applied of
         try:
             manifests = self._render(topology, spec, image=resolve_image(spec, self.settings.image),
                                      certificates=certificates, generation=generation)

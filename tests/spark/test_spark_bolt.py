@@ -410,19 +410,19 @@ class Wide(SparkBolt):
 
 
 def test_a_result_row_that_does_not_fit_a_frame_with_the_batchs_anchors_fails_the_batch_before_any_emit():
-    """Each row goes anchored to every input's tree, 16 bytes each in its frame: a row of 60,000 bytes
-    passes maxValueBytes, and fits a frame of 64 KiB alone, but not with 100 trees' ids. Before, the batch
+    """Each row goes anchored to every input's tree, 16 bytes each in its frame past 64: a row of 60,000
+    bytes passes maxValueBytes, and fits a frame of 64 KiB alone, but not with 200 trees' ids. Before, the batch
     was acked in one process, and across processes the row was dropped as over a frame, after the first
     row had gone, and its trees failed, at every replay."""
     builder = TopologyBuilder("spark-wide")
-    builder.set_spout("spout", RecordingSpout, config={"count": 100})
-    builder.set_bolt("spark", Wide, config={"spark.batch.size": 100}).shuffle_grouping("spout")
+    builder.set_spout("spout", RecordingSpout, config={"count": 200})
+    builder.set_bolt("spark", Wide, config={"spark.batch.size": 200}).shuffle_grouping("spout")
     builder.set_bolt("sink", Collect).global_grouping("spark")
     with LocalCluster(builder.build(transfer={"maxFrameBytes": 65_536, "maxValueBytes": 61_000})) as cluster:
         spout, sink = one(cluster, "spout"), one(cluster, "sink")
         run_until(cluster, spout.settled, seconds=DEADLINE)
-        assert sorted(spout.failed) == list(range(100)) and sink.rows == []
-        assert "anchored to 100 trees" in cluster.errors("spark")[0].error
+        assert sorted(spout.failed) == list(range(200)) and sink.rows == []
+        assert "anchored to 200 trees" in cluster.errors("spark")[0].error
 
 
 def test_result_values_become_tuple_values():

@@ -17,12 +17,14 @@ MAX_DEPTH = 100  # lists and dicts nested deeper are refused: msgpack refuses to
 SUPPORTED = "str, bytes, bool, int (64-bit), float, None, list and dict"
 
 # What a frame of tuples holds besides their values (size()): its protobuf tags and routes, and per tuple
-# its route and msgpack's headers, with room to spare, room too for ANCHORS_IN_ROOM trees a tuple is
-# anchored to; past them, a root and an edge id per tree (squall.transport.codec)
+# its route and msgpack's headers, with room to spare, room too for a stream name of NAME_IN_ROOM bytes and
+# ANCHORS_IN_ROOM trees a tuple is anchored to; past them, the name's bytes and a root and an edge id per
+# tree (squall.transport.codec)
 FRAME_ROOM = 4096
 TUPLE_ROOM = 64
 ANCHOR_BYTES = 16
 ANCHORS_IN_ROOM = 64
+NAME_IN_ROOM = 64
 HEADER_BYTES = 5  # msgpack's longest header of a str, bytes, list or dict
 SCALAR_BYTES = 9  # a float, or the largest int, with its type byte
 
@@ -105,15 +107,15 @@ def _header(n: int, fixed: int) -> int:
 def tuple_budget(max_frame: int, stream: str, anchors: int = 0) -> int:
     """The most a tuple's values may take together (by :func:`size`) for the tuple, on ``stream`` and
     anchored to ``anchors`` trees, to fit a frame of ``max_frame`` bytes (``transfer.maxFrameBytes``)."""
-    return max_frame - FRAME_ROOM - TUPLE_ROOM - max(utf8_size(stream), 0) - ANCHOR_BYTES * anchors
+    return (max_frame - FRAME_ROOM - TUPLE_ROOM - max(utf8_size(stream) - NAME_IN_ROOM, 0)
+            - ANCHOR_BYTES * max(anchors - ANCHORS_IN_ROOM, 0))
 
 
 def check_values(values: list[Any], *, fields: tuple[str, ...], component: str, stream: str,
                  max_bytes: int | None = None, max_frame: int | None = None, anchors: int = 0) -> None:
     """Raise :class:`EmitError` unless ``values`` matches ``fields``, holds only supported types and,
     with ``max_bytes``, no value larger than that (``transfer.maxValueBytes``), and with ``max_frame``,
-    fits a frame of that many bytes (``transfer.maxFrameBytes``), anchored to ``anchors`` trees past
-    the ANCHORS_IN_ROOM a frame has room for."""
+    fits a frame of that many bytes (``transfer.maxFrameBytes``), anchored to ``anchors`` trees."""
     if len(values) != len(fields):
         raise EmitError(
             f"component {component!r} emitted {len(values)} value(s) on stream {stream!r}, "
@@ -142,7 +144,8 @@ def check_values(values: list[Any], *, fields: tuple[str, ...], component: str, 
     if max_frame is not None:
         total, budget = sum(map(size, values)), tuple_budget(max_frame, stream, anchors)
         if total > budget:
-            trees = f", anchored to {anchors:,} trees ({ANCHOR_BYTES} bytes each)," if anchors else ""
+            trees = f", anchored to {anchors:,} trees ({ANCHOR_BYTES} bytes each past {ANCHORS_IN_ROOM})," \
+                if anchors > ANCHORS_IN_ROOM else ""
             raise EmitError(
                 f"component {component!r} emitted on stream {stream!r} a tuple whose values take about "
                 f"{total:,} bytes together{trees} over the {budget:,} a frame of transfer.maxFrameBytes "

@@ -139,7 +139,7 @@ class Router:
 
     def check(self, stream: str, values: list[Any], anchors: int = 0) -> None:
         """Raise :class:`EmitError` unless ``values`` may go on ``stream`` (a declared one), anchored to
-        ``anchors`` trees (0: as many as a frame has room for): their fields and types, each one's size
+        ``anchors`` trees (0: no more than a frame has room for): their fields and types, each one's size
         and their total, which must fit a frame in every mode, for a tuple that runs in one process to run
         across processes."""
         check_values(values, fields=self.fields[stream].names, component=self.component, stream=stream,

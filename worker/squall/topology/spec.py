@@ -227,7 +227,7 @@ class Transfer(_Model):
 
     @model_validator(mode="after")
     def _value_fits_a_frame(self) -> Self:
-        most = tuple_budget(self.max_frame_bytes, "") - HEADER_BYTES  # a tuple of one value (and its stream name)
+        most = tuple_budget(self.max_frame_bytes, "") - HEADER_BYTES  # one value, on a stream named in 64 bytes
         if self.max_value_bytes > most:
             raise ValueError(f"maxValueBytes ({self.max_value_bytes}) must be at most {most} with maxFrameBytes "
                              f"({self.max_frame_bytes}): a tuple of one value must fit in a frame, beside "
