@@ -212,8 +212,9 @@ def test_at_most_once_processes_no_record_twice_and_resumes_at_the_committed_off
     for p, committed in at_kill.items():
         before = offsets_by_pid(seen, p, old_pid)
         after = offsets_by_pid(seen, p, new_pid)
-        # Everything the killed task emitted was committed before it was emitted ...
-        assert max(before) < committed
+        # Everything the killed task emitted was committed before it was emitted (none of a partition's
+        # may have been processed before the kill: a loaded machine's slow sink had them all queued) ...
+        assert not before or max(before) < committed
         # ... and the restart resumed exactly at the committed offset: nothing before it re-read.
         assert min(after) == committed and set(after) == set(range(committed, end))
     assert_resumed_in_log(run, at_kill)
