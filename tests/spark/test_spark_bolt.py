@@ -236,8 +236,7 @@ def test_a_job_that_runs_past_its_timeout_fails_its_batch_and_the_bolt_goes_on()
     full, the whole bolt, with no error, for good (found by the Spark audit)."""
     # The timeout is far above what a job of 5 tuples takes, even on a loaded machine: with 1.5 s, a CI run
     # under load timed the jobs after the stuck one out too.
-    # a job timeout a loaded JVM's jobs keep well under (5 s was passed once, on a fresh CI run)
-    with parity_topology(count=10, batch=5, wait_ms=200, block_first=True, **{"spark.job.timeout.ms": 15_000}) \
+    with parity_topology(count=10, batch=5, wait_ms=200, block_first=True, **{"spark.job.timeout.ms": 5000}) \
             as cluster:
         spout, bolt = one(cluster, "spout"), one(cluster, "spark")
         try:
