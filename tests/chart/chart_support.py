@@ -1,8 +1,11 @@
-"""Rendering the Helm chart offline with the real Helm library (helm-python-sdk binds Helm's Go SDK)."""
+"""Rendering the Helm chart offline with the real Helm library (helm-python-sdk binds Helm's Go SDK), and
+running promtool's unit tests on what the chart ships."""
 
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -72,3 +75,26 @@ def deployment_env(rendered: Rendered) -> dict[str, str]:
     downward = {"metadata.namespace": deployment["metadata"]["namespace"]}  # what the kubelet fills in
     return {e["name"]: e["value"] if "value" in e else downward[e["valueFrom"]["fieldRef"]["fieldPath"]]
             for e in container["env"]}
+
+
+def promtool_test(workdir: Path, tests: list[dict[str, Any]], *, rules: dict[str, Any] | None = None) -> None:
+    """Run ``promtool test rules`` on ``tests`` (promtool's unit-test cases, a 1m evaluation interval) against
+    ``rules`` (a rule file's groups), and fail with promtool's report unless every case passes.
+
+    promtool comes with Debian's ``prometheus`` package (``make install`` installs it). Without it these
+    tests fail rather than skip: CI must run them."""
+    promtool = shutil.which("promtool")
+    assert promtool, ("promtool is not on PATH: `make install` installs Debian's prometheus package (as root, where "
+                      "apt-get exists), or install Prometheus yourself")
+    rule_files = []
+    if rules is not None:
+        (workdir / "rules.yaml").write_text(yaml.safe_dump(rules))
+        check = subprocess.run([promtool, "check", "rules", "rules.yaml"], cwd=workdir, capture_output=True,
+                               text=True, timeout=60)
+        assert check.returncode == 0, check.stdout + check.stderr
+        rule_files = ["rules.yaml"]
+    (workdir / "tests.yaml").write_text(yaml.safe_dump({"rule_files": rule_files, "evaluation_interval": "1m",
+                                                        "tests": tests}, sort_keys=False))
+    run = subprocess.run([promtool, "test", "rules", "tests.yaml"], cwd=workdir, capture_output=True, text=True,
+                         timeout=120)
+    assert run.returncode == 0, run.stdout + run.stderr

@@ -8,12 +8,9 @@ tests fail rather than skip: CI must run them.
 from __future__ import annotations
 
 import re
-import shutil
-import subprocess
 
 import pytest
-import yaml
-from chart_support import REPO, render
+from chart_support import REPO, promtool_test, render
 
 # Labels every scraped series of a topology's process carries (target labels + the metric's own).
 W0 = 'namespace="prod", pod="clicks-worker-0", topology="clicks"'
@@ -212,13 +209,6 @@ TESTS = [
 ]
 
 
-def promtool() -> str:
-    found = shutil.which("promtool")
-    assert found, ("promtool is not on PATH: `make install` installs Debian's prometheus package (as root, where "
-                   "apt-get exists), or install Prometheus yourself")
-    return found
-
-
 def rules(values: dict | None = None, *, operator: bool = True) -> dict:
     rendered = render({"monitoring": {"alerts": {"enabled": True, **(values or {})},
                                       "operatorPodMonitor": {"enabled": operator}}})
@@ -228,7 +218,6 @@ def rules(values: dict | None = None, *, operator: bool = True) -> dict:
 def test_where_the_operator_is_not_scraped_the_processes_say_how_many_should_run(tmp_path):
     """Without the operator's series, what should run comes from the processes' own squall_expected_processes,
     remembered 15 minutes (docs/operations.md, "Alerts")."""
-    (tmp_path / "rules.yaml").write_text(yaml.safe_dump(rules(operator=False)))
     clicks = [{"series": f'squall_process_info{{namespace="prod", pod="clicks-{name}", topology="clicks", '
                          f'role="{name[:-2]}", index="{name[-1]}"}}', "values": values}
               for name, values in (("worker-0", "1x30"), ("worker-1", "1x10 _x20"), ("acker-0", "1x30"))]
@@ -239,11 +228,7 @@ def test_where_the_operator_is_not_scraped_the_processes_say_how_many_should_run
     tests = [{"name": "processes down, no operator", "interval": "1m", "input_series": clicks, "alert_rule_test": [
         {"eval_time": "12m", "alertname": "SquallProcessesDown", "exp_alerts": []},
         {"eval_time": "22m", "alertname": "SquallProcessesDown", "exp_alerts": [down("clicks")]}]}]
-    (tmp_path / "tests.yaml").write_text(yaml.safe_dump({"rule_files": ["rules.yaml"], "evaluation_interval": "1m",
-                                                         "tests": tests}, sort_keys=False))
-    run = subprocess.run([promtool(), "test", "rules", "tests.yaml"], cwd=tmp_path, capture_output=True, text=True,
-                         timeout=120)
-    assert run.returncode == 0, run.stdout + run.stderr
+    promtool_test(tmp_path, tests, rules=rules(operator=False))
 
 
 def test_the_rule_is_off_by_default_and_labelled_for_kube_prometheus_stack():
@@ -264,22 +249,13 @@ def test_the_issue_s_alerts_are_all_there_and_tested():
 @pytest.mark.parametrize("values", [{}, {"failureRatio": 0.2, "capacity": 0.5, "lagGrowingFor": "30m"}],
                          ids=["defaults", "custom thresholds"])
 def test_promtool_checks_the_rules_and_runs_their_unit_tests(tmp_path, values):
-    (tmp_path / "rules.yaml").write_text(yaml.safe_dump(rules(values)))
-    check = subprocess.run([promtool(), "check", "rules", str(tmp_path / "rules.yaml")], capture_output=True,
-                           text=True, timeout=60)
-    assert check.returncode == 0, check.stdout + check.stderr
+    promtool_test(tmp_path, TESTS if not values else [], rules=rules(values))
     if values:
         # the thresholds come from the values: the defaults' near misses fire now, and its alerts do not
         exprs = {r["alert"]: r for g in rules(values)["groups"] for r in g["rules"]}
         assert exprs["SquallFailureRatioHigh"]["expr"].rstrip().endswith("> 0.2")
         assert exprs["SquallBoltOverCapacity"]["expr"].rstrip().endswith("> 0.5")
         assert exprs["SquallSpoutLagGrowing"]["for"] == "30m"
-        return
-    (tmp_path / "tests.yaml").write_text(yaml.safe_dump({"rule_files": ["rules.yaml"], "evaluation_interval": "1m",
-                                                         "tests": TESTS}, sort_keys=False))
-    run = subprocess.run([promtool(), "test", "rules", "tests.yaml"], cwd=tmp_path, capture_output=True, text=True,
-                         timeout=120)
-    assert run.returncode == 0, run.stdout + run.stderr
 
 
 def test_a_runbook_url_points_each_alert_at_its_row_of_the_operations_docs():
