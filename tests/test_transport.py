@@ -1309,6 +1309,33 @@ def test_a_workers_ingress_at_its_limit_still_reads_its_control_lane_and_an_acke
         assert taken == ([] if acker else ["verdict"]), acker
 
 
+def test_an_ackers_backlog_counts_each_batch_as_its_messages_against_the_limit_and_its_congestion():
+    """A frame brings an acker task one batch of acker messages. Counted as one item, a batch let an acker's
+    backlog hold as many whole frames as the limit allows the smallest items (a stream window's worth of
+    acker messages per peer), up to a frame's messages each, from a peer that ignored its congestion (found
+    by the acker-home audit). Counted as its messages, the lane stops at the limit, what the backlog
+    releases is taken off it the same way, and the task is congested (its peers told) long before."""
+    from squall.transport.ingress import Ingress
+
+    def batch(n: int) -> AckBatch:
+        return AckBatch(array("B", [1] * n), array("Q", range(1, n + 1)), array("Q", [7] * n), array("i", [0] * n))
+
+    transfer = Transfer(capacity=4)
+    acker = Executor(component="__acker", tasks=(3,), transfer=transfer)
+    transfer.ackers[3] = acker  # an acker process: its control lane stops at the limit too
+    ingress = Ingress(transfer=transfer, wake=lambda: None, frames=8, limit=100)
+    for _ in range(8):
+        assert ingress.put(CONTROL, [(3, batch(40))], closed=lambda: False)
+    ingress.deliver()
+    assert len(acker.inbox) == 4
+    assert ingress.held == 120  # three frames in the backlog reached the limit of 100 messages: one waits unread
+    assert ingress.waiting() == 1 + 120
+    assert ingress.congested == {3}  # from its first batch held: an inbox's worth (4) of messages
+    acker.inbox.popleft()
+    ingress.deliver()  # a batch leaves the backlog for the inbox: 80 messages are held, the lane gives the last
+    assert ingress.held == 120 and ingress.waiting() == 120
+
+
 def test_a_peer_sends_nothing_to_a_congested_task_until_it_is_told_the_task_has_room(plan):
     """Two real transports over loopback gRPC. A task congested in its process is congested in its peer's
     transport within a round trip: the peer's sends to it are refused (they wait in their executors'

@@ -233,7 +233,7 @@ class RuntimeCollector:
                                       "to send them nothing for now: an inbox's worth waits behind their full "
                                       "inbox", labels=["topology", "component"])
         held = GaugeMetricFamily("squall_transport_held_items", "Items received for full inboxes, waiting behind "
-                                 "them", labels=["topology"])
+                                 "them (an acker's batch counted as its messages)", labels=["topology"])
         if tr.ingress is not None:
             names = self.runtime.plan.task_component
             counts = Counter(names[task] for task in list(tr.ingress.congested))

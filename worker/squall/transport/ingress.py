@@ -3,14 +3,16 @@
 Each lane has a small bounded queue of decoded frames. The scheduler moves a frame's items into
 the executors' inboxes; an item whose inbox is full waits in that task's backlog, and the task's
 later items wait behind it, in order. The other tasks' items go on: one busy task never stops the
-frames of the rest. A task whose backlog holds a full inbox's worth is *congested*: the transport
+frames of the rest. A task whose backlog holds a full inbox's worth (of acker messages, for an acker
+task, whose inbox holds batches of them) is *congested*: the transport
 tells the peers, which send it nothing more until its backlog is gone and its inbox half empty
 (Storm's backpressure status, with its high and low water marks): the half left keeps it busy while
 they hear and resume, and it does not flap at every item. Without that, a bolt waiting to send
 to a peer whose frames waited behind a full inbox, while that peer's bolt waited likewise, stalled
 both processes.
 
-What the backlogs may hold is bounded: beyond :attr:`Ingress.limit` items the lanes take no more
+What the backlogs may hold is bounded: beyond :attr:`Ingress.limit` items (an acker's batch counted
+as its messages) the lanes take no more
 frames (a worker's control lane excepted, see ``Ingress``), their queues fill, the server threads
 block, and HTTP/2 flow control pushes back on every sender (a peer that ignored the congestion it was
 told of, or one that sent before it heard).
@@ -25,6 +27,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from squall.acker.acker import AckBatch
 from squall.executor.base import Transfer
 from squall.transport.links import CONTROL, DATA
 from squall.tuples import Tuple
@@ -49,7 +52,8 @@ class Ingress:
         # release, and the worker stalled for good (found by the acker-home audit).
         self._control_limit = limit if any(acker is not None for acker in transfer.ackers) else sys.maxsize
         self._held: dict[int, deque[Any]] = {}  # task → items that found its inbox full, in order
-        self.held = 0  # items in the backlogs
+        self._weights: dict[int, int] = {}  # task → what its backlog holds, by _weight
+        self.held = 0  # what the backlogs hold, by _weight
         #: tasks of this process that take no more input for now: from when their backlog holds as many
         #: items as an inbox until it is gone and their inbox is no more than half full
         self.congested: set[int] = set()
@@ -116,9 +120,11 @@ class Ingress:
                     continue
                 backlog = held[task] = deque()
             backlog.append(thing)
-            self.held += 1
+            weight = _weight(thing)
+            self.held += weight
+            weight = self._weights[task] = self._weights.get(task, 0) + weight
             # a task of this process (not an acker's message this worker forwards: its acker speaks for it)
-            if len(backlog) == transfer.capacity and 0 <= task < len(transfer.local) and \
+            if weight >= transfer.capacity and 0 <= task < len(transfer.local) and \
                     transfer.local[task] is not None and task not in self.congested:
                 self.congested.add(task)
                 self.changed = True
@@ -131,11 +137,12 @@ class Ingress:
         for task in list(self._held):
             backlog = self._held[task]
             while backlog and transfer.try_send(task, backlog[0]):
-                backlog.popleft()
+                weight = _weight(backlog.popleft())
+                self.held -= weight
+                self._weights[task] -= weight
                 moved += 1
             if not backlog:
-                del self._held[task]
-        self.held -= moved
+                del self._held[task], self._weights[task]
         return moved
 
     def _ease(self) -> None:
@@ -144,3 +151,11 @@ class Ingress:
         for task in [task for task in self.congested if task not in self._held and len(local[task]) <= half]:
             self.congested.discard(task)
             self.changed = True
+
+
+def _weight(item: Any) -> int:
+    """What an item held counts, against the limit and towards its task's congestion: an acker's batch (a
+    frame's acker messages for one acker task) its messages, since the limit is in the smallest items a
+    stream window holds; anything else 1. Counted as 1, an acker's backlog held that many whole frames
+    (found by the acker-home audit)."""
+    return max(len(item), 1) if type(item) is AckBatch else 1
