@@ -4,6 +4,14 @@ cimport cython
 cdef class Executor
 
 
+cdef class SetupRetries:
+    cdef public str component, call
+    cdef public object log
+    cdef public dict waits
+    cpdef double failed(self, long long task_id, double now) except? -1
+    cpdef bint returned(self, long long task_id) except -1
+
+
 cdef class Remote:
     cpdef bint try_send(self, long long task, object item) except -1
     cpdef bint try_message(self, long long task, int kind, object root, unsigned long long val, int spout) except -1

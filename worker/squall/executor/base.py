@@ -8,14 +8,43 @@ with a non-empty overflow consumes no more input until it drains: that is the ba
 
 from __future__ import annotations
 
+import logging
 from collections import deque
 from typing import Any
+
+from squall.backoff import Backoff
 
 # A spout's open() or a bolt's prepare() that raised is called again this many seconds later, twice as
 # long after each further failure in a row, at most RETRY_LAST: a source that is down when its process
 # starts (a broker, a database) is used once it is back, as Storm's restarted worker would, while the
 # process's other tasks go on.
 RETRY_FIRST, RETRY_LAST = 1.0, 60.0
+
+
+class SetupRetries:
+    """An executor's tasks whose setup call (a spout's ``open()``, a bolt's ``prepare()``) raised, each with
+    its growing wait, until a call returns; each raise, and the return at last, is logged."""
+
+    def __init__(self, component: str, call: str, log: logging.Logger) -> None:
+        self.component, self.call, self.log = component, call, log
+        self.waits: dict[int, Backoff] = {}  # task → its wait
+
+    def failed(self, task_id: int, now: float) -> float:
+        """Count a raise of the task's call at ``now``; when to call it again."""
+        retry = self.waits.get(task_id)
+        if retry is None:
+            retry = self.waits[task_id] = Backoff(RETRY_FIRST, RETRY_LAST)
+        retry.failed(now)
+        self.log.error("%s task %d: %s() raised; it is called again in %.0f s", self.component, task_id,
+                       self.call, retry.delay)
+        return retry.retry_at
+
+    def returned(self, task_id: int) -> bool:
+        """The task's call returned: its raises are forgotten. True if there were any."""
+        if self.waits.pop(task_id, None) is None:
+            return False
+        self.log.info("%s task %d: %s() returned at last", self.component, task_id, self.call)
+        return True
 
 
 class Remote:

@@ -1,7 +1,7 @@
 # C types for bolt.py where Squall is compiled with Cython (squall/_pure.py).
 cimport cython
 
-from squall.executor.base cimport Executor
+from squall.executor.base cimport Executor, SetupRetries
 from squall.executor.collectors cimport BasicCollector, BoltCollector, HeldCount
 from squall.executor.stats cimport TaskStats
 from squall.tuples cimport Tuple
@@ -19,7 +19,8 @@ cdef class BoltExecutor(Executor):
     cdef public HeldCount held
     cdef public dict tasks
     cdef public object clock, report
-    cdef public dict prepares, unprepared
+    cdef public dict prepares
+    cdef public SetupRetries unprepared
     cdef public long long countdown
     cdef public double slow_until
 

@@ -6,9 +6,8 @@ import logging
 from collections.abc import Callable
 
 from squall.api import BasicBolt, Bolt
-from squall.backoff import Backoff
 from squall.errors import FailedException, ReportedFailedException
-from squall.executor.base import RETRY_FIRST, RETRY_LAST, Executor, Transfer
+from squall.executor.base import Executor, SetupRetries, Transfer
 from squall.executor.collectors import BasicCollector, BoltCollector, HeldCount
 from squall.executor.stats import SAMPLE_EVERY, TaskStats
 from squall.tuples import Tuple
@@ -52,7 +51,7 @@ class BoltExecutor(Executor):
         self.clock = clock
         self.report = report
         self.prepares: dict[int, Callable[[], None]] = {}
-        self.unprepared: dict[int, Backoff] = {}  # the tasks whose prepare() raised, until it returns
+        self.unprepared = SetupRetries(component, "prepare", log)
         self.countdown = 1  # the first tuple is timed: a slow bolt is known from its first execute
         self.slow_until = float("-inf")
 
@@ -68,27 +67,21 @@ class BoltExecutor(Executor):
     def _prepare(self, task_id: int, now: float) -> None:
         """Call the task's prepare(); if it raises, again after a growing wait (meanwhile its inputs are
         executed as they come, and what execute raises fails them)."""
-        retry = self.unprepared.get(task_id)
         try:
             self.prepares[task_id]()
         except Exception as exc:  # noqa: BLE001 - user code may raise anything
             self.report(exc, task_id)
-            if retry is None:
-                retry = self.unprepared[task_id] = Backoff(RETRY_FIRST, RETRY_LAST)
-            retry.failed(now)
-            log.error("%s task %d: prepare() raised; it is called again in %.0f s", self.component, task_id,
-                      retry.delay)
+            self.unprepared.failed(task_id, now)
             return
-        if retry is not None:
-            del self.unprepared[task_id]
-            log.info("%s task %d: prepare() returned at last", self.component, task_id)
+        self.unprepared.returned(task_id)
 
     def wake_at(self) -> float | None:
-        return min(retry.retry_at for retry in self.unprepared.values()) if self.unprepared else None
+        waits = self.unprepared.waits
+        return min(retry.retry_at for retry in waits.values()) if waits else None
 
     def stop(self) -> None:
         for task in self.tasks.values():
-            if task.task_id in self.unprepared:  # nothing to clean up, and its state may be half-built
+            if task.task_id in self.unprepared.waits:  # nothing to clean up, and its state may be half-built
                 continue
             try:
                 task.bolt.cleanup()
@@ -96,8 +89,8 @@ class BoltExecutor(Executor):
                 self.report(exc, task.task_id)
 
     def run_once(self, now: float) -> bool:
-        if self.unprepared:
-            for task_id, retry in list(self.unprepared.items()):
+        if self.unprepared.waits:
+            for task_id, retry in list(self.unprepared.waits.items()):
                 if retry.due(now):
                     self._prepare(task_id, now)
         if self.overflow and not self.flush():

@@ -1,7 +1,7 @@
 # C types for spout.py where Squall is compiled with Cython (squall/_pure.py).
 cimport cython
 
-from squall.executor.base cimport Executor
+from squall.executor.base cimport Executor, SetupRetries
 from squall.executor.collectors cimport SpoutCollector
 from squall.executor.rotating cimport RotatingMap
 from squall.executor.hdr cimport HdrHistogram
@@ -31,7 +31,8 @@ cdef class SpoutExecutor(Executor):
     cdef public RotatingMap pending
     cdef public object max_pending, wait, clock, report
     cdef public bint active
-    cdef public dict opens, retries
+    cdef public dict opens
+    cdef public SetupRetries retries
 
     @cython.locals(task=SpoutTask, before=cython.longlong, progress=cython.bint, began=cython.double,
                    limit=cython.longlong, limited=cython.bint)

@@ -9,8 +9,7 @@ from typing import Any
 
 from squall.acker.acker import ACK, FAIL, Notification
 from squall.api import Spout
-from squall.backoff import Backoff
-from squall.executor.base import RETRY_FIRST, RETRY_LAST, Executor, Transfer
+from squall.executor.base import Executor, SetupRetries, Transfer
 from squall.executor.collectors import SpoutCollector
 from squall.executor.hdr import HdrHistogram
 from squall.executor.rotating import RotatingMap
@@ -88,7 +87,7 @@ class SpoutExecutor(Executor):
         self.report = report
         self.active = False  # the runtime activates spouts once the process is ready
         self.opens: dict[int, Callable[[], None]] = {}
-        self.retries: dict[int, Backoff] = {}  # the tasks whose open() raised, until it returns
+        self.retries = SetupRetries(component, "open", log)
 
     def add_task(self, task: SpoutTask, open_: Callable[[], None]) -> None:
         self.tasks[task.task_id] = task
@@ -111,21 +110,12 @@ class SpoutExecutor(Executor):
         thousands of times a second, burying the one error that says why), and is called again at its
         wake, after a growing wait."""
         task.opened = self._call(task, self.opens[task.task_id])
-        retry = self.retries.get(task.task_id)
-        if task.opened:
-            task.wake = now
-            if retry is not None:
-                del self.retries[task.task_id]
-                log.info("%s task %d: open() returned at last; the task emits", self.component, task.task_id)
-                if self.active:
-                    self._call(task, task.spout.activate)
+        if not task.opened:
+            task.wake = self.retries.failed(task.task_id, now)
             return
-        if retry is None:
-            retry = self.retries[task.task_id] = Backoff(RETRY_FIRST, RETRY_LAST)
-        retry.failed(now)
-        task.wake = retry.retry_at
-        log.error("%s task %d: open() raised; it is called again in %.0f s", self.component, task.task_id,
-                  retry.delay)
+        task.wake = now
+        if self.retries.returned(task.task_id) and self.active:
+            self._call(task, task.spout.activate)
 
     def stop(self) -> None:
         for task in self.tasks.values():
