@@ -1672,6 +1672,41 @@ def test_an_acker_takes_the_streams_of_every_worker_and_still_answers_commands(p
             transport.close()
 
 
+def test_a_stream_from_a_name_that_is_no_sender_of_the_plan_is_refused_and_leaves_no_trace(plan):
+    """The ``squall-sender`` header, unchecked, became the ``peer`` label of the received-batches metric and
+    a key the receiver kept for good: a client holding the topology's certificate (any client, without
+    TLS) could make up as many as it liked (found by the observability audit). Only the plan's processes
+    that stream to this one are taken in; real loopback gRPC."""
+    import grpc
+
+    from squall.proto.squall_pb2 import TransferSummary
+    from squall.transport.links import PLAN_KEY
+
+    receiver = Transport(name="worker-1", plan="p1", owner={}, addresses={}, senders=frozenset({"worker-0"}),
+                         decoder=decoder(plan), ackers=frozenset(), bind="127.0.0.1:0", batch_size=1,
+                         flush_interval=0.001, max_frame=1 << 20)
+    receiver.attach(transfer=Taking(), wake=lambda: None, frames=8)
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{receiver.receiver.port}") as channel:
+            call = channel.stream_unary("/squall.v1.Squall/Transfer", request_serializer=None,
+                                        response_deserializer=TransferSummary.FromString)
+
+            def send(sender: str) -> TransferSummary:
+                metadata = (("squall-lane", "data"), ("squall-sender", sender), (PLAN_KEY, receiver.plan))
+                return call(iter([Batch().SerializeToString()]), metadata=metadata, timeout=10)
+
+            with pytest.raises(grpc.RpcError) as refused:
+                send("worker-7")
+            assert refused.value.code() == grpc.StatusCode.PERMISSION_DENIED
+            assert "'worker-7' names no process of plan" in refused.value.details()
+            assert "(worker-0)" in refused.value.details()
+            assert send("worker-0").batches == 1
+        assert set(receiver.receiver.stats.batches) == {("worker-0", "data")}
+        assert set(receiver.receiver.accepted) == {"worker-0"}
+    finally:
+        receiver.close()
+
+
 def test_a_senders_old_stream_that_ends_after_its_new_one_opened_leaves_the_new_one_counted(plan):
     """A sender reconnects while its old stream is still being served (half-open, say), on real loopback
     gRPC. The receiver kept the (sender, lane) of its streams in a set, so the old stream's end removed

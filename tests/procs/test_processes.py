@@ -488,8 +488,8 @@ def test_processes_of_a_run_killed_without_its_stop_stop_by_themselves(tmp_path,
     assert f"its squall run (pid {run.pid}) is gone: stopping" in log
 
 
-def _send(port: int, frames: list[bytes], plan: str, lane: str = "data", *, tls=None):
-    """Stream ``frames`` to a process as a peer named "intruder" would, and return its answer (the
+def _send(port: int, frames: list[bytes], plan: str, lane: str = "data", *, sender: str, tls=None):
+    """Stream ``frames`` to a process as its peer ``sender`` would, and return its answer (the
     ``TransferSummary``); ``tls``: the credentials it presents."""
     import grpc
 
@@ -501,16 +501,16 @@ def _send(port: int, frames: list[bytes], plan: str, lane: str = "data", *, tls=
           if tls else grpc.insecure_channel(address)) as channel:
         call = channel.stream_unary("/squall.v1.Squall/Transfer", request_serializer=None,
                                     response_deserializer=TransferSummary.FromString)
-        metadata = (("squall-lane", lane), ("squall-sender", "intruder"), ("squall-plan", plan))
+        metadata = (("squall-lane", lane), ("squall-sender", sender), ("squall-plan", plan))
         return call(iter(frames), metadata=metadata, timeout=10)
 
 
-def _send_raw(port: int, frames: list[bytes], plan: str, lane: str = "data", *, tls=None):
+def _send_raw(port: int, frames: list[bytes], plan: str, lane: str = "data", *, sender: str, tls=None):
     """:func:`_send`, which the process must refuse: the error it answered with."""
     import grpc
 
     with pytest.raises(grpc.RpcError) as err:
-        _send(port, frames, plan, lane, tls=tls)
+        _send(port, frames, plan, lane, sender=sender, tls=tls)
     return err.value
 
 
@@ -527,22 +527,26 @@ def test_a_peer_without_the_certificate_is_refused_and_a_bad_frame_closes_only_i
     # Without a certificate of this topology's CA (none, or another topology's), the TLS handshake
     # fails: nothing reaches the decoder.
     for stranger in (None, issue("another-topology")):
-        refused = _send_raw(worker.grpc_port, [frame], plan, tls=stranger)
+        refused = _send_raw(worker.grpc_port, [frame], plan, sender="acker-0", tls=stranger)
         assert refused.code() == grpc.StatusCode.UNAVAILABLE, refused.details()
     assert 'squall_transport_malformed_frames_total{topology="proc-test"} 0.0' in fetch(
         worker.url("/metrics"))
     # A peer holding the topology's certificate is checked frame by frame all the same.
     tls = Credentials.load(sup.env[TLS_DIR])
-    bad = _send_raw(worker.grpc_port, [frame], plan, tls=tls)
+    bad = _send_raw(worker.grpc_port, [frame], plan, sender="acker-0", tls=tls)
     assert bad.code() == grpc.StatusCode.INVALID_ARGUMENT and "malformed frame" in bad.details()
-    huge = _send_raw(worker.grpc_port, [b"\x0a" + b"\xff" * 5 + b"\x01" + b"x" * (17 * 2**20)], plan, tls=tls)
+    huge = _send_raw(worker.grpc_port, [b"\x0a" + b"\xff" * 5 + b"\x01" + b"x" * (17 * 2**20)], plan,
+                     sender="acker-0", tls=tls)
     assert huge.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
     # A sender routing by another plan (another spec, W or A: a rolling update) is refused up front.
-    other = _send_raw(worker.grpc_port, [b""], "0123456789abcdef", tls=tls)
+    other = _send_raw(worker.grpc_port, [b""], "0123456789abcdef", sender="acker-0", tls=tls)
     assert other.code() == grpc.StatusCode.FAILED_PRECONDITION and "runs plan 0123456789abcdef" in other.details()
     # So is a process of the same spec whose frames have another format (an older Squall, mid-upgrade).
-    older = _send_raw(worker.grpc_port, [b""], sup.spec.fingerprint(), tls=tls)
+    older = _send_raw(worker.grpc_port, [b""], sup.spec.fingerprint(), sender="acker-0", tls=tls)
     assert older.code() == grpc.StatusCode.FAILED_PRECONDITION and f"this process runs plan {plan}" in older.details()
+    # And so is a name that is no process of the plan streaming to this one: it would become a label.
+    stranger = _send_raw(worker.grpc_port, [b""], plan, sender="intruder", tls=tls)
+    assert stranger.code() == grpc.StatusCode.PERMISSION_DENIED and "acker-0" in stranger.details()
     # The process kept serving its real peers: trees keep completing, nothing failed.
     before = sup.scrape().acked["a-numbers"]
     after = wait_for(lambda t: t.acked["a-numbers"] >= before + 200, timeout=30, sup=sup, what="more acks")
@@ -551,6 +555,7 @@ def test_a_peer_without_the_certificate_is_refused_and_a_bad_frame_closes_only_i
     metrics = fetch(worker.url("/metrics"))
     assert 'squall_transport_malformed_frames_total{topology="proc-test"} 1.0' in metrics
     assert "malformed frame" in worker.log_path.read_text()
+    assert "intruder" not in metrics
 
 
 def test_an_acker_refuses_an_init_for_a_bolt_task_and_keeps_serving(cluster):
@@ -569,7 +574,7 @@ def test_an_acker_refuses_an_init_for_a_bolt_task_and_keeps_serving(cluster):
     bolt_task = layout(sup.spec).component_tasks["b-double"][0]
     frame = encode_acker([AckerMessage(INIT, 12345, 1, bolt_task)])
     refused = _send_raw(acker.grpc_port, [frame], wire_plan(sup.spec.fingerprint()), lane="control",
-                        tls=Credentials.load(sup.env[TLS_DIR]))
+                        sender="worker-0", tls=Credentials.load(sup.env[TLS_DIR]))
     assert refused.code() == grpc.StatusCode.INVALID_ARGUMENT and "not a spout task" in refused.details()
     before = sup.scrape().acked["a-numbers"]
     after = wait_for(lambda t: t.acked["a-numbers"] >= before + 200, timeout=30, sup=sup, what="more acks")
@@ -591,7 +596,7 @@ def test_an_acker_that_exits_counts_only_the_trees_it_could_still_decide(cluster
     acker = sup.child("acker-0")
     summary = _send(acker.grpc_port, [encode_acker([AckerMessage(FAIL, 12345, 0, -1)])],
                     wire_plan(sup.spec.fingerprint()),
-                    lane="control", tls=Credentials.load(sup.env[TLS_DIR]))
+                    lane="control", sender="worker-0", tls=Credentials.load(sup.env[TLS_DIR]))
     assert summary.batches == 1
     assert sup.stop(timeout=30) == {c.name: 0 for c in sup.children}
     assert "acker-0 stopped (0 tree(s) still pending)" in acker.log_path.read_text()

@@ -46,11 +46,12 @@ class _Stream:
 
 
 class Receiver:
-    def __init__(self, *, decoder: Decoder, ingress: Ingress, bind: str, plan: str, max_frame: int,
-                 streams: int, tls: Credentials | None = None,
+    def __init__(self, *, decoder: Decoder, ingress: Ingress, bind: str, plan: str, senders: frozenset[str],
+                 max_frame: int, streams: int, tls: Credentials | None = None,
                  control: Callable[[ControlRequest], ProcessState] | None = None) -> None:
         self.decoder = decoder
         self.plan = plan
+        self.senders = senders  # the processes of the plan that stream to this one
         self.ingress = ingress
         self.stats = ReceiveStats()
         # (sender, lane) → streams of it being served: a sender's new stream can open before its old one ends
@@ -107,6 +108,13 @@ class Receiver:
                      self.plan)
             context.abort(grpc.StatusCode.FAILED_PRECONDITION,
                           f"{sender} runs plan {theirs or '?'} but this process runs plan {self.plan}")
+        if sender not in self.senders:
+            # Only the plan's processes that send here may: another name (a stray or misconfigured client
+            # holding the topology's certificate, or any client without TLS) would become a metric's
+            # label and a key kept for good, one more for each name it made up.
+            context.abort(grpc.StatusCode.PERMISSION_DENIED,
+                          f"metadata squall-sender {sender[:64]!r} names no process of plan {self.plan} that "
+                          f"sends to this one ({', '.join(sorted(self.senders)) or 'none'})")
         context.send_initial_metadata(((PLAN_KEY, self.plan),))
         key = (sender, lane)
         with self._lock:

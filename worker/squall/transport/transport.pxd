@@ -24,6 +24,7 @@ cdef class Transport(Remote):
     cdef list _acker_boxes
     cdef object _decoder, _bind, _max_frame, _tls, _control
     cdef long long _streams
+    cdef frozenset _senders
     cdef public bint waiting_room
     cdef bytearray _congested
     cdef bytes _state

@@ -124,6 +124,7 @@ class Transport(Remote):
         # to open before its old ones end (a reconnect). Sized from ours alone, an acker of 5 workers
         # refused streams for good, and its spouts' worker never activated.
         self._streams = 4 * len(set(peers) | senders) + 2
+        self._senders = senders
 
     def _room(self) -> None:
         """On a link thread: the link took a frame and has room again. The loop needs to know only if a
@@ -178,7 +179,7 @@ class Transport(Remote):
         for box in self._acker_boxes:
             box.transfer = transfer
         self.receiver = Receiver(decoder=self._decoder, ingress=self.ingress, bind=self._bind, plan=self.plan,
-                                 max_frame=self._max_frame, streams=self._streams, tls=self._tls,
+                                 senders=self._senders, max_frame=self._max_frame, streams=self._streams, tls=self._tls,
                                  control=self._control)
         self.receiver.start()
         for link in self.links.values():
