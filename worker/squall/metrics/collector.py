@@ -100,7 +100,8 @@ class RuntimeCollector:
         for task, stats in list(rt.stats.items()):
             comp, t = plan.task_component[task], str(task)
             # Known label sets start at 0, so rates and alerts work before the first failure.
-            if comp in plan.spout_names:
+            spout = comp in plan.spout_names
+            if spout:
                 streams = list(plan.outputs[comp])
                 inputs: list[tuple[str, str]] = []
             else:
@@ -112,7 +113,8 @@ class RuntimeCollector:
             for stream in {*stats.acked, *stats.failed, *stats.timed_out, *streams}:
                 acked.add_metric([topo, comp, t, stream], stats.acked.get(stream, 0))
                 failed.add_metric([topo, comp, t, stream, "explicit"], stats.failed.get(stream, 0))
-                failed.add_metric([topo, comp, t, stream, "timeout"], stats.timed_out.get(stream, 0))
+                if spout:  # a bolt's input never times out: its series would be 0 for good
+                    failed.add_metric([topo, comp, t, stream, "timeout"], stats.timed_out.get(stream, 0))
             for src, stream in {*stats.executed, *inputs}:
                 executed.add_metric([topo, comp, t, stream, src], stats.executed.get((src, stream), 0))
             for stream, h in list(stats.complete_latency.items()):
