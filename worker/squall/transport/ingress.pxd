@@ -21,7 +21,7 @@ cdef class Ingress:
     cdef Py_ssize_t _deliver(self, object lane, Py_ssize_t limit) except -1
 
     @cython.locals(transfer=Transfer, held=dict, moved=Py_ssize_t, tup=Tuple, task=cython.longlong,
-                   weight=Py_ssize_t)
+                   weight=Py_ssize_t, queued=Py_ssize_t)
     cdef Py_ssize_t _distribute(self, list items) except -1
 
     @cython.locals(transfer=Transfer, moved=Py_ssize_t, weight=Py_ssize_t)

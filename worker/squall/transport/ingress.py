@@ -122,9 +122,9 @@ class Ingress:
             backlog.append(thing)
             weight = _weight(thing)
             self.held += weight
-            weight = self._weights[task] = self._weights.get(task, 0) + weight
+            queued = self._weights[task] = self._weights.get(task, 0) + weight
             # a task of this process (not an acker's message this worker forwards: its acker speaks for it)
-            if weight >= transfer.capacity and 0 <= task < len(transfer.local) and \
+            if queued >= transfer.capacity and 0 <= task < len(transfer.local) and \
                     transfer.local[task] is not None and task not in self.congested:
                 self.congested.add(task)
                 self.changed = True
