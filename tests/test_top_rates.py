@@ -36,3 +36,16 @@ def test_a_rate_counts_the_processes_that_answered_both_scrapes_and_a_restart_fr
     for restarted in (metrics(7, started=200.0), metrics(7, plan="p2")):
         assert acked_per_second(snapshot(0, a=metrics(1000), b=metrics(5000)),
                                 snapshot(1, a=metrics(1010), b=restarted)) == 17.0
+
+
+def test_the_header_says_what_processes_do_that_are_not_processing():
+    """Processes that wait for peers, drain or rebalance show beside the count; all active, nothing."""
+    def state(name: str) -> str:
+        return (f'squall_process_state{{topology="t",state="{name}"}} 1\n'
+                'squall_process_state{topology="t",state="draining"} 0\n')
+
+    prev = snapshot(0, a=metrics(0))
+    active = snapshot(1, a=metrics(10) + state("active"), b=metrics(10) + state("active"))
+    assert "processes 2/2   trees" in frame(prev, active, expected=2)
+    mixed = snapshot(1, a=metrics(10) + state("active"), b=metrics(10) + state("waiting_for_peers"))
+    assert "processes 2/2 (1 active, 1 waiting_for_peers)   trees" in frame(prev, mixed, expected=2)

@@ -130,6 +130,36 @@ TESTS = [
         {"eval_time": "40m", "alertname": "SquallProcessesDown",
          "exp_alerts": [down("clicks"), down("fresh"), down("views")]},
     ]},
+    {"name": "a process waiting for its peers", "interval": "1m", "input_series": [
+        # clicks-worker-0 loses its acker from 2m on; clicks-worker-1 its peer worker for 5 minutes only;
+        # views-worker-0 has a link down during a rebalance, which holds its spouts anyway
+        *({"series": f'squall_process_state{{namespace="prod", pod="{pod}", topology="{topology}", '
+                     f'state="{state}"}}', "values": values}
+          for pod, topology, state, values in (
+              ("clicks-worker-0", "clicks", "waiting_for_peers", "0x2 1x20"),
+              ("clicks-worker-0", "clicks", "active", "1x2 0x20"),
+              ("clicks-worker-1", "clicks", "waiting_for_peers", "0x2 1x5 0x15"),
+              ("views-worker-0", "views", "rebalancing", "1x22"))),
+        *({"series": f'squall_transport_connected{{namespace="prod", pod="{pod}", topology="{topology}", '
+                     f'peer="{peer}", lane="{lane}", direction="{direction}"}}', "values": values}
+          for pod, topology, peer, lane, direction, values in (
+              ("clicks-worker-0", "clicks", "acker-0", "control", "out", "1x2 0x20"),
+              ("clicks-worker-0", "clicks", "acker-0", "control", "in", "1x2 0x20"),
+              ("clicks-worker-0", "clicks", "worker-1", "data", "out", "1x22"),
+              ("clicks-worker-1", "clicks", "worker-0", "data", "out", "1x2 0x5 1x15"),
+              ("views-worker-0", "views", "acker-0", "control", "out", "0x22"))),
+    ], "alert_rule_test": [
+        {"eval_time": "11m", "alertname": "SquallProcessWaitingForPeers", "exp_alerts": []},
+        {"eval_time": "13m", "alertname": "SquallProcessWaitingForPeers", "exp_alerts": [{
+            "exp_labels": {"severity": "warning", "namespace": "prod", "topology": "clicks", "pod": "clicks-worker-0"},
+            "exp_annotations": {
+                "summary": "clicks-worker-0 of prod/clicks waits for 2 connection(s) to its peers",
+                "description": "The process is up but has had 2 link(s) to or from its peers down for 10 minutes, "
+                               "so it does not process (a worker's spouts stay inactive). squall_transport_connected "
+                               "== 0 names them, and so does its log (\"waiting for peers\"): a peer not running, a "
+                               "NetworkPolicy or DNS name that keeps them apart, or certificates of another CA. "
+                               "kubectl logs -n prod clicks-worker-0"}}]},
+    ]},
     {"name": "the operator", "interval": "1m", "input_series": [
         {"series": 'squall_operator_topology_degraded{namespace="squall-system", pod="squall-0", '
                    'topology_namespace="prod", topology="clicks", reason="CrashLoopBackOff"}', "values": "0x2 1x20"},
@@ -240,7 +270,8 @@ def test_the_rule_is_off_by_default_and_labelled_for_kube_prometheus_stack():
 def test_the_issue_s_alerts_are_all_there_and_tested():
     names = [r["alert"] for group in rules()["groups"] for r in group["rules"]]
     assert names == ["SquallSpoutLagGrowing", "SquallFailureRatioHigh", "SquallTreesTimingOut",
-                     "SquallBoltOverCapacity", "SquallProcessesDown", "SquallOperatorDown", "SquallTopologyDegraded",
+                     "SquallBoltOverCapacity", "SquallProcessesDown", "SquallProcessWaitingForPeers",
+                     "SquallOperatorDown", "SquallTopologyDegraded",
                      "SquallCertificateExpiring", "SquallOperatorReconcileErrors", "SquallOperatorResyncStalled"]
     tested = {t["alertname"] for case in TESTS for t in case["alert_rule_test"] if t["exp_alerts"]}
     assert tested == set(names), f"alerts never seen firing in TESTS: {set(names) - tested}"

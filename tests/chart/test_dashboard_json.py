@@ -93,6 +93,8 @@ def _queries(panel: dict):
     ("CPU per pod", "process_cpu_seconds_total", {"pod"}),
     ("Memory per pod", "process_resident_memory_bytes", {"pod"}),
     ("Processes up / expected", "squall_expected_processes", {"role"}),
+    ("Process states", "squall_process_state", {"state"}),
+    ("Links to peers down", "squall_transport_connected", {"pod"}),
 ])
 def test_the_issue_s_panels_are_there(title, metric, grouped_by):
     queries_ = _queries(_panel(title))

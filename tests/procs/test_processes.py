@@ -789,9 +789,19 @@ def test_reported_errors_are_queryable_on_each_process(cluster):
     assert json.loads(fetch(sup.child("acker-0").url("/errors"))) == []
 
 
+def _state(child) -> tuple[str, dict[tuple[str, str], int]]:
+    """A process's squall_process_state (the one state at 1), and its squall_transport_connected by
+    (peer, direction)."""
+    got = samples(fetch(child.url("/metrics")))
+    states = [s.labels["state"] for s in got["squall_process_state"] if s.value == 1]
+    assert len(states) == 1, got["squall_process_state"]
+    return states[0], {(s.labels["peer"], s.labels["direction"]): s.value for s in got["squall_transport_connected"]}
+
+
 def test_ready_means_processing_healthy_means_alive(cluster):
     """/readyz answers 200 only while a process streams to and from every peer with its spouts active;
-    /healthz only says its loop runs. A worker whose acker died is alive but not ready."""
+    /healthz only says its loop runs. A worker whose acker died is alive but not ready; its metrics say
+    it waits for peers, and which."""
     import urllib.error
     import urllib.request
 
@@ -806,6 +816,9 @@ def test_ready_means_processing_healthy_means_alive(cluster):
     wait_for(lambda t: t.acked["a-numbers"] >= 100, timeout=60, sup=sup, what="the topology to run")
     worker, acker = sup.child("worker-0"), sup.child("acker-0")
     assert status(worker, "/readyz") == 200 and status(acker, "/readyz") == 200
+    both_ways = {("acker-0", "out"): 1, ("acker-0", "in"): 1}
+    assert _state(worker) == ("active", both_ways)
+    assert _state(acker) == ("active", {("worker-0", "out"): 1, ("worker-0", "in"): 1})
     acker.proc.kill()
     acker.proc.wait()
     deadline = time.monotonic() + 30
@@ -813,9 +826,12 @@ def test_ready_means_processing_healthy_means_alive(cluster):
         time.sleep(0.1)
     assert status(worker, "/readyz") == 503, "a worker without its acker must not be ready"
     assert status(worker, "/healthz") == 200  # alive all the same: no reason to restart it
+    state, connected = _state(worker)
+    assert state == "waiting_for_peers" and connected.keys() == both_ways.keys() and 0 in connected.values()
     sup.check()  # restarts the acker
     wait_for(lambda t: status(worker, "/readyz") == 200 and status(sup.child("acker-0"), "/readyz") == 200,
              timeout=60, sup=sup, what="both processes ready again")
+    assert _state(worker) == ("active", both_ways)
 
 
 def test_a_process_switched_to_a_plan_whose_prepare_takes_long_stays_alive_not_ready(cluster, tmp_path):
@@ -848,6 +864,7 @@ def test_a_process_switched_to_a_plan_whose_prepare_takes_long_stays_alive_not_r
     assert "prepare waits for its gate" in worker.log_path.read_text()
     # its new plan's metrics server answers before prepare() begins
     assert (status(worker, "/healthz"), status(worker, "/readyz")) == (200, 503)
+    assert _state(worker)[0] == "starting"
     gate.touch()
     wait_for(lambda t: status(worker, "/readyz") == 200, timeout=60, sup=sup, what="the new plan to be ready")
 

@@ -12,7 +12,7 @@ import argparse
 import json
 import sys
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -63,6 +63,7 @@ class Snapshot:
     pending: defaultdict[str, float] = field(default_factory=lambda: defaultdict(float))
     lag: float | None = None
     last_error: dict[str, tuple[float, str]] = field(default_factory=dict)
+    states: Counter[str] = field(default_factory=Counter)  # squall_process_state: processes in each
 
     def add_errors(self, errors: list[dict]) -> None:
         """A process's ``GET /errors``: the newest error of each component, with its message."""
@@ -90,6 +91,8 @@ class Snapshot:
                     started = s.value
                 elif s.name == "squall_process_info":
                     plan = s.labels.get("plan", "")
+                elif s.name == "squall_process_state" and s.value == 1:
+                    self.states[s.labels["state"]] += 1
         self.up += 1
         self.counters[url], self.identity[url] = counters, (started, plan)
 
@@ -148,7 +151,10 @@ def frame(prev: Snapshot, cur: Snapshot, *, expected: int) -> str:
     spouts = [c for c in cur.components() if c in cur.spouts]
     acked = sum(_rate(cur, prev, c, "acked") for c in spouts)
     failed = sum(_rate(cur, prev, c, "failed") for c in spouts)
-    header = (f"topology {cur.topology or '?'}   processes {cur.up}/{expected}   trees acked {acked:,.1f}/s   "
+    # a process not processing says what it does instead: waiting for peers, rebalancing, ...
+    doing = ", ".join(f"{n} {state}" for state, n in sorted(cur.states.items()))
+    states = "" if set(cur.states) <= {"active"} else f" ({doing})"
+    header = (f"topology {cur.topology or '?'}   processes {cur.up}/{expected}{states}   trees acked {acked:,.1f}/s   "
               f"failed {failed:,.1f}/s   pending {sum(cur.pending[c] for c in spouts):,.0f}"
               + (f"   lag {cur.lag:,.0f}" if cur.lag is not None else ""))
     rows = [("component", "emitted/s", "transferred/s", "executed/s", "acked/s", "failed/s", "execute ms",

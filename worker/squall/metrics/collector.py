@@ -7,7 +7,7 @@ families when Prometheus scrapes, so metrics cost nothing between scrapes.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
@@ -48,9 +48,12 @@ def recorded_latency(runtime: Runtime, components: list[str] | None = None) -> H
 class RuntimeCollector:
     """A prometheus-client collector over one process's :class:`~squall.executor.runtime.Runtime`."""
 
-    def __init__(self, runtime: Runtime, *, role: str, index: int, transport: Transport | None = None) -> None:
+    def __init__(self, runtime: Runtime, *, role: str, index: int, transport: Transport | None = None,
+                 state: Callable[[], str] | None = None, states: tuple[str, ...] = ()) -> None:
+        """``state``: what the process is doing now, one of ``states`` (``squall_process_state``)."""
         self.runtime = runtime
         self.transport = transport
+        self.state, self.states = state, states
         self.role, self.index = role, index
         self.topology = runtime.plan.spec.name
         self.plan = runtime.plan.spec.fingerprint()
@@ -73,6 +76,14 @@ class RuntimeCollector:
         expected.add_metric([self.topology, WORKER], spec.workers)
         expected.add_metric([self.topology, ACKER], spec.num_ackers)
         yield from (info, expected)
+        if self.state is not None:
+            state = GaugeMetricFamily("squall_process_state", "1 for the state this process is in, 0 for the "
+                                      "others (docs/metrics.md)",
+                                      labels=["topology", "state"])
+            now = self.state()
+            for name in self.states:
+                state.add_metric([self.topology, name], 1 if name == now else 0)
+            yield state
 
     def _tasks(self) -> Iterator[Metric]:
         topo, rt = self.topology, self.runtime
@@ -227,6 +238,11 @@ class RuntimeCollector:
             for (peer, lane), n in list(rs.bytes.items()):
                 recv_bytes.add_metric([topo, peer, lane], n)
             malformed.add_metric([topo], rs.malformed)
+        connected = GaugeMetricFamily("squall_transport_connected", "1 while a link to a peer (direction out) or "
+                                      "a peer's stream to this process (in) is up, 0 while it is not: the spouts "
+                                      "start once every one is up", labels=["topology", "peer", "lane", "direction"])
+        for peer, lane, direction, up in tr.connections():
+            connected.add_metric([topo, peer, lane, direction], 1 if up else 0)
         completed = CounterMetricFamily("squall_transport_completed_trees", "Trees this worker found complete "
                                         "itself (their INIT and every ack folded to 0 before any went to their "
                                         "acker), their acker never told", labels=["topology"])
@@ -242,5 +258,5 @@ class RuntimeCollector:
             for component in sorted({ex.component for ex in self.runtime.executors}):
                 congested.add_metric([topo, component], counts[component])
             held.add_metric([topo], tr.ingress.held)
-        yield from (sent_b, sent_bytes, dropped, reconnects, refused, recv_b, recv_bytes, malformed, completed,
-                    congested, held)
+        yield from (sent_b, sent_bytes, dropped, reconnects, refused, recv_b, recv_bytes, malformed, connected,
+                    completed, congested, held)

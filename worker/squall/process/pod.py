@@ -50,6 +50,10 @@ DRAIN_QUIET = 1.0
 # this much longer than twice that, its rebalancer is gone (an operator down mid-drain, for as long as it
 # stays down): the spouts go again, and a rebalancer that comes back deactivates them anew.
 HOLD_MARGIN = 60.0
+# What a process is doing (Process.state): opening its spouts and preparing its bolts; draining to exit;
+# its spouts held by a rebalance; a link or stream to a peer not up; processing, or suspended.
+STATES = ("starting", "draining", "rebalancing", "waiting_for_peers", "suspended", "active")
+READY_STATES = frozenset({"suspended", "active"})
 
 
 def _int(env: Mapping[str, str], name: str, default: int | None = None) -> int | None:
@@ -182,7 +186,8 @@ class Process:
         self.runtime = Runtime(plan, executors=wiring.executors, acker_tasks=wiring.acker_tasks,
                                remote=self.transport)
         registry = self.registry = process_registry()
-        registry.register(RuntimeCollector(self.runtime, role=cfg.role, index=cfg.index, transport=self.transport))
+        registry.register(RuntimeCollector(self.runtime, role=cfg.role, index=cfg.index, transport=self.transport,
+                                           state=self.state, states=STATES))
         self.metrics = MetricsServer(registry=registry, host=cfg.bind_host, port=cfg.metrics_port,
                                      healthy=self.healthy, ready=self.ready, errors=self.recent_errors,
                                      latency=self.latency)
@@ -224,8 +229,19 @@ class Process:
         """Processing: streams to and from every peer are up and the spouts are active (or the topology
         is suspended); not while waiting for peers, not during a rebalance, and not while draining
         (``GET /readyz``)."""
-        return (self.healthy() and self.activated and not self.held and self.draining_since is None
-                and self.transport.all_connected())
+        return self.healthy() and self.state() in READY_STATES
+
+    def state(self) -> str:
+        """What this process is doing, one of :data:`STATES` (``squall_process_state``)."""
+        if not self.started:
+            return "starting"
+        if self.terminated or self.draining_since is not None:
+            return "draining"
+        if self.held:
+            return "rebalancing"
+        if not self.activated or not self.transport.all_connected():
+            return "waiting_for_peers"
+        return "suspended" if self.suspended else "active"
 
     def _pending(self) -> int:
         """Trees this process still waits for (for the log): its spouts' and those its ackers can decide."""

@@ -192,6 +192,13 @@ class Transport(Remote):
         # a copy: the metrics thread asks too (readiness) while server threads open and close streams
         return self.receiver is not None and self._inbound <= self.receiver.open_streams
 
+    def connections(self) -> list[tuple[str, str, str, bool]]:
+        """(peer, lane, direction, up) of each link to a peer (``out``) and each stream a peer should
+        open to us (``in``), from any thread (``squall_transport_connected``)."""
+        open_streams = self.receiver.open_streams if self.receiver else set()
+        out = [(peer, lane, "out", link.connected.is_set()) for (peer, lane), link in self.links.items()]
+        return out + [(peer, lane, "in", (peer, lane) in open_streams) for peer, lane in sorted(self._inbound)]
+
     def missing(self) -> list[str]:
         """Peers not connected yet, either way (for the log)."""
         out = {f"to {link.peer} ({link.address})" for link in self.links.values() if not link.connected.is_set()}
