@@ -392,3 +392,23 @@ def test_operations_md_lists_every_permission_the_operators_cluster_role_grants(
     granted = {(group, resource, verb) for rule in role["rules"] for group in rule["apiGroups"]
                for resource in rule["resources"] for verb in rule["verbs"]}
     assert granted - documented == set()
+
+
+@pytest.mark.parametrize("webhook", [True, False], ids=["webhook", "no webhook"])
+def test_the_operator_pod_lets_in_its_probes_webhook_and_scrapers_only(webhook):
+    """The operator's NetworkPolicy selects its pod, names only ports the pod has, lets the metrics port in
+    from the scraping namespaces and its own, and the webhook's only while there is one. (This machine's
+    cluster does not enforce NetworkPolicies: e2e shows the API server accepts it, not that it blocks.)"""
+    chart = render({"webhook": {"enabled": webhook}, "networkPolicy": {"metricsNamespaces": ["prom", NAMESPACE]}})
+    policy, pod = chart.one("NetworkPolicy")["spec"], chart.one("Deployment")["spec"]["template"]
+    assert policy["podSelector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
+    assert policy["policyTypes"] == ["Ingress"]
+    named = {p["name"] for c in pod["spec"]["containers"] for p in c["ports"]}
+    open_to_all, scrape = policy["ingress"]
+    assert "from" not in open_to_all
+    assert [p["port"] for p in open_to_all["ports"]] == ["health", *(["webhook"] if webhook else [])]
+    assert [p["port"] for p in scrape["ports"]] == ["metrics"]
+    assert {p["port"] for rule in policy["ingress"] for p in rule["ports"]} <= named
+    assert scrape["from"] == [{"namespaceSelector": {"matchExpressions": [
+        {"key": "kubernetes.io/metadata.name", "operator": "In", "values": ["prom", NAMESPACE]}]}}]
+    assert render({"networkPolicy": {"enabled": False}}).of_kind("NetworkPolicy") == []
