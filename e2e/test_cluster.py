@@ -51,11 +51,24 @@ def wait_all_acked(kubectl: Kubectl, pod: str, spout: str, count: int, *, timeou
     eventually(done, timeout=timeout, what=what)
 
 
+def assert_all_processing(kubectl: Kubectl, topology: str) -> None:
+    """Every worker and acker pod of ``topology`` says it is active, with every link to and from a peer up."""
+    for pod in (p["metadata"]["name"] for role in ("worker", "acker") for p in kubectl.pods(topology, role)):
+        scrape = kubectl.metrics(pod)
+        assert scrape.total("squall_process_state", state="active") == 1, f"{pod} is not active"
+        links = [(labels["peer"], labels["direction"], value) for name, labels, value in scrape.samples
+                 if name == "squall_transport_connected"]
+        assert links and all(value == 1 for *_, value in links), f"{pod}: links {links}"
+
+
 def test_the_operator_runs(operator: Kubectl):
     operator("rollout", "status", "deployment/squall", "--timeout=120s")
     (pod,) = operator.get("pods", "--selector", "app.kubernetes.io/component=operator")["items"]
     security = pod["spec"]["containers"][0]["securityContext"]
     assert security["readOnlyRootFilesystem"] is True and pod["spec"]["securityContext"]["runAsNonRoot"] is True
+    # the API server took the chart's NetworkPolicy for it (this cluster's bridge plugin does not enforce it)
+    policy = operator.get("networkpolicy", "squall")["spec"]
+    assert policy["podSelector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
 
 
 def test_the_webhook_refuses_a_broken_topology_and_the_operator_may_write_no_other_webhook(
@@ -101,6 +114,7 @@ def test_workers_count_acked_trees(kubectl: Kubectl, figures: Figures):
     pod = spout_pod(kubectl, "wordcount", "sentences")
     first = eventually(lambda: acked(kubectl, pod, "sentences") or None, timeout=120, what="a first acked tree")
     eventually(lambda: acked(kubectl, pod, "sentences") > first, timeout=60, what="more acked trees")
+    assert_all_processing(kubectl, "wordcount")
     figures.add(f"wordcount on 2 workers: {Acked(kubectl, 'wordcount', 'sentences').rate(10):.0f} trees acked/s")
 
 
@@ -148,6 +162,7 @@ def test_a_replaced_worker_pod_loses_no_record_and_acking_comes_back(kubectl: Ku
         "restartCount"], "the spout's process restarted: its counters started over"
     replaced = kubectl.get("pod", victim["name"])
     assert replaced["metadata"]["uid"] != victim["uid"], "the StatefulSet brought the killed pod back"
+    assert_all_processing(kubectl, "logcount")  # the replacement too, and its peers' links to it
 
 
 def test_scaling_workers_from_2_to_3_acks_again_soon(kubectl: Kubectl, figures: Figures):
