@@ -187,24 +187,20 @@ class Transport(Remote):
 
     def all_connected(self) -> bool:
         """Every link to a peer is up, and every peer that sends to us has its streams open."""
-        if not all(link.connected.is_set() for link in self.links.values()):
-            return False
-        # a copy: the metrics thread asks too (readiness) while server threads open and close streams
-        return self.receiver is not None and self._inbound <= self.receiver.open_streams
+        return self.receiver is not None and all(up for *_, up in self.connections())
 
     def connections(self) -> list[tuple[str, str, str, bool]]:
         """(peer, lane, direction, up) of each link to a peer (``out``) and each stream a peer should
-        open to us (``in``), from any thread (``squall_transport_connected``)."""
+        open to us (``in``), from any thread (``squall_transport_connected``; readiness)."""
+        # a copy: the metrics thread asks while server threads open and close streams
         open_streams = self.receiver.open_streams if self.receiver else set()
         out = [(peer, lane, "out", link.connected.is_set()) for (peer, lane), link in self.links.items()]
         return out + [(peer, lane, "in", (peer, lane) in open_streams) for peer, lane in sorted(self._inbound)]
 
     def missing(self) -> list[str]:
         """Peers not connected yet, either way (for the log)."""
-        out = {f"to {link.peer} ({link.address})" for link in self.links.values() if not link.connected.is_set()}
-        open_streams = self.receiver.open_streams if self.receiver else set()
-        out |= {f"from {peer}" for peer, lane in self._inbound - open_streams}
-        return sorted(out)
+        return sorted({f"to {peer} ({self.links[peer, lane].address})" if direction == "out" else f"from {peer}"
+                       for peer, lane, direction, up in self.connections() if not up})
 
     def unsent(self) -> int:
         """Items batched or queued here and not yet handed to gRPC."""
