@@ -789,13 +789,22 @@ def test_reported_errors_are_queryable_on_each_process(cluster):
     assert json.loads(fetch(sup.child("acker-0").url("/errors"))) == []
 
 
-def _state(child) -> tuple[str, dict[tuple[str, str], int]]:
+def _state(child) -> tuple[str, dict[tuple[str, str, str], int]]:
     """A process's squall_process_state (the one state at 1), and its squall_transport_connected by
-    (peer, direction)."""
+    (peer, lane, direction): a peer may have several lanes each way."""
     got = samples(fetch(child.url("/metrics")))
     states = [s.labels["state"] for s in got["squall_process_state"] if s.value == 1]
     assert len(states) == 1, got["squall_process_state"]
-    return states[0], {(s.labels["peer"], s.labels["direction"]): s.value for s in got["squall_transport_connected"]}
+    return states[0], {(s.labels["peer"], s.labels["lane"], s.labels["direction"]): s.value
+                       for s in got["squall_transport_connected"]}
+
+
+def _all_up_to(child, peer: str) -> dict[tuple[str, str, str], int]:
+    """``child`` active, every link to and from ``peer`` (its only one) up: its links."""
+    state, links = _state(child)
+    assert state == "active" and {(p, d) for p, _, d in links} == {(peer, "out"), (peer, "in")}, (state, links)
+    assert set(links.values()) == {1}, links
+    return links
 
 
 def test_ready_means_processing_healthy_means_alive(cluster):
@@ -816,9 +825,8 @@ def test_ready_means_processing_healthy_means_alive(cluster):
     wait_for(lambda t: t.acked["a-numbers"] >= 100, timeout=60, sup=sup, what="the topology to run")
     worker, acker = sup.child("worker-0"), sup.child("acker-0")
     assert status(worker, "/readyz") == 200 and status(acker, "/readyz") == 200
-    both_ways = {("acker-0", "out"): 1, ("acker-0", "in"): 1}
-    assert _state(worker) == ("active", both_ways)
-    assert _state(acker) == ("active", {("worker-0", "out"): 1, ("worker-0", "in"): 1})
+    up = _all_up_to(worker, "acker-0")
+    _all_up_to(acker, "worker-0")
     acker.proc.kill()
     acker.proc.wait()
     deadline = time.monotonic() + 30
@@ -827,11 +835,11 @@ def test_ready_means_processing_healthy_means_alive(cluster):
     assert status(worker, "/readyz") == 503, "a worker without its acker must not be ready"
     assert status(worker, "/healthz") == 200  # alive all the same: no reason to restart it
     state, connected = _state(worker)
-    assert state == "waiting_for_peers" and connected.keys() == both_ways.keys() and 0 in connected.values()
+    assert state == "waiting_for_peers" and connected.keys() == up.keys() and 0 in connected.values()
     sup.check()  # restarts the acker
     wait_for(lambda t: status(worker, "/readyz") == 200 and status(sup.child("acker-0"), "/readyz") == 200,
              timeout=60, sup=sup, what="both processes ready again")
-    assert _state(worker) == ("active", both_ways)
+    _all_up_to(worker, "acker-0")
 
 
 def test_a_process_switched_to_a_plan_whose_prepare_takes_long_stays_alive_not_ready(cluster, tmp_path):
