@@ -158,6 +158,24 @@ def test_reset_timeout_is_forwarded_to_the_spout_task_only_for_known_pending_tre
     assert [n.kind for n in apply(acker, messages[1:])] == [ACK]
 
 
+def test_a_reset_that_came_before_its_init_is_told_to_the_spout_task_when_the_init_comes():
+    """A bolt in another worker can reset a tree before its INIT left the spout's worker: the spout
+    task must still hear of it, or the tree times out though its bolt asked for more time."""
+    rng = random.Random(10)
+    init, *acks = tree_messages(rng, root=8080, spout_task=5, size=3)
+    acker = Acker()
+    assert apply(acker, [AckerMessage(RESET, 8080, 0)]) == []  # no spout task to tell yet
+    assert [(n.kind, n.root, n.task) for n in apply(acker, [init])] == [(RESET, 8080, 5)]
+    assert [n.kind for n in apply(acker, acks)] == [ACK]  # told once: the acks give the verdict alone
+
+
+def test_a_reset_before_an_init_that_decides_its_tree_gives_the_verdict_alone():
+    acker = Acker()
+    apply(acker, [AckerMessage(RESET, 9090, 0), AckerMessage(RESET, 9191, 0), AckerMessage(FAIL, 9191, 0)])
+    notes = apply(acker, [AckerMessage(INIT, 9090, 0, 4), AckerMessage(INIT, 9191, 0xABC, 4)])
+    assert [(n.kind, n.root) for n in notes] == [(ACK, 9090), (FAIL, 9191)]
+
+
 def test_rotation_forgets_trees_untouched_for_three_rotations_and_reset_keeps_them():
     acker = Acker()
     apply(acker, [AckerMessage(INIT, 100, 0xF00D, 1), AckerMessage(INIT, 200, 0xBEEF, 1)])
@@ -221,19 +239,21 @@ def test_slot_reuse_after_many_completed_trees():
 class ModelAcker:
     """The acker's semantics written plainly, message by message with a dict, as Storm's acker runs:
     a tree is decided by the first message after which its spout task is known and it has seen a
-    fail (sticky) or holds 0; a message for a decided root starts a new entry, which has no INIT."""
+    fail (sticky) or holds 0; a message for a decided root starts a new entry, which has no INIT. A
+    RESET of an undecided tree is told to its spout task once the task is known."""
 
     def __init__(self) -> None:
         self.trees: dict[int, dict] = {}
         self.gen = 0
 
     def apply(self, batch: list[AckerMessage]) -> set[tuple[int, int, int]]:
-        """The ACK and FAIL verdicts of the batch (resets aside: they are not verdicts)."""
+        """The ACK, FAIL and RESET notifications of the batch."""
         notes = set()
         for msg in batch:
             if msg.root < 2:
                 continue
-            tree = self.trees.setdefault(msg.root, {"val": 0, "task": -1, "failed": False, "gen": self.gen})
+            tree = self.trees.setdefault(msg.root, {"val": 0, "task": -1, "failed": False, "reset": False,
+                                                    "gen": self.gen})
             tree["val"] ^= msg.val
             if msg.kind == INIT:
                 tree["task"] = msg.task
@@ -241,9 +261,14 @@ class ModelAcker:
                 tree["failed"] = True
             if msg.kind in (FAIL, RESET):
                 tree["gen"] = self.gen
+            if msg.kind == RESET:
+                tree["reset"] = True
             if tree["task"] >= 0 and (tree["failed"] or tree["val"] == 0):
                 notes.add((FAIL if tree["failed"] else ACK, msg.root, tree["task"]))
                 del self.trees[msg.root]
+            elif tree["task"] >= 0 and tree["reset"]:
+                notes.add((RESET, msg.root, tree["task"]))
+                tree["reset"] = False
         return notes
 
     def rotate(self) -> None:
@@ -272,7 +297,7 @@ def random_traffic(rng: random.Random, trees: int) -> list[AckerMessage]:
 
 
 def verdicts(acker: Acker, batch: list[AckerMessage]) -> set[tuple[int, int, int]]:
-    return {(n.kind, n.root, n.task) for n in apply(acker, batch) if n.kind != RESET}
+    return {(n.kind, n.root, n.task) for n in apply(acker, batch)}
 
 
 @pytest.mark.parametrize("seed", range(5))

@@ -2,7 +2,7 @@
 # Python, and runs as such elsewhere).
 cimport cython
 
-cdef int _INIT, _ACK, _FAIL, _RESET, _NO_TASK, _MAX_TASK, _FAILED_BIT
+cdef int _INIT, _ACK, _FAIL, _RESET, _NO_TASK, _MAX_TASK, _FAILED_BIT, _RESET_BIT
 cdef unsigned long long _EMPTY, _DELETED
 cdef long long _NO_VERDICT
 cdef double _MAX_LOAD

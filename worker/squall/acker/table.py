@@ -2,7 +2,7 @@
 """The acker's pending trees: an open-addressing hash table in flat arrays, updated message by message.
 
 A Python dict of root id → record costs well over 100 bytes per tree; this table stores a tree in 19
-bytes per slot (root, ack val, spout task, and a byte for its generation and its failed flag). Its
+bytes per slot (root, ack val, spout task, and a byte for its generation and two flags). Its
 capacity is not a power of two: a resize leaves it GROW_TO full, so with live trees it stays between
 GROW_TO and MAX_LOAD full (32 to 25 bytes per pending tree), where doubling would leave it anywhere
 between a quarter and a half full. Tables of up to :data:`SMALL_TABLE` slots are kept sparser.
@@ -31,11 +31,13 @@ SPARSE = 4
 MAX_TASK = 0xFFFE  # spout task ids are kept in 16 bits; 0xFFFF marks "init not seen yet"
 NO_TASK = 0xFFFF
 FAILED_BIT = 0x80  # in a slot's generation byte: the tree has seen a FAIL
-GENERATION = 0x7F
+RESET_BIT = 0x40  # ... a RESET came before its INIT: the spout task hears of it once the INIT comes
+GENERATION = 0x3F
 # What the per-message path uses, again under module-private names that table.pxd types as C values
 # where this module is compiled (the public names stay Python objects, for the modules importing them).
 _INIT, _ACK, _FAIL, _RESET = INIT, ACK, FAIL, RESET
-_EMPTY, _DELETED, _NO_TASK, _MAX_TASK, _FAILED_BIT = EMPTY, DELETED, NO_TASK, MAX_TASK, FAILED_BIT
+_EMPTY, _DELETED, _NO_TASK, _MAX_TASK = EMPTY, DELETED, NO_TASK, MAX_TASK
+_FAILED_BIT, _RESET_BIT = FAILED_BIT, RESET_BIT
 _NO_VERDICT, _MAX_LOAD = NO_VERDICT, MAX_LOAD
 
 
@@ -45,9 +47,10 @@ class PendingTrees:
     A tree is decided by the first message after which its spout task is known (its ``INIT`` was
     seen) and it has either seen a ``FAIL`` or holds 0. A fail is sticky: once seen, later acks cannot
     complete the tree, and it fails. A decided tree is deleted; a message for it that arrives later
-    starts an entry without an ``INIT``, which never gives a verdict and is forgotten on rotation. A
-    duplicated message would XOR its value in twice (cancelling it): nothing in Squall ever sends a
-    message twice (docs/architecture.md).
+    starts an entry without an ``INIT``, which never gives a verdict and is forgotten on rotation. A ``RESET``
+    that comes before its tree's ``INIT`` is told to the spout task when the ``INIT`` comes, unless
+    that ``INIT`` decides the tree. A duplicated message would XOR its value in twice (cancelling it):
+    nothing in Squall ever sends a message twice (docs/architecture.md).
     """
 
     def __init__(self, capacity: int = 1024) -> None:
@@ -102,9 +105,11 @@ class PendingTrees:
         elif kind == _ACK:
             value ^= val
         else:  # FAIL and RESET move the tree to the newest generation, as in Storm
-            gen = (gen & _FAILED_BIT) | self._generation
+            gen = (gen & (_FAILED_BIT | _RESET_BIT)) | self._generation
             if kind == _FAIL:
                 gen |= _FAILED_BIT
+            elif spout == _NO_TASK:
+                gen |= _RESET_BIT
         if spout != _NO_TASK and (gen & _FAILED_BIT or value == 0):
             self._keys[at] = _DELETED
             self._tasks[at] = _NO_TASK
@@ -112,9 +117,10 @@ class PendingTrees:
             return ((_FAIL if gen & _FAILED_BIT else _ACK) << 16) | spout
         self._vals[at] = value
         self._tasks[at] = spout
-        self._gens[at] = gen
-        if kind == _RESET and spout != _NO_TASK:
+        if spout != _NO_TASK and (kind == _RESET or gen & _RESET_BIT):
+            self._gens[at] = gen & ~_RESET_BIT
             return (_RESET << 16) | spout
+        self._gens[at] = gen
         return _NO_VERDICT
 
     def _find(self, root: int) -> int:
