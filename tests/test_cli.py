@@ -212,6 +212,7 @@ def test_the_summary_says_when_a_bolt_executed_tuples_and_acked_none(tmp_path, c
     by the newcomer audit)."""
     spec = tmp_path / "holds.yaml"
     spec.write_text("name: holds\n"
+                    "messageTimeoutSeconds: 1\n"  # the stop waits for the held trees to time out
                     "spouts:\n"
                     "  - {name: ids, className: 'engine_kit:RecordingSpout', config: {count: 3}}\n"
                     "bolts:\n"

@@ -17,14 +17,18 @@ import pytest
 from squall import _pure
 
 REPO = Path(__file__).resolve().parents[1]
-# The tests of what the compiled modules do: run again on the interpreted sources.
-ENGINE_TESTS = ["tests/test_acker.py", "tests/test_stats.py", "tests/test_hdr.py", "tests/test_reliability.py",
-                "tests/test_timeouts.py",
-                "tests/test_basic_bolt.py", "tests/test_held.py", "tests/test_groupings.py", "tests/test_spout.py",
-                "tests/test_ticks_errors.py", "tests/test_values.py",
-                "tests/test_transport.py::test_acks_folded_per_tree_in_a_batch_give_the_verdicts_of_the_messages_one_by_one",
-                "tests/test_transport.py::test_a_trees_acks_leave_a_worker_as_one_message",
-                "tests/test_transport.py::test_a_data_frame_carries_tuples_and_the_acker_messages_its_worker_forwards"]
+# The tests of what the compiled modules do: run again on the interpreted sources, in three parts of
+# about the same length (a test each, which pytest-xdist runs side by side).
+ENGINE_TESTS = {
+    "acker": ["tests/test_acker.py", "tests/test_stats.py", "tests/test_hdr.py"],
+    "timeouts": ["tests/test_timeouts.py"],
+    "executors": [
+        "tests/test_reliability.py", "tests/test_basic_bolt.py", "tests/test_held.py", "tests/test_groupings.py",
+        "tests/test_spout.py", "tests/test_ticks_errors.py", "tests/test_values.py",
+        "tests/test_transport.py::test_acks_folded_per_tree_in_a_batch_give_the_verdicts_of_the_messages_one_by_one",
+        "tests/test_transport.py::test_a_trees_acks_leave_a_worker_as_one_message",
+        "tests/test_transport.py::test_a_data_frame_carries_tuples_and_the_acker_messages_its_worker_forwards"],
+}
 
 
 @pytest.mark.skipif(os.environ.get(_pure.ENV) == "1", reason="this run imports the sources on purpose")
@@ -35,8 +39,9 @@ def test_the_hot_path_runs_compiled(name):
         f"{name} runs from {module.__file__}, not compiled: reinstall with a C compiler (pip install -e .)")
 
 
-def test_the_engine_passes_its_tests_on_the_pure_python_path():
-    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *ENGINE_TESTS],
+@pytest.mark.parametrize("part", ENGINE_TESTS)
+def test_the_engine_passes_its_tests_on_the_pure_python_path(part):
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *ENGINE_TESTS[part]],
                           cwd=REPO, env={**os.environ, _pure.ENV: "1"}, capture_output=True, text=True,
                           timeout=600, check=False)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
