@@ -117,10 +117,13 @@ class PendingTrees:
             return ((_FAIL if gen & _FAILED_BIT else _ACK) << 16) | spout
         self._vals[at] = value
         self._tasks[at] = spout
-        if spout != _NO_TASK and (kind == _RESET or gen & _RESET_BIT):
-            self._gens[at] = gen & ~_RESET_BIT
-            return (_RESET << 16) | spout
         self._gens[at] = gen
+        if spout != _NO_TASK:
+            if kind == _RESET:
+                return (_RESET << 16) | spout
+            if kind == _INIT and gen & _RESET_BIT:  # a RESET came first, when the spout task was unknown
+                self._gens[at] = gen ^ _RESET_BIT
+                return (_RESET << 16) | spout
         return _NO_VERDICT
 
     def _find(self, root: int) -> int:
