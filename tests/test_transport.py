@@ -1440,6 +1440,98 @@ def test_a_peer_sends_nothing_to_a_congested_task_until_it_is_told_the_task_has_
         receiver.close()
 
 
+
+def test_a_home_counts_the_acker_messages_it_forwards_towards_their_acker_tasks_congestion():
+    """An acker's home holds the other workers' messages for it while the acker is congested. It did not count
+    them towards any task's congestion, so they kept coming until all the backlogs reached their limit, and the
+    home read no more frames from anyone (tuples for its own bolts too). Now an inbox's worth makes the acker
+    task congested here, and it is clear again once they went on to the acker."""
+    from squall.transport.ingress import Ingress
+
+    refused = [True]
+    taken: list = []
+    transfer = Taking(lambda task, item: not refused[0] and not taken.append(item))  # an inbox of 1
+    ingress = Ingress(transfer=transfer, wake=lambda: None, frames=4, limit=100)
+    acker = 9  # an acker task of another process, whose home this worker is
+    assert ingress.put(DATA, [(acker, (ACK, 40, 1, -1))], closed=lambda: False)
+    ingress.deliver()
+    assert ingress.congested == {acker} and ingress.changed
+    ingress.changed = False
+    refused[0] = False  # the acker has room again, and says so: the backlog goes on to it
+    ingress.deliver()
+    assert taken == [(ACK, 40, 1, -1)] and ingress.congested == set() and ingress.changed
+
+
+def test_the_other_workers_hold_their_messages_for_an_acker_whose_home_says_it_is_congested(plan):
+    """Two real transports over loopback gRPC: worker-1 is the acker's home, worker-0 sends its acker messages
+    through it. Once the home holds an inbox's worth for the acker, worker-0 is told and its messages for
+    that acker wait in its executors (try_message refuses them) until the home says the acker task is clear.
+    A worker whose link to the home goes down forgets what the home told it of the acker, as of the home's
+    own tasks."""
+    import threading
+    import time
+
+    from squall.process.supervisor import free_ports
+
+    acker, spout_task = plan.acker_tasks[0], plan.component_tasks["words"][0]
+    bolts = plan.component_tasks["upper"] + plan.component_tasks["last"]
+    ports = free_ports(3)  # the acker's port: nothing listens there; neither worker needs it here
+    addresses = {"worker-0": f"127.0.0.1:{ports[0]}", "worker-1": f"127.0.0.1:{ports[1]}",
+                 "acker-0": f"127.0.0.1:{ports[2]}"}
+    common = {"plan": "p1", "ackers": frozenset({"acker-0"}), "addresses": addresses, "batch_size": 1,
+              "flush_interval": 0.0, "max_frame": 1 << 20}
+    refused = [True]
+    taken: list = []
+    home = Transport(name="worker-1", owner={spout_task: "worker-0", acker: "acker-0"},
+                     senders=frozenset({"worker-0"}), forwards=frozenset({acker}), bind=addresses["worker-1"],
+                     decoder=Decoder(plan, bolt_tasks=frozenset(bolts), spout_tasks=frozenset(),
+                                     acker_tasks=frozenset(), forwards=frozenset({acker})), **common)
+    woke = threading.Event()
+    home.attach(transfer=Taking(lambda task, item: not refused[0] and not taken.append(item)), wake=woke.set,
+                frames=8)
+    worker = Transport(name="worker-0", owner={**dict.fromkeys(bolts, "worker-1"), acker: "acker-0"},
+                       senders=frozenset({"worker-1"}), acker_via={acker: "worker-1"}, bind=addresses["worker-0"],
+                       decoder=decoder(plan), **common)
+    heard = threading.Event()
+    worker.attach(transfer=Taking(), wake=heard.set, frames=8)
+
+    def until(done: Callable[[], bool], event: threading.Event) -> None:
+        deadline = time.monotonic() + 30
+        while not done():
+            assert time.monotonic() < deadline
+            event.wait(0.1)
+            event.clear()
+
+    def told(congested: list[int]) -> Callable[[], bool]:
+        def check() -> bool:
+            home.deliver()
+            home.flush()  # the home's scheduler: it takes frames in, and tells its peers
+            return worker.congested() == congested
+        return check
+
+    try:
+        until(lambda: worker.links[("worker-1", DATA)].connected.is_set()
+              and home.links[("worker-0", CONTROL)].connected.is_set(), heard)
+        assert worker.try_message(acker, ACK, 40, 1, -1)
+        until(worker.flush, heard)
+        until(told([acker]), woke)
+        assert not worker.try_message(acker, ACK, 41, 1, -1)  # it waits where it is: in its executor's overflow
+        refused[0] = False  # the acker has room again
+        until(told([]), woke)
+        assert taken == [(ACK, 40, 1, -1)]
+        assert worker.try_message(acker, ACK, 41, 1, -1)
+        until(worker.flush, heard)
+        until(lambda: not home.deliver() and taken == [(ACK, 40, 1, -1), (ACK, 41, 1, -1)], woke)
+        refused[0] = True
+        assert worker.try_message(acker, ACK, 42, 1, -1)
+        until(worker.flush, heard)
+        until(told([acker]), woke)
+        home.close()  # the home gone: what the worker was told of the acker task goes with it
+        until(lambda: worker.congested() == [], heard)
+    finally:
+        worker.close()
+        home.close()
+
 def test_fails_for_lost_trees_that_find_their_batch_full_wait_for_a_later_round():
     """Real gRPC and a worker's real runtime and transport: the trees of dropped frames fail at their
     acker. A FAIL that finds the acker's batch full (its link not up yet) waits for a later round with

@@ -247,15 +247,16 @@ class RuntimeCollector:
                                         "itself (their INIT and every ack folded to 0 before any went to their "
                                         "acker), their acker never told", labels=["topology"])
         completed.add_metric([topo], tr.completed)
-        congested = GaugeMetricFamily("squall_transport_congested_tasks", "Tasks of this process whose peers are told "
-                                      "to send them nothing for now: an inbox's worth waits behind their full "
-                                      "inbox", labels=["topology", "component"])
+        congested = GaugeMetricFamily("squall_transport_congested_tasks", "Tasks of this process (and acker tasks "
+                                      "it forwards for) whose peers are told to send them nothing for now: an "
+                                      "inbox's worth waits behind their full inbox", labels=["topology", "component"])
         held = GaugeMetricFamily("squall_transport_held_items", "Items received for full inboxes, waiting behind "
                                  "them (an acker's batch counted as its messages)", labels=["topology"])
         if tr.ingress is not None:
             names = self.runtime.plan.task_component
             counts = Counter(names[task] for task in list(tr.ingress.congested))
-            for component in sorted({ex.component for ex in self.runtime.executors}):
+            # an acker's home counts the acker tasks it forwards for as well (component __acker)
+            for component in sorted({ex.component for ex in self.runtime.executors} | set(counts)):
                 congested.add_metric([topo, component], counts[component])
             held.add_metric([topo], tr.ingress.held)
         yield from (sent_b, sent_bytes, dropped, reconnects, refused, recv_b, recv_bytes, malformed, connected,

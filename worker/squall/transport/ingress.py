@@ -4,12 +4,12 @@ Each lane has a small bounded queue of decoded frames. The scheduler moves a fra
 the executors' inboxes; an item whose inbox is full waits in that task's backlog, and the task's
 later items wait behind it, in order. The other tasks' items go on: one busy task never stops the
 frames of the rest. A task whose backlog holds a full inbox's worth (of acker messages, for an acker
-task, whose inbox holds batches of them) is *congested*: the transport
-tells the peers, which send it nothing more until its backlog is gone and its inbox half empty
-(Storm's backpressure status, with its high and low water marks): the half left keeps it busy while
-they hear and resume, and it does not flap at every item. Without that, a bolt waiting to send
-to a peer whose frames waited behind a full inbox, while that peer's bolt waited likewise, stalled
-both processes.
+task, whose inbox holds batches of them; or an acker task whose messages this worker forwards, as
+its home) is *congested*: the transport tells the peers, which send it nothing more until its backlog
+is gone and its inbox half empty (Storm's backpressure status, with its high and low water marks):
+the half left keeps it busy while they hear and resume, and it does not flap at every item. Without
+that, a bolt waiting to send to a peer whose frames waited behind a full inbox, while that peer's bolt
+waited likewise, stalled both processes.
 
 What the backlogs may hold is bounded: beyond :attr:`Ingress.limit` items (an acker's batch counted
 as its messages) the lanes take no more
@@ -123,9 +123,9 @@ class Ingress:
             weight = _weight(thing)
             self.held += weight
             queued = self._weights[task] = self._weights.get(task, 0) + weight
-            # a task of this process (not an acker's message this worker forwards: its acker speaks for it)
-            if queued >= transfer.capacity and 0 <= task < len(transfer.local) and \
-                    transfer.local[task] is not None and task not in self.congested:
+            # a task of this process, or an acker task this worker forwards for: the other workers send
+            # its messages here, and would fill the backlogs (the lanes stop at their limit) while it lags
+            if queued >= transfer.capacity and task not in self.congested:
                 self.congested.add(task)
                 self.changed = True
         return moved
@@ -146,9 +146,11 @@ class Ingress:
         return moved
 
     def _ease(self) -> None:
-        """Clear the congestion of tasks whose backlog is gone and whose inbox is no more than half full."""
+        """Clear the congestion of tasks whose backlog is gone and whose inbox is no more than half full (a
+        forwarded acker task's inbox is its acker's, which says so for itself)."""
         local, half = self._transfer.local, self._transfer.capacity // 2
-        for task in [task for task in self.congested if task not in self._held and len(local[task]) <= half]:
+        for task in [task for task in self.congested if task not in self._held
+                     and (task >= len(local) or local[task] is None or len(local[task]) <= half)]:
             self.congested.discard(task)
             self.changed = True
 

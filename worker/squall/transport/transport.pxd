@@ -32,6 +32,8 @@ cdef class Transport(Remote):
     cdef dict _told
     cdef bint _unsettled
     cdef list _tasks
+    cdef frozenset _forwards
+    cdef dict _via
 
     @cython.locals(boxes=_Boxes, box=Outbox, size=Py_ssize_t)
     cpdef bint try_send(self, long long task, object item) except -1

@@ -115,7 +115,11 @@ class Transport(Remote):
         self._version = 0
         self._told = {self.links[(peer, CONTROL)]: (0, 0, 0) for peer in senders if (peer, CONTROL) in self.links}
         self._unsettled = False
-        self._tasks: list[int] = []  # of this process, known once attached
+        # The tasks whose congestion this process tells its peers (see _tell): its own, known once attached,
+        # and the acker tasks it forwards for, since their messages from other workers wait here.
+        self._tasks: list[int] = []
+        self._forwards = forwards
+        self._via = dict(acker_via or {})  # acker task → the worker its messages go through (and its word)
         self.ingress: Ingress | None = None
         self.receiver: Receiver | None = None
         self._decoder, self._bind, self._max_frame, self._tls, self._control = decoder, bind, max_frame, tls, control
@@ -152,11 +156,12 @@ class Transport(Remote):
 
     def _down(self, peer: str) -> None:
         """On a link thread: ``peer`` is unreachable. What waits for its tasks goes to the link, which holds
-        it and fails its trees once the peer is back (see PeerLink.offer); the peer says again if it is congested."""
-        flags = self._congested
+        it and fails its trees once the peer is back (see PeerLink.offer); the peer says again if it is congested.
+        The tasks reached through it are the peer's own and the acker tasks it is the home of."""
+        flags, via = self._congested, self._via
         cleared = False
         for task, owner in self.owner.items():
-            if owner == peer and flags[task]:
+            if via.get(task, owner) == peer and flags[task]:
                 flags[task] = 0
                 cleared = True
         if cleared:
@@ -169,7 +174,7 @@ class Transport(Remote):
     def attach(self, *, transfer: Transfer, wake: Callable[[], None], frames: int) -> None:
         """Connect to the runtime whose ``transfer`` holds the inboxes, and start listening and connecting."""
         self._wake = wake
-        self._tasks = sorted(transfer.inboxes)
+        self._tasks = sorted({*transfer.inboxes, *self._forwards})
         # What the backlogs may hold before the lanes take no more frames (see squall.transport.ingress): enough
         # that peers who heed congestion never reach it: an inbox's worth per task of this process before it
         # is congested, and what each peer's two streams may send before it hears.
