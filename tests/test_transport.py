@@ -5,6 +5,8 @@ from __future__ import annotations
 import filecmp
 import logging
 import tempfile
+import threading
+import time
 from array import array
 from collections import deque
 from collections.abc import Callable
@@ -1345,15 +1347,21 @@ def test_an_ackers_backlog_counts_each_batch_as_its_messages_against_the_limit_a
     assert ingress.held == 120 and ingress.waiting() == 120
 
 
+
+def _until(done: Callable[[], bool], event: threading.Event) -> None:
+    """Wait (at most 30 s) for ``done``, looking again whenever ``event`` is set, or every 0.1 s."""
+    deadline = time.monotonic() + 30
+    while not done():
+        assert time.monotonic() < deadline
+        event.wait(0.1)
+        event.clear()
+
 def test_a_peer_sends_nothing_to_a_congested_task_until_it_is_told_the_task_has_room(plan):
     """Two real transports over loopback gRPC. A task congested in its process is congested in its peer's
     transport within a round trip: the peer's sends to it are refused (they wait in their executors'
     overflow, which stops those executors taking input: the backpressure reaches its sources), until the
     task's process says it has room again, or goes away. A peer whose link to the task's process was down
     forgets, and is told again. Every item arrives, in order."""
-    import threading
-    import time
-
     from squall.process.supervisor import free_ports
     from squall.transport import Transport
 
@@ -1378,29 +1386,22 @@ def test_a_peer_sends_nothing_to_a_congested_task_until_it_is_told_the_task_has_
     def word(i: int) -> Tuple:
         return Tuple([f"w{i}", None], fields, "words", "default", spout_task, {}, bolt_task)
 
-    def until(done: Callable[[], bool], event: threading.Event) -> None:
-        deadline = time.monotonic() + 30
-        while not done():
-            assert time.monotonic() < deadline
-            event.wait(0.1)
-            event.clear()
-
     def delivered(done: Callable[[], bool]) -> bool:
         receiver.deliver()  # the receiving scheduler's part
         return done()
 
     def send(i: int) -> None:
         assert sender.try_send(bolt_task, word(i))
-        until(sender.flush, heard)  # batches of one: each goes out as the link has room
+        _until(sender.flush, heard)  # batches of one: each goes out as the link has room
 
     try:
-        until(lambda: sender.all_connected() and receiver.all_connected(), heard)
+        _until(lambda: sender.all_connected() and receiver.all_connected(), heard)
         for i in range(4):  # two for the inbox, two for the backlog
             send(i)
-        until(lambda: delivered(lambda: len(inbox) == 2 and receiver.ingress.held == 2), woke)
+        _until(lambda: delivered(lambda: len(inbox) == 2 and receiver.ingress.held == 2), woke)
         receiver.flush()  # ... and its peer is told
         assert receiver.ingress.congested == {bolt_task}
-        until(lambda: sender.congested() == [bolt_task], heard)
+        _until(lambda: sender.congested() == [bolt_task], heard)
         assert not sender.try_send(bolt_task, word(4))  # it waits where it is: in its executor's overflow
         taken = [inbox.popleft() for _ in range(2)]
         receiver.deliver()  # the backlog to the inbox: full again, still congested
@@ -1409,32 +1410,32 @@ def test_a_peer_sends_nothing_to_a_congested_task_until_it_is_told_the_task_has_
         taken.append(inbox.popleft())
         receiver.deliver()
         receiver.flush()  # half empty, no backlog: its peer is told
-        until(lambda: sender.congested() == [], heard)
+        _until(lambda: sender.congested() == [], heard)
         send(4)
-        until(lambda: delivered(lambda: len(inbox) == 2), woke)
+        _until(lambda: delivered(lambda: len(inbox) == 2), woke)
         taken += list(inbox)
         assert [t.values[0] for t in taken] == [f"w{i}" for i in range(5)]
         inbox.clear()
         for i in range(5, 9):  # congested again ...
             send(i)
-        until(lambda: delivered(lambda: len(inbox) == 2 and receiver.ingress.held == 2), woke)
+        _until(lambda: delivered(lambda: len(inbox) == 2 and receiver.ingress.held == 2), woke)
         receiver.flush()
-        until(lambda: sender.congested() == [bolt_task], heard)
+        _until(lambda: sender.congested() == [bolt_task], heard)
         # One way down: the sender's data link breaks (its peer refuses a frame), the links back do not. The
         # sender forgets, and is told again once its link is back.
         link = sender.links[("worker-1", DATA)]
         reconnects = link.stats.reconnects
         link.offer(encode_congestion({999: True}))
-        until(lambda: link.stats.reconnects > reconnects, heard)
+        _until(lambda: link.stats.reconnects > reconnects, heard)
         assert sender.congested() == []
 
         def told() -> bool:
             receiver.flush()
             return sender.congested() == [bolt_task]
 
-        until(told, heard)
+        _until(told, heard)
         receiver.close()  # ... and gone: what waits for it goes to the link (which holds it, see PeerLink.offer)
-        until(lambda: sender.congested() == [], heard)
+        _until(lambda: sender.congested() == [], heard)
     finally:
         sender.close()
         receiver.close()
@@ -1468,9 +1469,6 @@ def test_the_other_workers_hold_their_messages_for_an_acker_whose_home_says_it_i
     that acker wait in its executors (try_message refuses them) until the home says the acker task is clear.
     A worker whose link to the home goes down forgets what the home told it of the acker, as of the home's
     own tasks."""
-    import threading
-    import time
-
     from squall.process.supervisor import free_ports
 
     acker, spout_task = plan.acker_tasks[0], plan.component_tasks["words"][0]
@@ -1495,13 +1493,6 @@ def test_the_other_workers_hold_their_messages_for_an_acker_whose_home_says_it_i
     heard = threading.Event()
     worker.attach(transfer=Taking(), wake=heard.set, frames=8)
 
-    def until(done: Callable[[], bool], event: threading.Event) -> None:
-        deadline = time.monotonic() + 30
-        while not done():
-            assert time.monotonic() < deadline
-            event.wait(0.1)
-            event.clear()
-
     def told(congested: list[int]) -> Callable[[], bool]:
         def check() -> bool:
             home.deliver()
@@ -1510,24 +1501,24 @@ def test_the_other_workers_hold_their_messages_for_an_acker_whose_home_says_it_i
         return check
 
     try:
-        until(lambda: worker.links[("worker-1", DATA)].connected.is_set()
+        _until(lambda: worker.links[("worker-1", DATA)].connected.is_set()
               and home.links[("worker-0", CONTROL)].connected.is_set(), heard)
         assert worker.try_message(acker, ACK, 40, 1, -1)
-        until(worker.flush, heard)
-        until(told([acker]), woke)
+        _until(worker.flush, heard)
+        _until(told([acker]), woke)
         assert not worker.try_message(acker, ACK, 41, 1, -1)  # it waits where it is: in its executor's overflow
         refused[0] = False  # the acker has room again
-        until(told([]), woke)
+        _until(told([]), woke)
         assert taken == [(ACK, 40, 1, -1)]
         assert worker.try_message(acker, ACK, 41, 1, -1)
-        until(worker.flush, heard)
-        until(lambda: not home.deliver() and taken == [(ACK, 40, 1, -1), (ACK, 41, 1, -1)], woke)
+        _until(worker.flush, heard)
+        _until(lambda: not home.deliver() and taken == [(ACK, 40, 1, -1), (ACK, 41, 1, -1)], woke)
         refused[0] = True
         assert worker.try_message(acker, ACK, 42, 1, -1)
-        until(worker.flush, heard)
-        until(told([acker]), woke)
+        _until(worker.flush, heard)
+        _until(told([acker]), woke)
         home.close()  # the home gone: what the worker was told of the acker task goes with it
-        until(lambda: worker.congested() == [], heard)
+        _until(lambda: worker.congested() == [], heard)
     finally:
         worker.close()
         home.close()
