@@ -33,7 +33,6 @@ cdef class Transport(Remote):
     cdef bint _unsettled
     cdef list _tasks
     cdef frozenset _forwards
-    cdef dict _via
 
     @cython.locals(boxes=_Boxes, box=Outbox, size=Py_ssize_t)
     cpdef bint try_send(self, long long task, object item) except -1

@@ -119,7 +119,6 @@ class Transport(Remote):
         # and the acker tasks it forwards for, since their messages from other workers wait here.
         self._tasks: list[int] = []
         self._forwards = forwards
-        self._via = dict(acker_via or {})  # acker task → the worker its messages go through (and its word)
         self.ingress: Ingress | None = None
         self.receiver: Receiver | None = None
         self._decoder, self._bind, self._max_frame, self._tls, self._control = decoder, bind, max_frame, tls, control
@@ -157,11 +156,11 @@ class Transport(Remote):
     def _down(self, peer: str) -> None:
         """On a link thread: ``peer`` is unreachable. What waits for its tasks goes to the link, which holds
         it and fails its trees once the peer is back (see PeerLink.offer); the peer says again if it is congested.
-        The tasks reached through it are the peer's own and the acker tasks it is the home of."""
-        flags, via = self._congested, self._via
+        The tasks reached through it (their boxes are its) are the peer's own and the acker tasks it is the home of."""
+        flags = self._congested
         cleared = False
-        for task, owner in self.owner.items():
-            if via.get(task, owner) == peer and flags[task]:
+        for task, boxes in enumerate(self._to):
+            if boxes is not None and flags[task] and boxes.data.link.peer == peer:
                 flags[task] = 0
                 cleared = True
         if cleared:
