@@ -118,7 +118,10 @@ class RuntimeCollector:
             else:
                 inputs = [(i.component, i.stream) for i in plan.spec.component(comp).inputs]
                 streams = [stream for _, stream in inputs]
-            for stream in {*stats.emitted, *plan.outputs[comp]}:
+            # a declared stream starts at 0 if anything can come of it: a sink's ``outputs = []`` declares
+            # a default stream with no fields and no subscribers, whose series would stay 0 for good
+            declared = [s for s, out in plan.outputs[comp].items() if out.fields or (comp, s) in plan.subscribers]
+            for stream in {*stats.emitted, *declared}:
                 emitted.add_metric([topo, comp, t, stream], stats.emitted.get(stream, 0))
                 transferred.add_metric([topo, comp, t, stream], stats.transferred.get(stream, 0))
             for stream in {*stats.acked, *stats.failed, *stats.timed_out, *streams}:
