@@ -13,12 +13,17 @@ import pytest
 SCRIPT = Path(__file__).resolve().parents[1] / "e2e" / "local-cluster.sh"
 
 
+def _stand_ins(folder: Path, body: str) -> None:
+    """The k8s-local scripts the script calls, each a shell script of ``body``."""
+    folder.mkdir()
+    for name in ("down.sh", "build.sh", "up.sh", "image.sh", "load-image.sh"):
+        (folder / name).write_text(f"#!/bin/sh\n{body}\n")
+        (folder / name).chmod(0o755)
+
+
 def test_a_short_disk_stops_the_run_before_the_cluster_is_touched(tmp_path: Path) -> None:
     k8s, calls = tmp_path / "k8s-local", tmp_path / "calls"
-    k8s.mkdir()
-    for name in ("down.sh", "build.sh", "up.sh", "image.sh", "load-image.sh"):
-        (k8s / name).write_text(f'#!/bin/sh\necho "{name} $*" >> {calls}\nexit 1\n')
-        (k8s / name).chmod(0o755)
+    _stand_ins(k8s, f'echo "${{0##*/}} $*" >> {calls}\nexit 1')  # records the call, and fails
     env = {**os.environ, "K8S_LOCAL": str(k8s), "SQUALL_E2E_DISK_GB": str(10**9)}
     done = subprocess.run(["bash", str(SCRIPT)], env=env, capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 2, done.stdout + done.stderr
@@ -31,10 +36,8 @@ def test_a_failed_prune_does_not_fail_the_image_build(tmp_path: Path) -> None:
     """The build hook the script hands to the suite: buildah refuses ``rmi --prune`` while a killed
     build's working container holds an image, and that housekeeping must not fail the e2e run."""
     k8s, bin_, hook = tmp_path / "k8s-local", tmp_path / "bin", tmp_path / "hook"
-    k8s.mkdir(), bin_.mkdir()
-    for name in ("down.sh", "build.sh", "up.sh", "image.sh", "load-image.sh"):
-        (k8s / name).write_text("#!/bin/sh\nexit 0\n")
-        (k8s / name).chmod(0o755)
+    _stand_ins(k8s, "exit 0")
+    bin_.mkdir()
     # the suite's python records the hook instead of running pytest; buildah fails only its prune
     (bin_ / "python").write_text(f'#!/bin/sh\nprintf %s "$SQUALL_E2E_BUILD" > {hook}\n')
     (bin_ / "buildah").write_text('#!/bin/sh\n[ "$1" = rmi ] || exit 0\n'

@@ -1347,7 +1347,6 @@ def test_an_ackers_backlog_counts_each_batch_as_its_messages_against_the_limit_a
     assert ingress.held == 120 and ingress.waiting() == 120
 
 
-
 def _until(done: Callable[[], bool], event: threading.Event) -> None:
     """Wait (at most 30 s) for ``done``, looking again whenever ``event`` is set, or every 0.1 s."""
     deadline = time.monotonic() + 30
@@ -1355,6 +1354,7 @@ def _until(done: Callable[[], bool], event: threading.Event) -> None:
         assert time.monotonic() < deadline
         event.wait(0.1)
         event.clear()
+
 
 def test_a_peer_sends_nothing_to_a_congested_task_until_it_is_told_the_task_has_room(plan):
     """Two real transports over loopback gRPC. A task congested in its process is congested in its peer's
@@ -1502,7 +1502,7 @@ def test_the_other_workers_hold_their_messages_for_an_acker_whose_home_says_it_i
 
     try:
         _until(lambda: worker.links[("worker-1", DATA)].connected.is_set()
-              and home.links[("worker-0", CONTROL)].connected.is_set(), heard)
+               and home.links[("worker-0", CONTROL)].connected.is_set(), heard)
         assert worker.try_message(acker, ACK, 40, 1, -1)
         _until(worker.flush, heard)
         _until(told([acker]), woke)
