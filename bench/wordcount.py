@@ -148,12 +148,18 @@ class Result:
 
 def cpu_seconds(pids: list[int]) -> float:
     """utime + stime of ``pids`` (every thread of each), from /proc/<pid>/stat."""
-    total = 0
+    return sum(user_system(pids))
+
+
+def user_system(pids: list[int]) -> tuple[float, float]:
+    """utime and stime of ``pids`` (every thread of each), from /proc/<pid>/stat."""
+    user = system = 0
     for pid in pids:
         with open(f"/proc/{pid}/stat") as f:
             fields = f.read().rsplit(")", 1)[1].split()
-        total += int(fields[11]) + int(fields[12])  # fields 14 and 15 of proc(5), counted from 3
-    return total / CLK_TCK
+        user += int(fields[11])  # fields 14 and 15 of proc(5), counted from 3
+        system += int(fields[12])
+    return user / CLK_TCK, system / CLK_TCK
 
 
 def ceiling(seconds: float) -> Result:
