@@ -28,7 +28,7 @@ from statistics import correlation
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.wordcount import every_core, ms, running, transport_counts  # noqa: E402
+from bench.wordcount import every_core, ms, running, transport_counts, user_system  # noqa: E402
 from squall.executor.hdr import HdrHistogram  # noqa: E402
 
 
@@ -54,6 +54,8 @@ class Window:
     seconds: float
     latency: HdrHistogram
     frames: float  # sent between processes
+    user: float  # CPU seconds in user mode, every process
+    system: float  # and in the kernel
     before: dict[str, dict[int, tuple[str, int, int, int]]]
     after: dict[str, dict[int, tuple[str, int, int, int]]]
 
@@ -75,18 +77,26 @@ class Window:
                    if role is None or name == role)
 
 
-def measure(args: argparse.Namespace) -> Window:
-    with running(workers=args.workers, ackers=args.workers, rate=args.rate, cross=not args.no_crossing,
-                 flush_ms=args.flush_interval) as sup:
+def measure(*, workers: int, seconds: float, rate: float | None = None, cross: bool = True,
+            flush_ms: float | None = None) -> Window:
+    with running(workers=workers, ackers=workers, rate=rate, cross=cross, flush_ms=flush_ms) as sup:
+        pids = [c.proc.pid for c in sup.children]
         before = {c.name: threads(c.proc.pid) for c in sup.children}
-        first, frames0, t0 = sup.scrape(), transport_counts(sup)[1], time.monotonic()
-        time.sleep(args.seconds)
-        last, frames1, t1 = sup.scrape(), transport_counts(sup)[1], time.monotonic()
+        first, frames0, cpu0, t0 = sup.scrape(), transport_counts(sup)[1], user_system(pids), time.monotonic()
+        time.sleep(seconds)
+        last, frames1, cpu1, t1 = sup.scrape(), transport_counts(sup)[1], user_system(pids), time.monotonic()
         after = {c.name: threads(c.proc.pid) for c in sup.children}
     trees = int(last.acked["sentences"] - first.acked["sentences"])
     if not trees:
-        sys.exit(f"no tree was acked in {args.seconds:g} s: nothing to divide by (see the processes' log above)")
-    return Window(trees, t1 - t0, last.recorded.minus(first.recorded), frames1 - frames0, before, after)
+        sys.exit(f"no tree was acked in {seconds:g} s: nothing to divide by (see the processes' log above)")
+    return Window(trees, t1 - t0, last.recorded.minus(first.recorded), frames1 - frames0, cpu1[0] - cpu0[0],
+                  cpu1[1] - cpu0[1], before, after)
+
+
+def measured(args: argparse.Namespace) -> Window:
+    """:func:`measure` as this script's options ask."""
+    return measure(workers=args.workers, seconds=args.seconds, rate=args.rate, cross=not args.no_crossing,
+                   flush_ms=args.flush_interval)
 
 
 def table(window: Window, workers: int) -> None:
@@ -111,7 +121,7 @@ def rounds(args: argparse.Namespace) -> None:
     probes, costs, switches = [], [], []
     for i in range(args.rounds):
         before = every_core()
-        window = measure(args)
+        window = measured(args)
         after = every_core()
         probes.append((before + after) / 2)
         costs.append(window.total(1) / 1e3 / window.trees)
@@ -142,7 +152,7 @@ def main() -> None:
     if args.rounds > 1:
         rounds(args)
     else:
-        table(measure(args), args.workers)
+        table(measured(args), args.workers)
 
 
 if __name__ == "__main__":

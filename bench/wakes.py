@@ -23,8 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.threads import threads  # noqa: E402
-from bench.wordcount import running, user_system  # noqa: E402
+from bench.threads import measure  # noqa: E402
 
 
 def round_trip(*, seconds: float, cores: tuple[int, int]) -> tuple[float, float]:
@@ -63,19 +62,11 @@ def round_trip(*, seconds: float, cores: tuple[int, int]) -> tuple[float, float]
 
 
 def split(*, cross: bool, seconds: float) -> str:
-    with running(workers=2, ackers=2, cross=cross) as sup:
-        pids = [child.proc.pid for child in sup.children]
-
-        def sample() -> tuple[int, float, float, int]:
-            switches = sum(s for pid in pids for _, _, _, s in threads(pid).values())
-            return (sup.scrape().acked["sentences"], *user_system(pids), switches)
-
-        first = sample()
-        time.sleep(seconds)
-        trees, user, system, switches = (b - a for a, b in zip(first, sample(), strict=True))
-    return (f"2w + 2a{'' if cross else ', no word crossing'}: {trees / seconds:,.0f} trees/s, "
-            f"{1e6 * user / trees:.1f} user + {1e6 * system / trees:.1f} system CPU µs/tree, "
-            f"{1000 * switches / trees:.0f} switches/1,000 trees")
+    window = measure(workers=2, seconds=seconds, cross=cross)
+    trees = window.trees
+    return (f"2w + 2a{'' if cross else ', no word crossing'}: {trees / window.seconds:,.0f} trees/s, "
+            f"{1e6 * window.user / trees:.1f} user + {1e6 * window.system / trees:.1f} system CPU µs/tree, "
+            f"{1000 * window.total(3) / trees:.0f} switches/1,000 trees")
 
 
 def main() -> None:
