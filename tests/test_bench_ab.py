@@ -1,0 +1,37 @@
+"""bench/ab.py reads the table bench/wordcount.py prints: the figures it compares are the printed ones."""
+
+from __future__ import annotations
+
+import pytest
+from bench.ab import parse_table, summary, target_ratios
+from bench.wordcount import Result, table
+
+
+def printed(capsys: pytest.CaptureFixture[str], rows: list[Result]) -> str:
+    table(rows)
+    return capsys.readouterr().out
+
+
+def test_the_table_wordcount_prints_is_read_back_row_by_row(capsys: pytest.CaptureFixture[str]) -> None:
+    out = printed(capsys, [Result("ceiling: hand-written loop", 2_000_000, 10.0, 9.0),
+                           Result("in-process (LocalCluster)", 1_000_000, 10.0, 9.5),
+                           Result("2 workers + 2 ackers", 900_000, 10.0, 14.4, acker_cpu=0.1, frames=0.006)])
+    rows = parse_table(out)
+    assert list(rows) == ["ceiling: hand-written loop", "in-process (LocalCluster)", "2 workers + 2 ackers"]
+    assert (rows["ceiling: hand-written loop"].rate, rows["ceiling: hand-written loop"].cpu) == (200_000, 4.5)
+    assert (rows["2 workers + 2 ackers"].rate, rows["2 workers + 2 ackers"].cpu) == (90_000, 16.0)
+    ratios = target_ratios(rows)
+    assert ratios["in-process trees/s ÷ ceiling trees/s"] == pytest.approx(0.5)
+    assert ratios["CPU µs/tree: 2 workers + 2 ackers ÷ in-process"] == pytest.approx(16.0 / 9.5)
+    assert "CPU µs/tree: 1 worker + 1 acker ÷ in-process" not in ratios  # no such row in this run
+
+
+def test_the_summary_gives_each_pairs_figures_and_this_over_baseline(capsys: pytest.CaptureFixture[str]) -> None:
+    def run(local_cpu: float, ceiling_cpu: float) -> dict:
+        return parse_table(printed(capsys, [Result("ceiling: hand-written loop", 1_000_000, 5.0, ceiling_cpu),
+                                            Result("in-process (LocalCluster)", 1_000_000, 10.0, local_cpu)]))
+
+    lines = summary([run(10.0, 5.0), run(12.0, 5.0)], [run(8.0, 5.0), run(9.0, 5.0)])
+    local = next(line for line in lines if "in-process" in line and "→" in line)  # the CPU line comes first
+    assert "10.0 → 8.0, 12.0 → 9.0" in local
+    assert local.endswith("0.78 (0.75–0.80)")  # this ÷ baseline: the median and the range of the pairs
