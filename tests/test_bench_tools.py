@@ -1,9 +1,11 @@
-"""bench/ab.py reads the table bench/wordcount.py prints: the figures it compares are the printed ones."""
+"""The bench's own arithmetic: bench/ab.py reads the table bench/wordcount.py prints (the figures it compares
+are the printed ones), and bench/scaleout.py fits and predicts as docs/performance.md says."""
 
 from __future__ import annotations
 
 import pytest
 from bench.ab import parse_table, summary, target_ratios
+from bench.scaleout import Run, crossing, fit, predict
 from bench.wordcount import Result, table
 
 
@@ -35,3 +37,22 @@ def test_the_summary_gives_each_pairs_figures_and_this_over_baseline(capsys: pyt
     local = next(line for line in lines if "in-process" in line and "→" in line)  # the CPU line comes first
     assert "10.0 → 8.0, 12.0 → 9.0" in local
     assert local.endswith("0.78 (0.75–0.80)")  # this ÷ baseline: the median and the range of the pairs
+
+
+def test_the_scale_out_fit_recovers_the_units_its_runs_were_made_of():
+    w, c, p = 10.0, 1.2, 400.0
+    runs = [Run(1, w, 0.0, 90_000)] + [Run(n, w + crossing(n) * c + frames * p, frames, 80_000)
+                                       for n, frames in ((2, 0.008), (3, 0.020), (4, 0.050), (2, 0.010))]
+    assert fit(runs) == pytest.approx((w, c, p))
+    with pytest.raises(ValueError, match="at least two worker counts"):
+        fit([Run(1, w, 0.0, 1.0), Run(2, 15.0, 0.008, 1.0)])
+
+
+def test_the_prediction_charges_each_worker_the_frames_of_its_links():
+    w, c, p, per_link = 11.0, 0.95, 594.0, 250.0
+    assert predict(1, w, c, p, per_link) == pytest.approx(1e6 / w)
+    # 3 links' frames (0.45 of the core) leave the rest to the trees
+    assert predict(4, w, c, p, per_link) == pytest.approx((1e6 - 3 * per_link * p) / (w + 6 * c) * 4)
+    assert predict(8, w, c, p, per_link) == 0  # frames alone would take the core
+    assert predict(8, w, c, p, per_link, fuller=True) == pytest.approx((1e6 - per_link * p) / (w + 7 * c) * 8)
+    assert Run(4, 40.0, 0.05, 48_000).per_link == pytest.approx(0.05 * 48_000 / 12)
