@@ -9,8 +9,10 @@ Runs the word count of ``bench/wordcount.py`` in ``squall run``'s processes with
 worker (the fields grouping sends (N−1)/N of the 8 words away), ``p`` a frame between processes, both
 ends; ``c`` and ``p`` by least squares over the runs with 2 or more workers. It prints each run against
 the model, the frames a link sent per second, and the trees/s the model predicts with a core per worker
-for 1 to 16 workers: with the measured frames per link, and with frames as full as needed for a worker
-to send no more of them than with one peer. More workers than cores show CPU per tree, not throughput.
+for 1 to 16 workers, between two bounds: every link as busy as at 2 workers (frames grow with the
+peers), and a worker sending no more frames than at 2 workers (they get fuller). More workers than
+cores show CPU per tree, not throughput, and their rounds, paced by the CPU each process gets, bound
+their frames: only the 2-worker runs give the frames per link of the bounds.
 
     python bench/scaleout.py [--workers 1,2,3,4] [--rounds 2] [--seconds 8] [--flush-interval MS]
 """
@@ -73,14 +75,15 @@ def predict(workers: int, w: float, c: float, p: float, per_link: float, *, full
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--workers", default="1,2,3,4", help="worker counts to run, comma-separated (1 among them)")
+    parser.add_argument("--workers", default="1,2,3,4", help="worker counts, comma-separated (1 and 2 among them)")
     parser.add_argument("--rounds", type=int, default=2, help="runs of every worker count")
     parser.add_argument("--seconds", type=float, default=8.0, help="measurement window of a run")
     parser.add_argument("--flush-interval", type=float, metavar="MS", help="transfer.flushIntervalMs")
     args = parser.parse_args()
     counts = sorted({int(n) for n in args.workers.split(",")})
-    if 1 not in counts or len([n for n in counts if n > 1]) < 2:
-        parser.error("--workers: 1 and at least two counts above 1 (w comes from 1 worker, c and p from the rest)")
+    if 1 not in counts or 2 not in counts or len(counts) < 3:
+        parser.error("--workers: 1, 2 and at least one more (w comes from 1 worker, c and p from the rest, the "
+                     "frames per link from 2)")
     runs = []
     for i in range(args.rounds):
         for n in counts:
@@ -97,9 +100,10 @@ def main() -> None:
     print("|--:|--:|--:|")
     for r in runs:
         print(f"| {r.workers} | {r.cpu_us:.1f} | {w + crossing(r.workers) * c + r.frames * p:.1f} |")
-    per_link = statistics.median(r.per_link for r in runs if r.workers > 1)
-    print(f"\nframes per link: {per_link:,.0f} a second (median); predicted trees/s with a core per worker:")
-    print("| workers | tuple µs per tree | cores of frames per worker | trees/s | trees/s, frames as with one peer |")
+    per_link = statistics.median(r.per_link for r in runs if r.workers == 2)
+    print(f"\nframes per link at 2 workers: {per_link:,.0f} a second; predicted trees/s with a core per worker:")
+    print("| workers | tuple µs per tree | cores of frames per worker, every link as at 2 | trees/s | trees/s, "
+          "a worker's frames as at 2 |")
     print("|--:|--:|--:|--:|--:|")
     for n in (1, 2, 4, 8, 16):
         frames = (n - 1) * per_link * p / 1e6
