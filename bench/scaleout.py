@@ -64,13 +64,18 @@ def fit(runs: list[Run]) -> tuple[float, float, float]:
     return w, float(c), float(p)
 
 
+def frame_cores(links: int, per_link: float, p: float) -> float:
+    """The share of a core that ``links`` links of ``per_link`` frames a second each take, at ``p`` µs a frame."""
+    return links * per_link * p / 1e6
+
+
 def predict(workers: int, w: float, c: float, p: float, per_link: float, *, fuller: bool = False) -> float:
     """Trees/s of ``workers`` workers with a core each: each spends ``R × (w + crossing × c)`` on its trees
     and ``links × per_link × p`` on frames (``fuller``: as many frames as with one peer); 0 if frames alone
     would take the core."""
     links = min(workers - 1, 1) if fuller else workers - 1
-    left = 1e6 - links * per_link * p
-    return max(left, 0.0) / (w + crossing(workers) * c) * workers
+    left = 1.0 - frame_cores(links, per_link, p)
+    return max(left, 0.0) * 1e6 / (w + crossing(workers) * c) * workers
 
 
 def main() -> None:
@@ -106,9 +111,8 @@ def main() -> None:
           "a worker's frames as at 2 |")
     print("|--:|--:|--:|--:|--:|")
     for n in (1, 2, 4, 8, 16):
-        frames = (n - 1) * per_link * p / 1e6
-        print(f"| {n} | {w + crossing(n) * c:.1f} | {frames:.2f} | {predict(n, w, c, p, per_link):,.0f} | "
-              f"{predict(n, w, c, p, per_link, fuller=True):,.0f} |")
+        print(f"| {n} | {w + crossing(n) * c:.1f} | {frame_cores(n - 1, per_link, p):.2f} | "
+              f"{predict(n, w, c, p, per_link):,.0f} | {predict(n, w, c, p, per_link, fuller=True):,.0f} |")
 
 
 if __name__ == "__main__":
