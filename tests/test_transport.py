@@ -1014,8 +1014,11 @@ class _Peers:
         return {root for tup in self.got for root in tup.anchors}
 
     def lost(self) -> set[int]:
-        assert all(task == -1 for task, _ in self.sender.lost)  # tuples' trees: failed at their ackers
-        return {root for _, root in self.sender.lost}
+        # A copy first: the link's thread appends to the deque meanwhile, and iterating it while it grows
+        # raised "deque mutated during iteration" (list() copies it without letting another thread run).
+        lost = list(self.sender.lost)
+        assert all(task == -1 for task, _ in lost)  # tuples' trees: failed at their ackers
+        return {root for _, root in lost}
 
     def close(self) -> None:
         self.sender.close()
