@@ -4,8 +4,8 @@
 ``squall.process.thread_names``): the scheduler, the links (``tx-*``), the stream readers (``rx-*``),
 gRPC's server handlers (``recv_*``), its client threads (``run``) and its I/O (``event_engine``).
 
-    python bench/threads.py [--workers 2] [--rate TREES_PER_S] [--flush-interval MS] [--seconds 8]
-                            [--no-crossing] [--rounds N]
+    python bench/threads.py [--workers 2] [--rate TREES_PER_S] [--flush-interval MS] [--max-pending N]
+                            [--seconds 8] [--no-crossing] [--rounds N]
 
 ``--rounds N`` (N > 1) asks whether a slow round is the engine's or the machine's: it starts the
 processes N times, each round between two 2-second runs of the bench's ceiling loop on every core at
@@ -28,7 +28,7 @@ from statistics import correlation
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.wordcount import every_core, ms, running, transport_counts, user_system  # noqa: E402
+from bench.wordcount import MAX_PENDING, every_core, ms, running, transport_counts, user_system  # noqa: E402
 from squall.executor.hdr import HdrHistogram  # noqa: E402
 
 
@@ -78,8 +78,9 @@ class Window:
 
 
 def measure(*, workers: int, seconds: float, rate: float | None = None, cross: bool = True,
-            flush_ms: float | None = None) -> Window:
-    with running(workers=workers, ackers=workers, rate=rate, cross=cross, flush_ms=flush_ms) as sup:
+            flush_ms: float | None = None, max_pending: int = MAX_PENDING) -> Window:
+    with running(workers=workers, ackers=workers, rate=rate, cross=cross, flush_ms=flush_ms,
+                 max_pending=max_pending) as sup:
         pids = [c.proc.pid for c in sup.children]
         before = {c.name: threads(c.proc.pid) for c in sup.children}
         first, frames0, cpu0, t0 = sup.scrape(), transport_counts(sup)[1], user_system(pids), time.monotonic()
@@ -96,7 +97,7 @@ def measure(*, workers: int, seconds: float, rate: float | None = None, cross: b
 def measured(args: argparse.Namespace) -> Window:
     """:func:`measure` as this script's options ask."""
     return measure(workers=args.workers, seconds=args.seconds, rate=args.rate, cross=not args.no_crossing,
-                   flush_ms=args.flush_interval)
+                   flush_ms=args.flush_interval, max_pending=args.max_pending)
 
 
 def table(window: Window, workers: int) -> None:
@@ -139,6 +140,8 @@ def main() -> None:
     parser.add_argument("--rate", type=float, help="trees/s per spout task (default: as fast as it goes)")
     parser.add_argument("--flush-interval", type=float, metavar="MS",
                         help="transfer.flushIntervalMs (default: the spec's default)")
+    parser.add_argument("--max-pending", type=int, default=MAX_PENDING, metavar="N",
+                        help=f"maxSpoutPending, per spout task (default: the bench's {MAX_PENDING:,})")
     parser.add_argument("--seconds", type=float, default=8.0, help="measurement window")
     parser.add_argument("--no-crossing", action="store_true",
                         help="every word to a count task of its own worker, as the bench's 2w2a-local case")

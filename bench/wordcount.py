@@ -105,14 +105,14 @@ class Count(Bolt):
 
 
 def spec(*, workers: int, ackers: int, rate: float | None = None, cross: bool = True,
-         flush_ms: float | None = None) -> dict:
+         flush_ms: float | None = None, max_pending: int = MAX_PENDING) -> dict:
     """The word count; ``cross`` False gives every word to a count task of its own worker (local or
     shuffle instead of fields: no longer a word count, but the same work without tuples crossing);
     ``flush_ms`` sets ``transfer.flushIntervalMs``."""
     count_grouping = {"type": "fields", "fields": ["word"]} if cross else {"type": "localOrShuffle"}
     return {
         **({"transfer": {"flushIntervalMs": flush_ms}} if flush_ms is not None else {}),
-        "name": "bench", "workers": workers, "ackers": ackers, "maxSpoutPending": MAX_PENDING,
+        "name": "bench", "workers": workers, "ackers": ackers, "maxSpoutPending": max_pending,
         "config": {"bench.rate": rate} if rate else {},
         "spouts": [{"name": "sentences", "className": "bench.wordcount:SentenceSpout", "parallelism": workers}],
         "bolts": [
@@ -241,11 +241,12 @@ def transport_counts(sup: Supervisor) -> np.ndarray:
 
 @contextmanager
 def running(*, workers: int, ackers: int, rate: float | None = None, pin: bool = False,
-            insecure: bool = False, cross: bool = True, flush_ms: float | None = None) -> Iterator[Supervisor]:
+            insecure: bool = False, cross: bool = True, flush_ms: float | None = None,
+            max_pending: int = MAX_PENDING) -> Iterator[Supervisor]:
     """``squall run``'s processes running the word count, warmed up; stopped on exit."""
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "bench.yaml"
-        doc = spec(workers=workers, ackers=ackers, rate=rate, cross=cross, flush_ms=flush_ms)
+        doc = spec(workers=workers, ackers=ackers, rate=rate, cross=cross, flush_ms=flush_ms, max_pending=max_pending)
         path.write_text(yaml.safe_dump(doc))
         sup = Supervisor(spec_path=path, spec=TopologySpec.from_dict(doc), run_dir=Path(tmp) / "run",
                          insecure=insecure, pin=pin)
