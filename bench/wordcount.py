@@ -108,7 +108,7 @@ def spec(*, workers: int, ackers: int, rate: float | None = None, cross: bool = 
          flush_ms: float | None = None, max_pending: int = MAX_PENDING) -> dict:
     """The word count; ``cross`` False gives every word to a count task of its own worker (local or
     shuffle instead of fields: no longer a word count, but the same work without tuples crossing);
-    ``flush_ms`` sets ``transfer.flushIntervalMs``."""
+    ``flush_ms`` sets ``transfer.flushIntervalMs``, ``max_pending`` ``maxSpoutPending``."""
     count_grouping = {"type": "fields", "fields": ["word"]} if cross else {"type": "localOrShuffle"}
     return {
         **({"transfer": {"flushIntervalMs": flush_ms}} if flush_ms is not None else {}),
