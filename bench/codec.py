@@ -70,8 +70,10 @@ def acker_frames(plan: Plan, rng: random.Random, args: argparse.Namespace) -> fl
     spout, acker = plan.component_tasks["sentences"][0], plan.acker_tasks[0]
     decoder = Decoder(plan, bolt_tasks=frozenset(), spout_tasks=frozenset(), acker_tasks=frozenset({acker}))
     frames = []
+    n = len(plan.acker_tasks)
     for _ in range(20):
-        trees = [(rng.getrandbits(64) | 2, rng.getrandbits(64) | 1) for _ in range(args.tuples)]
+        # roots this acker tracks (acker task acker_tasks[root % n]): its decoder refuses any other
+        trees = [((rng.getrandbits(62) + 2) * n, rng.getrandbits(64) | 1) for _ in range(args.tuples)]
         frames.append(encode_acker([AckerMessage(INIT, root, val, spout) for root, val in trees]))
         frames.append(encode_acker([AckerMessage(ACK, root, val, -1) for root, val in trees]))
     best = float("inf")

@@ -1,9 +1,13 @@
 """The bench's own arithmetic: bench/ab.py reads the table bench/wordcount.py prints (the figures it compares
-are the printed ones), and bench/scaleout.py fits and predicts as docs/performance.md says."""
+are the printed ones), and bench/scaleout.py fits and predicts as docs/performance.md says; and bench/codec.py
+still runs against the codec as it is."""
 
 from __future__ import annotations
 
+import sys
+
 import pytest
+from bench import codec as codec_bench
 from bench.ab import parse_table, summary, target_ratios
 from bench.scaleout import Run, crossing, fit, predict
 from bench.wordcount import Result, table
@@ -56,3 +60,12 @@ def test_the_prediction_charges_each_worker_the_frames_of_its_links():
     assert predict(8, w, c, p, per_link) == 0  # frames alone would take the core
     assert predict(8, w, c, p, per_link, fuller=True) == pytest.approx((1e6 - per_link * p) / (w + 7 * c) * 8)
     assert Run(4, 40.0, 0.05, 48_000).per_link == pytest.approx(0.05 * 48_000 / 12)
+
+
+def test_the_codec_bench_runs_against_the_decoder_as_it_checks_frames(monkeypatch, capsys) -> None:
+    """Its acker frames held roots of every acker once the decoder refused another acker's roots: the bench
+    failed, and nothing ran it."""
+    monkeypatch.setattr(sys, "argv", ["codec.py", "--tuples", "8", "--repeat", "1"])
+    codec_bench.main()
+    out = capsys.readouterr().out
+    assert "8 word tuples a frame" in out and "acker frames of 8 messages: decoding and applying" in out

@@ -268,6 +268,17 @@ MALFORMED = {
                         "nested more than 100 deep"),
     "nested 101 deep": (lambda b, s: _one(b, s, values=b"\x91\x92\xa1w" + b"\x91" * 101 + b"\xc4\x01\xff"),
                         "nested more than 100 deep"),
+    # only a column holding a 0xff byte was walked: deeper values than an emit allows came through (the review)
+    "nested 101 deep, no 0xff": (lambda b, s: _one(b, s, values=b"\x91\x92\xa1w" + b"\x91" * 101 + b"\xc0"),
+                                 "nested more than 100 deep"),
+    "nested 1,000 deep, no 0xff": (lambda b, s: _one(b, s, values=b"\x91\x92\xa1w" + b"\x91" * 1000 + b"\xc0"),
+                                   "nested more than 100 deep"),
+    "timestamp as a map key": (lambda b, s: _one(b, s, values=msgpack.packb([["w", {msgpack.Timestamp(1): 1}]])),
+                               "values holds a msgpack timestamp"),
+    # the error's repr of the task recursed out: RecursionError, which named no field (the review)
+    "task nested 1,000 deep": (lambda b, s: _one(b, s, routes=b"\x91\x93" + b"\x91" * 1000 + b"\xc0" +
+                                                 msgpack.packb(s) + msgpack.packb("default")),
+                               "not a bolt task of this worker"),
     "verdict for a bolt": (lambda b, s: encode_verdicts([Notification(ACK, 5, b)]), "not a spout task of this worker"),
     "unknown verdict": (lambda b, s: encode_verdicts([Notification(7, 5, s)]), "unknown verdict kind"),
     "congestion of no task": (lambda b, s: encode_congestion({999: True}), "not a task of this topology"),
@@ -299,6 +310,14 @@ def test_malformed_frames_are_refused_with_a_reason(plan, case):
     frame = make(plan.component_tasks["upper"][0], plan.component_tasks["words"][0])
     with pytest.raises(FrameError, match=message):
         decoder(plan).decode(frame)
+
+
+def test_a_refused_frame_names_what_the_network_sent_in_a_few_characters(plan):
+    """An error quoted the stream the peer named in full: a megabyte in every log line of it."""
+    upper, words = plan.component_tasks["upper"][0], plan.component_tasks["words"][0]
+    with pytest.raises(FrameError, match="declares no stream 'xxx") as refused:
+        decoder(plan).decode(_tuples([upper, words, "x" * 1_000_000, ["w", None], []]))
+    assert len(str(refused.value)) < 200
 
 
 def test_an_acker_refuses_messages_for_the_trees_another_acker_tracks():

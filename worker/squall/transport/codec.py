@@ -6,6 +6,7 @@ checks every tuple against the plan: a frame that fails any check raises :class:
 
 from __future__ import annotations
 
+import reprlib
 import sys
 from array import array
 from collections.abc import Callable
@@ -23,6 +24,7 @@ from squall.values import MAX_DEPTH
 U8, U32, U64, I32 = "B", "I", "Q", "i"
 assert array(U64).itemsize == 8 and array(I32).itemsize == 4 and array(U32).itemsize == 4
 _SWAP = sys.byteorder == "big"
+_TIMESTAMP = msgpack.Timestamp  # the type msgpack decodes ext type -1 to, without asking ext_hook
 
 
 class FrameError(ValueError):
@@ -31,6 +33,12 @@ class FrameError(ValueError):
 
 def _no_ext(code: int, data: bytes) -> Any:
     raise FrameError(f"msgpack extension type {code} is not allowed")
+
+
+def _shown(value: Any) -> str:
+    """A value from the network as an error names it: a repr cut short, in length and in depth (a plain
+    repr of a list nested 1,000 deep raised RecursionError instead of naming the field)."""
+    return reprlib.repr(value)
 
 
 def tuple_columns(tuples: list[Tuple]) -> TupleColumns:
@@ -160,23 +168,23 @@ def _unpack(data: bytes, name: str) -> list:
         raise FrameError(f"{name} is not valid msgpack: {exc}") from None
     if type(items) is not list:
         raise FrameError(f"{name} must be a msgpack array")
-    # msgpack decodes its timestamp type itself, never asking ext_hook: an extension of type -1 has the
-    # byte 0xff, so only a column that holds one is walked (a scan at memchr's speed: a pattern search for
-    # the headers took longer than decoding the column)
-    if b"\xff" in data and _timestamped(items, -2):  # a value is two levels down: column, then tuple
-        raise FrameError(f"{name} holds a msgpack timestamp (extension type -1), which no tuple value is")
     return items
 
 
-def _timestamped(value: Any, depth: int = 0) -> bool:
+def _check_value(value: Any, depth: int = 0) -> None:
+    """Refuse a decoded value no emit makes (squall.values): a list or dict nested deeper than
+    MAX_DEPTH (msgpack decodes up to 1,024 levels), or a timestamp, which msgpack decodes itself,
+    never asking ext_hook. The decoder calls it for a list, dict or timestamp only: scalars, nearly
+    every value, cost one type test each."""
     kind = type(value)
-    if (kind is list or kind is dict) and depth >= MAX_DEPTH:  # no value is: and a walk of it would recurse out
-        raise FrameError(f"a value is nested more than {MAX_DEPTH} deep, which no tuple value is")
-    if kind is list:
-        return any(_timestamped(item, depth + 1) for item in value)
-    if kind is dict:
-        return any(_timestamped(k, depth + 1) or _timestamped(v, depth + 1) for k, v in value.items())
-    return kind is msgpack.Timestamp
+    if kind is _TIMESTAMP:
+        raise FrameError("values holds a msgpack timestamp (extension type -1), which no tuple value is")
+    if depth >= MAX_DEPTH:
+        raise FrameError(f"values holds a list or dict nested more than {MAX_DEPTH} deep, which no tuple value is")
+    for item in (value if kind is list else [*value.keys(), *value.values()]):
+        kind = type(item)
+        if kind is list or kind is dict or kind is _TIMESTAMP:
+            _check_value(item, depth + 1)
 
 
 class Decoder:
@@ -227,16 +235,16 @@ class Decoder:
         so the cache only ever holds routes of the plan); FrameError naming what is wrong otherwise."""
         allowed = self._subscribed.get(task) if type(task) is int else None
         if allowed is None:
-            raise FrameError(f"tuple for task {task!r}, which is not a bolt task of this worker")
+            raise FrameError(f"tuple for task {_shown(task)}, which is not a bolt task of this worker")
         component = self.plan.task_component.get(source_task) if type(source_task) is int else None
         if component is None:
-            raise FrameError(f"tuple from unknown source task {source_task!r}")
+            raise FrameError(f"tuple from unknown source task {_shown(source_task)}")
         if type(stream) is not str:
-            raise FrameError(f"tuple from task {source_task} on stream {stream!r}: a stream is a string")
+            raise FrameError(f"tuple from task {source_task} on stream {_shown(stream)}: a stream is a string")
         try:
             fields = self.plan.stream_fields(component, stream)
         except KeyError:
-            raise FrameError(f"component {component!r} declares no stream {stream!r}") from None
+            raise FrameError(f"component {component!r} declares no stream {_shown(stream)}") from None
         if (component, stream) not in allowed:
             consumed = ", ".join(sorted(f"{c}/{s}" for c, s in allowed)) or "nothing"
             raise FrameError(f"tuple on {component}/{stream} for task {task} of bolt "
@@ -276,6 +284,10 @@ class Decoder:
             vals = values[i]
             if type(vals) is not list or len(vals) != len(fields):
                 raise FrameError(f"tuple on {component}/{stream} must have {len(fields)} values")
+            for value in vals:
+                kind = type(value)
+                if kind is list or kind is dict or kind is _TIMESTAMP:
+                    _check_value(value)
             c = anchored[i]
             if c > pairs - k:
                 raise FrameError("tuples are anchored to more trees than the frame's root and edge columns hold")
