@@ -13,6 +13,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 import chaos  # noqa: E402
 
 
+@pytest.mark.long
 @pytest.mark.parametrize("guarantee", ["at_least_once", "at_most_once"])
 def test_chaos_loses_nothing_at_least_once_and_duplicates_nothing_at_most_once(tmp_path, guarantee):
     result = chaos.run(directory=tmp_path, records=20_000, seconds=30, guarantee=guarantee, kill_every=3,

@@ -209,6 +209,7 @@ def test_a_worker_given_sigterm_while_its_peer_emits_on_leaves_no_tree_to_time_o
     assert unacked <= report["failed"]
 
 
+@pytest.mark.long
 @pytest.mark.timeout(180)
 def test_a_slow_bolt_slows_the_spout_down(cluster, tmp_path):
     """Backpressure end to end: a sink 10x+ slower than the spout, across processes, for 60 s.
@@ -1087,6 +1088,7 @@ def test_a_sigterm_while_a_switch_builds_the_new_plan_stops_the_process(cluster,
     assert worker.proc.wait(timeout=30) == 0
 
 
+@pytest.mark.long
 def test_a_slow_bolt_keeps_the_loop_turning_and_the_process_healthy(cluster):
     """A round took 64 tuples of a bolt before it read the clock, and all its inbox held below that: a
     spout's burst of 32 tuples at 0.35 s each kept the loop still for 11 s, /healthz (a loop that ran

@@ -15,10 +15,15 @@ import pytest
 
 
 @pytest.fixture(scope="session")
-def spark():
+def java() -> None:
+    """Skips the test where PySpark or Java is missing."""
     pytest.importorskip("pyspark", reason="the Spark tests need PySpark (pip install pyspark)")
     if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
         pytest.skip("the Spark tests need Java 17+ (on PATH or in JAVA_HOME)")
+
+
+@pytest.fixture(scope="session")
+def spark(java):
     from squall.spark.session import CONF_ENV, get_session
 
     before = os.environ.get(CONF_ENV)

@@ -1,5 +1,5 @@
 """A SparkBolt whose first job stops (SIGSTOP: a long pause) or kills (the OOM killer) Spark's JVM and then
-waits in Python: run by tests/spark/test_spark_bolt.py in a process of its own, since it takes the JVM
+waits in Python: run by tests/spark/test_jvm_gone.py in a process of its own, since it takes the JVM
 that the other tests share. Prints, per mode given, how long after the job began its batch failed (its
 job timeout is 3 s) and what was acked in the end."""
 
