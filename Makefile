@@ -37,6 +37,7 @@ run: install
 # Six pytest processes on a 2-core machine: most of the suite's time is tests waiting on the processes,
 # timeouts and servers they start, not only CPU. Six took 6-7 % less time than four, alternated in one
 # session (271 against 292 s, 323 against 345 s), for 4 % more CPU; 7 to 9 minutes under load.
+# Worksteal, and the tests marked long start first, one per process (tests/conftest.py).
 # Bytecode is cached even where the environment says not to (PYTHONDONTWRITEBYTECODE, which the CI
 # machine sets): without it each pytest process rewrote every test module again (6.5 s of CPU to
 # collect instead of 3.0) and each of the hundreds of processes the suite starts compiled Squall's
