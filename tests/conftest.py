@@ -19,11 +19,13 @@ for name, value in EVERY_PROCESS.items():
     os.environ.setdefault(name, value)
 
 
-def pytest_collection_modifyitems(items: list) -> None:
+def pytest_collection_modifyitems(config, items: list) -> None:
     """Under pytest-xdist, start each test marked ``long`` at once, no two on one worker while there are
     workers enough: worksteal gives each worker a contiguous share of the collection, in order, and a long
     test late in its share ran on alone at the end of the suite (the JVM test, 90 s from 177 s on)."""
-    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0"))  # the same in every worker: one order
+    # the same in every worker, so all collect one order; read from the config, not the environment, which
+    # the pytest runs a test starts in a subprocess inherit
+    workers = getattr(config, "workerinput", {}).get("workercount", 0)
     long = [item for item in items if item.get_closest_marker("long")]
     if workers < 2 or not long:
         return
