@@ -63,8 +63,8 @@ def test_the_prediction_charges_each_worker_the_frames_of_its_links():
 
 
 def test_the_codec_bench_runs_against_the_decoder_as_it_checks_frames(monkeypatch, capsys) -> None:
-    """Its acker frames held roots of every acker once the decoder refused another acker's roots: the bench
-    failed, and nothing ran it."""
+    """Its acker frames held roots that other ackers track, which the decoder refuses: the bench failed, and
+    nothing ran it."""
     monkeypatch.setattr(sys, "argv", ["codec.py", "--tuples", "8", "--repeat", "1"])
     codec_bench.main()
     out = capsys.readouterr().out
