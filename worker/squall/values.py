@@ -40,8 +40,9 @@ def utf8_size(text: str) -> int:
         return -1
 
 
-def _bad(value: Any, depth: int = 0) -> str | None:
-    """Describe why ``value`` cannot be carried, or return None when it can."""
+def unsupported(value: Any, depth: int = 0) -> str | None:
+    """Why ``value`` cannot be carried (what no emit lets through, and no decoded frame either), or None
+    when it can."""
     kind = type(value)
     if kind is str:
         return None if utf8_size(value) >= 0 else \
@@ -54,13 +55,13 @@ def _bad(value: Any, depth: int = 0) -> str | None:
         return f"lists and dicts nested more than {MAX_DEPTH} deep are not supported"
     if kind is list:
         for item in value:
-            reason = _bad(item, depth + 1)
+            reason = unsupported(item, depth + 1)
             if reason:
                 return reason
         return None
     if kind is dict:
         for key, item in value.items():
-            reason = _bad(key, depth + 1) or _bad(item, depth + 1)
+            reason = unsupported(key, depth + 1) or unsupported(item, depth + 1)
             if reason:
                 return reason
         return None
@@ -129,7 +130,7 @@ def check_values(values: list[Any], *, fields: tuple[str, ...], component: str, 
         elif (kind in SCALAR_TYPES or kind is int and INT_MIN <= value <= INT_MAX) and (
                 max_bytes is None or kind is not bytes or len(value) <= max_bytes):
             continue
-        reason = _bad(value)
+        reason = unsupported(value)
         if reason:
             raise EmitError(
                 f"component {component!r} emitted field {name!r} on stream {stream!r}: {reason}; "

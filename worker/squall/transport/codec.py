@@ -18,7 +18,7 @@ from squall.acker.acker import INIT, RESET, AckBatch, AckerMessage, Notification
 from squall.proto.squall_pb2 import AckerColumns, Batch, Congestion, TupleColumns, VerdictColumns
 from squall.topology.plan import Plan
 from squall.tuples import Fields, Tuple
-from squall.values import MAX_DEPTH
+from squall.values import unsupported
 
 # Column item types (array codes), all little-endian on the wire: kind, root and value, spout task.
 U8, U32, U64, I32 = "B", "I", "Q", "i"
@@ -171,22 +171,6 @@ def _unpack(data: bytes, name: str) -> list:
     return items
 
 
-def _check_value(value: Any, depth: int = 0) -> None:
-    """Refuse a decoded value no emit makes (squall.values): a list or dict nested deeper than
-    MAX_DEPTH (msgpack decodes up to 1,024 levels), or a timestamp, which msgpack decodes itself,
-    never asking ext_hook. The decoder calls it for a list, dict or timestamp only: scalars, nearly
-    every value, cost one type test each."""
-    kind = type(value)
-    if kind is _TIMESTAMP:
-        raise FrameError("values holds a msgpack timestamp (extension type -1), which no tuple value is")
-    if depth >= MAX_DEPTH:
-        raise FrameError(f"values holds a list or dict nested more than {MAX_DEPTH} deep, which no tuple value is")
-    for item in (value if kind is list else [*value.keys(), *value.values()]):
-        kind = type(item)
-        if kind is list or kind is dict or kind is _TIMESTAMP:
-            _check_value(item, depth + 1)
-
-
 class Decoder:
     """Turns frames into items for this process's inboxes: each tuple a :class:`Tuple` (for its
     ``task``), each acker message or verdict a ``(task, item)`` pair. A peer's congestion is no item:
@@ -284,10 +268,12 @@ class Decoder:
             vals = values[i]
             if type(vals) is not list or len(vals) != len(fields):
                 raise FrameError(f"tuple on {component}/{stream} must have {len(fields)} values")
-            for value in vals:
+            for value in vals:  # walked as an emit's are, but only what may nest (or is a timestamp)
                 kind = type(value)
                 if kind is list or kind is dict or kind is _TIMESTAMP:
-                    _check_value(value)
+                    reason = unsupported(value)
+                    if reason:
+                        raise FrameError(f"values holds what no tuple value is: {reason}")
             c = anchored[i]
             if c > pairs - k:
                 raise FrameError("tuples are anchored to more trees than the frame's root and edge columns hold")
