@@ -5,6 +5,10 @@ shuffle → split → fields → count. Cases, measured one after another in one
 
 - ceiling: the same work in one hand-written Python loop with Storm's XOR acking (one random
   64-bit id per edge, XORed into a dict entry per root; a tree is complete when it returns to 0);
+- API floor: the same spout and bolts called through Storm's API by a compiled loop with no engine
+  behind it (no ids, no acking, no routing, no queues; ``bench/api_floor.pyx``): the least any
+  engine of this API can cost in CPython for this user code, so the most ``in-process ÷ ceiling``
+  could reach;
 - in-process (``LocalCluster``); 1 worker + 1 acker, and throttled to 80 % of the maximum it just
   measured (for latency); 2 workers + 2 ackers (``squall run``'s processes), also with plaintext
   gRPC, with no word crossing workers (split → count local-or-shuffle: what the crossing tuples
@@ -22,7 +26,7 @@ tree: the bytes of acker messages and verdicts that crossed processes, from the 
 counters.
 
     python bench/wordcount.py [--seconds 10] [--rounds 3]
-                              [--cases ceiling,local,1w1a,80pct,2w2a,2w2a-plain,2w2a-local,2w2a-pin,2w2a-light]
+                              [--cases ceiling,floor,local,1w1a,80pct,2w2a,2w2a-plain,2w2a-local,2w2a-pin,2w2a-light]
                               [--pin]
 """
 
@@ -42,6 +46,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import psutil
@@ -200,6 +205,35 @@ def ceiling(seconds: float) -> Result:
     return Result("ceiling: hand-written loop", acked, time.monotonic() - t0, cpu_seconds([os.getpid()]) - cpu0)
 
 
+def floor_components() -> tuple[Callable[..., None], SentenceSpout, Split, Count, object]:
+    """``bench/api_floor.pyx``'s loop (compiled by pyximport into ``build/bench``), and the bench's
+    spout and bolts opened on its collector."""
+    import pyximport  # Cython's, a development dependency like the rest of bench/
+
+    pyximport.install(build_dir=str(Path(__file__).resolve().parent.parent / "build" / "bench"),
+                      language_level=3)
+    from bench import api_floor
+
+    collector, context = api_floor.Collector(), SimpleNamespace(task_id=1)
+    spout, split, count = SentenceSpout(), Split(), Count()
+    spout.open({}, context, collector)
+    count.prepare({}, context, collector)
+    return api_floor.trees, spout, split, count, collector
+
+
+def api_floor(seconds: float) -> Result:
+    """The bench's spout and bolts through Storm's API with nothing behind it: what the user code and
+    its calls cost without an engine."""
+    run, spout, split, count, collector = floor_components()
+    trees = 0
+    cpu0, t0 = cpu_seconds([os.getpid()]), time.monotonic()
+    while time.monotonic() < t0 + seconds:
+        run(spout, split, count, collector, MAX_PENDING)
+        trees += MAX_PENDING
+    return Result("API floor: user code, no engine", trees, time.monotonic() - t0,
+                  cpu_seconds([os.getpid()]) - cpu0)
+
+
 def _ceiling_cost(seconds: float) -> float:
     return ceiling(seconds).cpu_us
 
@@ -327,6 +361,10 @@ def table(results: list[Result]) -> None:
 TARGETS: list[tuple[str, tuple[str, ...], Callable[[dict[str, Result]], float], str, Callable[[float], bool]]] = [
     ("in-process trees/s ÷ ceiling trees/s", ("local", "ceiling"),
      lambda by: by["local"].rate / by["ceiling"].rate, "≥ 1.0", lambda v: v >= 1.0),
+    ("API floor trees/s ÷ ceiling trees/s", ("floor", "ceiling"),
+     lambda by: by["floor"].rate / by["ceiling"].rate, "(the most in-process ÷ ceiling can be)", lambda v: True),
+    ("in-process trees/s ÷ API floor trees/s", ("local", "floor"),
+     lambda by: by["local"].rate / by["floor"].rate, "(how near Squall comes)", lambda v: True),
     ("CPU µs/tree: 1 worker + 1 acker ÷ in-process", ("1w1a", "local"),
      lambda by: by["1w1a"].cpu_us / by["local"].cpu_us, "≤ 1.3", lambda v: v <= 1.3),
     ("CPU µs/tree: 2 workers + 2 ackers ÷ in-process", ("2w2a", "local"),
@@ -373,6 +411,8 @@ def run_round(cases: list[str], args: argparse.Namespace, index: int) -> dict[st
     by: dict[str, Result] = {}
     if "ceiling" in cases:
         by["ceiling"] = ceiling(args.seconds / 2)
+    if "floor" in cases:
+        by["floor"] = api_floor(args.seconds / 2)
     if "local" in cases:
         by["local"] = in_process(args.seconds)
     if "1w1a" in cases:
@@ -405,7 +445,7 @@ def run_round(cases: list[str], args: argparse.Namespace, index: int) -> dict[st
 
 
 LIGHT = 10_000  # trees/s of the light-load case, over both spout tasks
-CASES = ("ceiling", "local", "1w1a", "80pct", "2w2a", "2w2a-plain", "2w2a-local", "2w2a-pin", "2w2a-light")
+CASES = ("ceiling", "floor", "local", "1w1a", "80pct", "2w2a", "2w2a-plain", "2w2a-local", "2w2a-pin", "2w2a-light")
 
 
 def main() -> None:

@@ -1,6 +1,6 @@
 """The bench's own arithmetic: bench/ab.py reads the table bench/wordcount.py prints (the figures it compares
 are the printed ones), and bench/scaleout.py fits and predicts as docs/performance.md says; and bench/codec.py
-still runs against the codec as it is."""
+still runs against the codec as it is; and the API floor runs the bench's whole user code."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from bench import codec as codec_bench
 from bench.ab import parse_table, summary, target_ratios
 from bench.scaleout import Run, crossing, fit, predict
-from bench.wordcount import Result, table
+from bench.wordcount import VOCABULARY, WORDS, Result, floor_components, table
 
 
 def printed(capsys: pytest.CaptureFixture[str], rows: list[Result]) -> str:
@@ -69,3 +69,14 @@ def test_the_codec_bench_runs_against_the_decoder_as_it_checks_frames(monkeypatc
     codec_bench.main()
     out = capsys.readouterr().out
     assert "8 word tuples a frame" in out and "acker frames of 8 messages: decoding and applying" in out
+
+
+def test_the_api_floor_runs_every_call_of_the_bench_user_code() -> None:
+    """The floor is the least any engine of Storm's API could cost for this user code only if it makes
+    every call an engine makes: each tree's sentence, its split, and every word's count and ack."""
+    run, spout, split, count, collector = floor_components()
+    run(spout, split, count, collector, 5)
+    assert spout.n == 5
+    assert sum(count.counts.values()) == 5 * WORDS
+    assert set(count.counts) <= set(VOCABULARY)
+    assert collector.emitted == []  # the count emits nothing: every tuple emitted was executed
