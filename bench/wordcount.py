@@ -210,9 +210,12 @@ def floor_components() -> tuple[Callable[..., None], SentenceSpout, Split, Count
     spout and bolts opened on its collector."""
     import pyximport  # Cython's, a development dependency like the rest of bench/
 
-    pyximport.install(build_dir=str(Path(__file__).resolve().parent.parent / "build" / "bench"),
-                      language_level=3)
-    from bench import api_floor
+    hooks = pyximport.install(build_dir=str(Path(__file__).resolve().parent.parent / "build" / "bench"),
+                              language_level=3)
+    try:
+        from bench import api_floor
+    finally:
+        pyximport.uninstall(*hooks)  # the one module it is for: no import hook left behind
 
     collector, context = api_floor.Collector(), SimpleNamespace(task_id=1)
     spout, split, count = SentenceSpout(), Split(), Count()
