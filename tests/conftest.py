@@ -34,6 +34,7 @@ def pytest_collection_modifyitems(config, items: list) -> None:
     for worker in range(workers):  # each share as worksteal cuts it: what is left ÷ the workers left
         share = (len(items) - len(ordered)) // (workers - worker)
         firsts = long[worker::workers]
-        ordered += firsts + rest[:share - len(firsts)]
-        del rest[:share - len(firsts)]
+        take = max(share - len(firsts), 0)  # a negative slice would take all but a few: a small selection
+        ordered += firsts + rest[:take]
+        del rest[:take]
     items[:] = ordered + rest
