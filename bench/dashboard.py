@@ -1,6 +1,6 @@
 """Draw a dashboard's panels from real query results to a PNG: what a user would see in Grafana.
 
-No Grafana server runs here, so this runs the same thing the dashboard test checks (bench/observed.py:
+No Grafana server runs here, so this runs the same thing the dashboard test checks (tests/chart/observed.py:
 a LogSpout topology in worker and acker processes, a producer, a real Prometheus scraping them),
 optionally kills a worker with SIGKILL part-way (the supervisor restarts it, as Kubernetes would),
 then evaluates every panel's queries through Prometheus' HTTP API and lays the panels out on the
@@ -31,8 +31,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.chart.dashboard_queries import DASHBOARDS, load  # noqa: E402
-
-from bench.observed import Run, expand, observed_run  # noqa: E402
+from tests.chart.observed import Run, expand, observed_run  # noqa: E402
 
 UNIT_HEIGHT = 0.42  # inches per grid row (Grafana's 30 px)
 WIDTH = 22.0  # inches for 24 grid columns

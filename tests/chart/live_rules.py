@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from bench.observed import Prometheus
 from tests.chart.chart_support import render
 from tests.chart.dashboard_queries import parse
+from tests.chart.observed import Prometheus
 
 
 def rule_file(path: Path, group: str) -> Path:

@@ -7,9 +7,9 @@ from __future__ import annotations
 import re
 
 import pytest
-from bench.observed import expand
 from chart_support import promtool_test
 from dashboard_queries import load
+from observed import expand
 
 PANELS = {p["title"]: p for p in load()["panels"]}
 VARIABLES = {"namespace": "prod", "topology": "clicks", "__range": "30m", "__rate_interval": "2m"}

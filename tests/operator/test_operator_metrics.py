@@ -9,12 +9,12 @@ import asyncio
 import time
 
 import pytest
-from bench.observed import Prometheus, Target, expand
 from operator_kit import NAMESPACE, SPEC, create_topology, eventually, free_port, obj, roll_out, status
 from prometheus_client.parser import text_string_to_metric_families
 from test_admission import BROKEN, WEBHOOKS, install_webhook_configuration, review, webhooks
 from tests.chart.dashboard_queries import REPO, load, panel_targets, variable_queries
 from tests.chart.live_rules import problems, rule_file
+from tests.chart.observed import Prometheus, Target, expand
 
 from squall.metrics.scrape import fetch
 from squall_operator import handlers

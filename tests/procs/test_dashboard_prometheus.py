@@ -11,10 +11,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from bench.observed import expand, observed_run, prometheus_binary
 from prometheus_client.parser import text_string_to_metric_families
 from tests.chart.dashboard_queries import DASHBOARDS, TARGET_LABELS, load, panel_targets, queries, variable_queries
 from tests.chart.live_rules import problems, rule_file
+from tests.chart.observed import expand, observed_run, prometheus_binary
 
 from squall.metrics.scrape import fetch
 

@@ -1,5 +1,7 @@
 """A real Prometheus server scraping a real multi-process run: what the dashboards are checked against
-(tests/procs/test_dashboard_prometheus.py) and drawn from (bench/dashboard.py).
+(tests/procs/test_dashboard_prometheus.py) and drawn from (bench/dashboard.py); its ``Prometheus`` also
+evaluates alert rules (tests/chart/live_rules.py) and scrapes a real operator
+(tests/operator/test_operator_metrics.py).
 
 The topology reads the embedded log (a ``LogSpout``, so source lag exists) while a producer thread
 appends records; a bolt reports some records as malformed, one fails some tuples and another drops
@@ -36,7 +38,7 @@ from squall.spouts.log import DurableLog, LogSpout
 from squall.spouts.records import Record
 from squall.topology import TopologySpec
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 NAMESPACE = "squall-demo"
 TOPOLOGY = "observed"
 TOPIC = "events"
@@ -193,11 +195,11 @@ def topology_doc(log_path: Path) -> dict[str, Any]:
     return {
         "name": TOPOLOGY, "workers": 2, "ackers": 1, "messageTimeoutSeconds": 3, "maxSpoutPending": 200,
         "config": {"flaky.fail_share": 0.02, "flaky.drop_share": 0.01},
-        "spouts": [{"name": "events", "className": "bench.observed:Events", "parallelism": 2, "config": {
+        "spouts": [{"name": "events", "className": "tests.chart.observed:Events", "parallelism": 2, "config": {
             "log.path": str(log_path), "log.topic": TOPIC, "processing.guarantee": "at_least_once",
             "offset.commit.period.ms": 500}}],
         "bolts": [
-            {"name": "validate", "className": "bench.observed:Validate", "parallelism": 2,
+            {"name": "validate", "className": "tests.chart.observed:Validate", "parallelism": 2,
              "inputs": [{"component": "events", "grouping": {"type": "shuffle"}}]},
             {"name": "flaky", "className": "examples.flaky:FlakyBolt", "parallelism": 2,
              "inputs": [{"component": "validate", "grouping": {"type": "shuffle"}}]},
@@ -271,7 +273,7 @@ def observed_run(workdir: Path, *, rate: float = 200.0, interval: float = 1.0,
     doc = topology_doc(log_path)
     spec_path = workdir / "topology.yaml"
     spec_path.write_text(yaml.safe_dump(doc))
-    # The processes import bench.observed and examples.flaky from the repository root.
+    # The processes import tests.chart.observed and examples.flaky from the repository root.
     sup = Supervisor(spec_path=spec_path, spec=TopologySpec.from_dict(doc), run_dir=workdir / "run",
                      env={"PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])})
     targets = [Target(f"127.0.0.1:{c.metrics_port}", {"namespace": NAMESPACE, "pod": f"{TOPOLOGY}-{c.name}",
