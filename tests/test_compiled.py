@@ -25,9 +25,9 @@ ENGINE_TESTS = {
     "executors": [
         "tests/test_reliability.py", "tests/test_basic_bolt.py", "tests/test_held.py", "tests/test_groupings.py",
         "tests/test_spout.py", "tests/test_ticks_errors.py", "tests/test_values.py",
-        "tests/test_transport.py::test_acks_folded_per_tree_in_a_batch_give_the_verdicts_of_the_messages_one_by_one",
-        "tests/test_transport.py::test_a_trees_acks_leave_a_worker_as_one_message",
-        "tests/test_transport.py::test_a_data_frame_carries_tuples_and_the_acker_messages_its_worker_forwards"],
+        "tests/transport/test_outboxes.py::test_acks_folded_per_tree_in_a_batch_give_the_verdicts_of_the_messages_one_by_one",
+        "tests/transport/test_outboxes.py::test_a_trees_acks_leave_a_worker_as_one_message",
+        "tests/transport/test_codec.py::test_a_data_frame_carries_tuples_and_the_acker_messages_its_worker_forwards"],
 }
 
 
