@@ -2,7 +2,10 @@
 ``squall run``'s processes, with each thread's CPU, run-queue wait and context switches per tree, from
 ``/proc/<pid>/task/<tid>/schedstat``. Threads are grouped by their native names (see
 ``squall.process.thread_names``): the scheduler, the links (``tx-*``), the stream readers (``rx-*``),
-gRPC's server handlers (``recv_*``), its client threads (``run``) and its I/O (``event_engine``).
+gRPC's server handlers (``recv_*``), its client threads (``run``) and its I/O (``event_engine``). The
+last line splits every process's CPU per tree into user and system time (``/proc/<pid>/stat``): the system
+part is the kernel's (wakes, sockets), the user part the processes' own code; ``--no-crossing`` gives the
+same without words crossing workers, so the two runs say how much of the crossing is the kernel's.
 
     python bench/threads.py [--workers 2] [--rate TREES_PER_S] [--flush-interval MS] [--max-pending N]
                             [--seconds 8] [--no-crossing] [--rounds N]
@@ -112,7 +115,8 @@ def table(window: Window, workers: int) -> None:
             if cpu:
                 print(f"| {proc} | {role} | {count} | {cpu / 1e3 / trees:.2f} | {cpu / 1e7 / window.seconds:.1f} | "
                       f"{wait / 1e3 / max(switches, 1):.1f} | {switches * 1000 / trees:.1f} |")
-    print(f"\nall threads: {window.total(1) / 1e3 / trees:.1f} CPU µs per tree")
+    print(f"\nall threads: {window.total(1) / 1e3 / trees:.1f} CPU µs per tree; every process: "
+          f"{1e6 * window.user / trees:.1f} user + {1e6 * window.system / trees:.1f} system CPU µs per tree")
 
 
 def rounds(args: argparse.Namespace) -> None:
