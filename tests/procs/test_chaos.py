@@ -4,13 +4,8 @@ least once loses nothing; at most once counts nothing twice."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-import chaos  # noqa: E402
+from bench import chaos
 
 
 @pytest.mark.long
