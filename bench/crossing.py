@@ -7,7 +7,7 @@ always full. Before per-task congestion (docs/architecture.md, "Across processes
 task"), a worker stopped reading a stream at the first item for a full inbox; each worker's frames
 then waited behind an inbox whose bolt waited to send to the other, and both stalled until a gRPC
 keepalive ping (10 s) let a little through. It prints the run's summary and the longest time no
-tree was acked, from ``squall run``'s progress lines (one a second).
+tree was acked after the first, from ``squall run``'s progress lines (one a second).
 
     python bench/crossing.py [--seconds 60] [--queue 2] [--batch 4]
 
@@ -92,9 +92,10 @@ def main() -> int:
         for line in run.stdout:
             if m := re.match(r"acked\s+([\d,]+)", line):
                 now, count = time.monotonic(), int(m.group(1).replace(",", ""))
-                if count > last_count or last_change is None:
+                if last_change is not None:  # from the first acked tree: the processes' start is no stall
+                    longest = max(longest, now - last_change)
+                if count > last_count:
                     last_count, last_change = count, now
-                longest = max(longest, now - last_change)
             elif "trees acked in" in line:
                 summary = line.strip()
         run.wait()
