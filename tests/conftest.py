@@ -5,7 +5,7 @@ import os
 import pathlib
 import sys
 
-from squall.process.contract import EVERY_PROCESS
+from squall.contract import EVERY_PROCESS
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:

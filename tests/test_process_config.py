@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from squall.contract import ACKER, WORKER
 from squall.errors import ConfigError
-from squall.process.contract import ACKER, WORKER
 from squall.process.pod import ProcessConfig, peer_addresses
 from squall.topology import TopologySpec
 from squall.topology.assignment import assign, layout

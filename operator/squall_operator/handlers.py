@@ -33,9 +33,18 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
+from squall.contract import (
+    ACKER,
+    ERRORS_PATH,
+    GENERATION_FILE,
+    GRPC_PORT_NAME,
+    METRICS_PORT_NAME,
+    SPEC_FILE,
+    WORKER,
+    process_count,
+)
 from squall.errors import CommandError, TopologyError
 from squall.metrics.http import MetricsServer
-from squall.process.contract import ACKER, GENERATION_FILE, SPEC_FILE, WORKER
 from squall.process.control import COMMAND_WAIT, ControlClient, ProcessState
 from squall.topology.spec import TopologySpec
 from squall.transport.tls import Credentials
@@ -271,7 +280,7 @@ class Operator:
         """``send`` a command to a pod's process, with ``tls`` if the pod was made with the topology's TLS
         (else in plaintext: made before TLS was turned on); None if the pod is not running. Raises
         :class:`CommandError` if the process did not answer within :data:`ANSWER_TIMEOUT`."""
-        address = self._address(pod, "grpc")
+        address = self._address(pod, GRPC_PORT_NAME)
         if address is None:
             return None
         made_with_tls = TLS_CA in (pod["metadata"].get("annotations") or {})
@@ -351,7 +360,7 @@ class Operator:
         :data:`ASKING` pods at a time (one pod that does not answer costs its timeout once, not per pod)."""
 
         def read(pod: Manifest) -> list[dict[str, Any]] | None:
-            address = self._address(pod, "metrics")
+            address = self._address(pod, METRICS_PORT_NAME)
             if address is None:
                 return None
             errors = _errors_of(address)
@@ -366,7 +375,8 @@ class Operator:
     def _status(self, spec: TopologySpec, namespace: str, *, workers: Manifest | None, ackers: Manifest | None,
                 previous: dict[str, Any], generation: int | None, read_errors: bool,
                 rebalancing: dict[str, Any] | None = status.KEEP) -> dict[str, Any]:
-        pods = [pod for _, _, pod in self._pods(namespace, spec.name, {WORKER: spec.workers, ACKER: spec.num_ackers})]
+        counts = {role: process_count(spec, role) for role in ROLES}
+        pods = [pod for _, _, pod in self._pods(namespace, spec.name, counts)]
         return status.compute(spec, workers=workers, ackers=ackers, previous=previous, generation=generation,
                               at=(at := status.now()), problems=status.pod_problems(pods, at=at),
                               reported=self._reported(pods) if read_errors else None, rebalance=rebalancing)
@@ -413,9 +423,8 @@ class Operator:
             names = Names(name)
             live = {role: self.kube.get(Ref("apps/v1", "StatefulSet", namespace, getattr(names, role)))
                     for role in ROLES}
-            wanted = {WORKER: spec.workers, ACKER: spec.num_ackers}
-            pods = self._pods(namespace, name, {role: max(wanted[role], ((sts or {}).get("spec") or {}).get(
-                "replicas") or 0) for role, sts in live.items()})
+            replicas = {role: ((sts or {}).get("spec") or {}).get("replicas") or 0 for role, sts in live.items()}
+            pods = self._pods(namespace, name, {role: max(process_count(spec, role), replicas[role]) for role in ROLES})
             found = self._found(pods, tls)
             now = datetime.now(UTC)
             decision = rebalance.decide(
@@ -597,7 +606,7 @@ def _errors_of(address: str) -> Any:
     Topology. Redirects are not followed. A process older than ``?last=`` answers it 404: then ``/errors``."""
     host, _, port = address.rpartition(":")
     deadline = time.monotonic() + ERRORS_TIMEOUT
-    for path in (f"/errors?last={status.KEEP_ERRORS}", "/errors"):
+    for path in (f"{ERRORS_PATH}?last={status.KEEP_ERRORS}", ERRORS_PATH):
         answer = _get(host, int(port), path, deadline)
         if answer is None or answer[0] not in (200, 404):
             return None

@@ -19,8 +19,8 @@ import difflib
 import logging
 from typing import Any
 
+from squall.contract import ACKER, LOG_LEVEL, SPEC_DIR, TLS_MOUNT, WORKER
 from squall.errors import TopologyError
-from squall.process.contract import ACKER, LOG_LEVEL, SPEC_DIR, TLS_MOUNT, WORKER
 from squall.topology.spec import PodTemplate, Resources, TopologySpec
 
 WORKERS, ACKERS, SPARK_EXECUTORS = "workers", "ackers", "sparkExecutors"

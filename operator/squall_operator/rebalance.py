@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from squall.process.contract import ACKER, WORKER
+from squall.contract import ROLES, process_count
 from squall.process.control import ProcessState
 from squall.topology.spec import TopologySpec
 from squall_operator.status import TIME_FORMAT, parse_time
@@ -82,7 +82,7 @@ def decide(*, spec: TopologySpec, templates: Mapping[str, str], pods: Sequence[P
     ``previous`` (its start, for one it began): a drain's time counts from then, since while no operator
     ran the processes' holds may have lapsed, and their spouts emitted again."""
     target = spec.fingerprint()
-    wanted = {WORKER: spec.workers, ACKER: spec.num_ackers}
+    wanted = {role: process_count(spec, role) for role in ROLES}
 
     def surplus(pod: Pod) -> bool:
         return pod.ordinal >= wanted[pod.role]

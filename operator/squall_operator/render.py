@@ -17,9 +17,22 @@ from typing import Any
 
 import yaml
 
+from squall import contract
+from squall.contract import (
+    ACKER,
+    GRPC_PORT,
+    GRPC_PORT_NAME,
+    HEALTH_PATH,
+    METRICS_PATH,
+    METRICS_PORT,
+    METRICS_PORT_NAME,
+    READY_PATH,
+    SPEC_DIR,
+    SPEC_FILE,
+    TLS_MOUNT,
+    WORKER,
+)
 from squall.errors import TopologyError
-from squall.process import contract
-from squall.process.contract import ACKER, GRPC_PORT, METRICS_PORT, SPEC_DIR, SPEC_FILE, TLS_MOUNT, WORKER
 from squall.topology.spec import TopologySpec
 from squall.transport.tls import CA_FILE, CERT_FILE, KEY_FILE, Credentials
 from squall_operator import pods
@@ -266,7 +279,7 @@ def network_policy(spec: TopologySpec, *, namespace: str, metrics_from: Collecti
 
 
 def _ports(spec: TopologySpec, role: str) -> list[tuple[str, int]]:
-    ports = [("grpc", GRPC_PORT), ("metrics", METRICS_PORT)]
+    ports = [(GRPC_PORT_NAME, GRPC_PORT), (METRICS_PORT_NAME, METRICS_PORT)]
     if role == WORKER and spec.spark is not None:  # Spark executors connect back to their driver
         ports += [("spark-driver", SPARK_DRIVER_PORT), ("spark-blockmgr", SPARK_BLOCK_MANAGER_PORT)]
     return ports
@@ -326,7 +339,7 @@ def spark_conf(spec: TopologySpec, *, namespace: str, image: str) -> dict[str, s
 
 def environment(spec: TopologySpec, role: str, *, namespace: str, image: str,
                 tls: bool = False) -> list[dict[str, Any]]:
-    """The process environment of the pod contract (:mod:`squall.process.contract`). The index is not
+    """The process environment of the pod contract (:mod:`squall.contract`). The index is not
     set: each process takes it from its StatefulSet hostname (``<topology>-worker-3``); every topology
     setting comes from the mounted spec file."""
     env: list[dict[str, Any]] = [
@@ -355,7 +368,7 @@ UNREADY_AFTER = 10  # seconds of failed readiness checks before a ready pod coun
 
 
 def _probe(path: str, *, period: int, failures: int) -> dict[str, Any]:
-    return {"httpGet": {"path": path, "port": "metrics"}, "periodSeconds": period, "timeoutSeconds": 2,
+    return {"httpGet": {"path": path, "port": METRICS_PORT_NAME}, "periodSeconds": period, "timeoutSeconds": 2,
             "failureThreshold": failures}
 
 
@@ -363,10 +376,10 @@ def probes(spec: TopologySpec) -> dict[str, Any]:
     """Startup: ``/healthz`` answers within ``startupTimeoutSeconds`` (liveness waits for it, so a slow
     ``prepare()`` is not killed in a loop). Liveness: ``/healthz``, the process's loop is alive.
     Readiness: ``/readyz``, connected to every peer and active."""
-    return {"startupProbe": _probe("/healthz", period=STARTUP_PERIOD,
+    return {"startupProbe": _probe(HEALTH_PATH, period=STARTUP_PERIOD,
                                    failures=-(-spec.startup_timeout_seconds // STARTUP_PERIOD)),
-            "livenessProbe": _probe("/healthz", period=10, failures=3),
-            "readinessProbe": _probe("/readyz", period=READY_PERIOD, failures=UNREADY_AFTER // READY_PERIOD)}
+            "livenessProbe": _probe(HEALTH_PATH, period=10, failures=3),
+            "readinessProbe": _probe(READY_PATH, period=READY_PERIOD, failures=UNREADY_AFTER // READY_PERIOD)}
 
 
 def stateful_set(spec: TopologySpec, role: str, *, namespace: str, image: str,
@@ -422,7 +435,7 @@ def stateful_set(spec: TopologySpec, role: str, *, namespace: str, image: str,
         "apiVersion": "apps/v1", "kind": "StatefulSet",
         "metadata": _meta(name, namespace=namespace, topology=spec.name, component=role),
         "spec": {
-            "replicas": spec.workers if role == WORKER else spec.num_ackers,
+            "replicas": contract.process_count(spec, role),
             "serviceName": name,
             # pods are added and removed together: they wait for each other anyway
             "podManagementPolicy": "Parallel",
@@ -482,4 +495,4 @@ def pod_monitor(spec: TopologySpec, *, namespace: str, labels: Mapping[str, str]
     meta["labels"] = {**(labels or {}), **meta["labels"]}
     return {"apiVersion": "monitoring.coreos.com/v1", "kind": "PodMonitor", "metadata": meta,
             "spec": {"selector": pods_of(spec.name),
-                     "podMetricsEndpoints": [{"port": "metrics", "path": "/metrics"}]}}
+                     "podMetricsEndpoints": [{"port": METRICS_PORT_NAME, "path": METRICS_PATH}]}}

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
+from squall.contract import check_ports
 from squall.errors import ConfigError
-from squall.process.contract import check_ports
 
 PodMonitorMode = Literal["auto", "true", "false"]
 FailurePolicy = Literal["Fail", "Ignore"]

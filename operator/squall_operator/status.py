@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from squall.process.contract import WORKER
+from squall.contract import WORKER
 from squall.topology.spec import TopologySpec
 from squall_operator.render import Names, selector
 

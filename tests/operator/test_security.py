@@ -21,7 +21,7 @@ from operator_kit import (
     status,
 )
 
-from squall.process.contract import TLS_DIR, TLS_MOUNT
+from squall.contract import TLS_DIR, TLS_MOUNT
 from squall.transport.tls import CA_FILE, CERT_FILE, KEY_FILE, Credentials, issue
 from squall_operator.render import TLS_CA, credentials
 

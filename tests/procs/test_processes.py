@@ -15,8 +15,8 @@ import pytest
 import yaml
 from procs_support import COMPONENTS, samples, spout_report, topology, wait_for
 
+from squall.contract import TLS_DIR
 from squall.metrics.scrape import fetch
-from squall.process.contract import TLS_DIR
 from squall.process.pod import DRAIN_QUIET
 from squall.process.thread_names import native_name
 from squall.transport.transport import wire_plan

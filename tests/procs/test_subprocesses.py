@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 
-from squall.process import contract
+from squall import contract
 
 # A process streaming frames to itself over gRPC while its main thread forks and execs children, as a
 # worker does whose bolt starts a subprocess. With gRPC's fork support on, a child crashed (SIGSEGV or

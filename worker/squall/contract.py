@@ -1,15 +1,21 @@
 """The pod contract: what a worker or acker process expects of whoever starts it.
 
-One home for the roles, ports, the spec mount, the environment variable names, the process names
-and the peer address templates, used by the operator's render, ``squall run``'s supervisor and the
-process entrypoint alike (docs/processes.md describes them for people).
+One home for the roles and their process counts, the ports and their names, the HTTP paths of the
+metrics port, the spec mount, the environment variable names, the process names and the peer address
+templates, used by the operator's render, ``squall run``'s supervisor and the process entrypoint
+alike (docs/processes.md describes them for people). A leaf: it imports nothing of Squall's but its
+errors, so that the topology, metrics and Spark modules may use it as well as the processes.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from squall.errors import ConfigError
+
+if TYPE_CHECKING:
+    from squall.topology.spec import TopologySpec
 
 WORKER, ACKER = "worker", "acker"
 ROLES = (WORKER, ACKER)
@@ -18,7 +24,17 @@ ROLES = (WORKER, ACKER)
 # frames in, then has this long to finish what it took in before the process exits anyway.
 LEAVE_SECONDS = 5.0
 GRPC_PORT = 7070  # the transport between processes
-METRICS_PORT = 9090  # /metrics, /healthz, /errors
+METRICS_PORT = 9090  # the HTTP paths below
+# The pods' container port names: the probes, the PodMonitor and the operator find the ports by them.
+GRPC_PORT_NAME = "grpc"
+METRICS_PORT_NAME = "metrics"
+
+# On the metrics port (squall.metrics.http serves them)
+METRICS_PATH = "/metrics"  # Prometheus' text format
+HEALTH_PATH = "/healthz"  # liveness: 200 while the process's loop runs
+READY_PATH = "/readyz"  # readiness: 200 while connected to every peer, spouts active
+ERRORS_PATH = "/errors"  # the components' recent errors, JSON; ?last=N: the newest N
+LATENCY_PATH = "/latency"  # every complete latency the spouts recorded, an HDR histogram as JSON
 
 SPEC_DIR = "/etc/squall"  # where pods mount the topology spec (a ConfigMap, as a directory)
 SPEC_FILE = "topology.yaml"
@@ -59,6 +75,11 @@ def role_env(role: str) -> dict[str, str]:
     table: OpenBLAS, loaded with numpy, would start a thread per core the process sees, a node's cores
     in a container. (Workers do not import numpy themselves, and leave it to user code that does.)"""
     return EVERY_PROCESS | {"OPENBLAS_NUM_THREADS": "1"} if role == ACKER else dict(EVERY_PROCESS)
+
+
+def process_count(spec: TopologySpec, role: str) -> int:
+    """How many processes of ``role`` ``spec`` runs: its workers, or its ackers (by default one per worker)."""
+    return spec.workers if role == WORKER else spec.num_ackers
 
 
 def index_var(role: str) -> str:

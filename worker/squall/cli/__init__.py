@@ -9,9 +9,9 @@ import logging
 import os
 import sys
 
+from squall import contract
+from squall.contract import EVERY_PROCESS
 from squall.errors import SquallError
-from squall.process import contract
-from squall.process.contract import EVERY_PROCESS
 
 # Modules under squall.cli that each register subcommands, in the order --help lists them.
 MODULES = ["run", "top", "process", "validate", "log", "k8s", "executor"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from squall.process.contract import role_env
+from squall.contract import role_env
 
 ENV_HELP = """configuration (environment; every topology setting comes from the spec file):
   SQUALL_TOPOLOGY        path to the topology YAML (required)

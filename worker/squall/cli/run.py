@@ -13,10 +13,10 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from squall import contract
 from squall.cli.options import positive
 from squall.errors import SquallError
 from squall.metrics.scrape import Totals
-from squall.process import contract
 from squall.process.supervisor import Supervisor
 from squall.testing import LocalCluster
 from squall.topology import load_spec, validate

@@ -20,6 +20,7 @@ from urllib.parse import urlsplit
 from prometheus_client.parser import text_string_to_metric_families
 
 from squall.cli.options import positive
+from squall.contract import ERRORS_PATH
 from squall.errors import SquallError
 from squall.metrics.scrape import fetch
 from squall.process.supervisor import PROCESSES_FILE
@@ -107,7 +108,7 @@ def scrape(urls: list[str]) -> Snapshot:
     snap = Snapshot(at=time.monotonic())
     for url in urls:
         try:
-            text, errors = fetch(url), json.loads(fetch(url.rsplit("/", 1)[0] + "/errors"))
+            text, errors = fetch(url), json.loads(fetch(url.rsplit("/", 1)[0] + ERRORS_PATH))
         except (OSError, ValueError):
             continue  # a process restarting: the header counts it as down
         snap.add(url, text)

@@ -12,10 +12,10 @@ from typing import TYPE_CHECKING
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
+from squall.contract import ROLES, process_count
 from squall.executor.hdr import HdrHistogram
 from squall.executor.reporting import ReportedError
 from squall.executor.stats import LATENCY_BUCKETS, Histogram
-from squall.process.contract import ACKER, WORKER
 from squall.spouts.spout import OffsetSpout
 
 if TYPE_CHECKING:
@@ -73,8 +73,8 @@ class RuntimeCollector:
         spec = self.runtime.plan.spec
         expected = GaugeMetricFamily("squall_expected_processes", "Worker and acker processes the topology "
                                      "runs (its spec's workers and ackers)", labels=["topology", "role"])
-        expected.add_metric([self.topology, WORKER], spec.workers)
-        expected.add_metric([self.topology, ACKER], spec.num_ackers)
+        for role in ROLES:
+            expected.add_metric([self.topology, role], process_count(spec, role))
         yield from (info, expected)
         if self.state is not None:
             state = GaugeMetricFamily("squall_process_state", "1 for the state this process is in, 0 for the "

@@ -16,6 +16,8 @@ from urllib.parse import parse_qs, urlsplit
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+from squall.contract import ERRORS_PATH, HEALTH_PATH, LATENCY_PATH, METRICS_PATH, READY_PATH
+
 IDLE_SECONDS = 10.0  # a connection is served this long at most, however slowly its request comes
 # Connections served at once: each holds a thread. A scrape, the probes and the operator need a few; one
 # more is closed at once (the metrics port is the network's to reach, and a thread each had no bound).
@@ -37,24 +39,25 @@ class MetricsServer:
             timeout = IDLE_SECONDS
 
             def do_GET(self) -> None:  # noqa: N802 - the http.server API
-                if self.path.split("?")[0] == "/metrics":
+                if self.path.split("?")[0] == METRICS_PATH:
                     self._reply(200, generate_latest(outer.registry), CONTENT_TYPE_LATEST)
-                elif self.path == "/healthz":
+                elif self.path == HEALTH_PATH:
                     ok = outer.healthy()
                     self._reply(200 if ok else 503, b"ok\n" if ok else b"unhealthy\n", "text/plain")
-                elif self.path == "/readyz":
+                elif self.path == READY_PATH:
                     ok = outer.ready()
                     self._reply(200 if ok else 503, b"ready\n" if ok else b"not ready\n", "text/plain")
-                elif self.path.split("?")[0] == "/errors":
+                elif self.path.split("?")[0] == ERRORS_PATH:
                     errors = outer.errors()
                     last = parse_qs(urlsplit(self.path).query).get("last", [""])[0]
                     if last.isdigit():  # ?last=N: the newest N (what the operator reads)
                         errors = errors[-int(last):] if int(last) else []
                     self._reply(200, json.dumps(errors, indent=1).encode() + b"\n", "application/json")
-                elif self.path == "/latency":
+                elif self.path == LATENCY_PATH:
                     self._reply(200, json.dumps(outer.latency()).encode() + b"\n", "application/json")
                 else:
-                    self._reply(404, b"try /metrics, /healthz, /readyz, /errors or /latency\n", "text/plain")
+                    self._reply(404, f"try {METRICS_PATH}, {HEALTH_PATH}, {READY_PATH}, {ERRORS_PATH} or "
+                                     f"{LATENCY_PATH}\n".encode(), "text/plain")
 
             def _reply(self, code: int, body: bytes, ctype: str) -> None:
                 self.send_response(code)

@@ -1,1 +1,1 @@
-"""Worker and acker processes: the pod contract, the process entrypoint and ``squall run``'s supervisor."""
+"""Worker and acker processes: the process entrypoint, its control commands and ``squall run``'s supervisor."""

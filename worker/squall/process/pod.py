@@ -1,7 +1,7 @@
 """One worker or acker process: the entrypoint a Kubernetes pod (or ``squall run``) starts.
 
 Configured by the topology spec file and the environment of the pod contract only
-(:mod:`squall.process.contract`, docs/processes.md): which process it is and where its peers listen.
+(:mod:`squall.contract`, docs/processes.md): which process it is and where its peers listen.
 """
 
 from __future__ import annotations
@@ -20,14 +20,14 @@ from pathlib import Path
 
 from prometheus_client import generate_latest
 
+from squall import contract
+from squall.contract import ACKER, LEAVE_SECONDS, WORKER, process_count
 from squall.errors import CommandError, ConfigError, SquallError
 from squall.executor.runtime import Runtime
 from squall.metrics.collector import RuntimeCollector, recorded_latency
 from squall.metrics.http import MetricsServer
 from squall.metrics.registry import process_registry
 from squall.metrics.scrape import latency_path
-from squall.process import contract
-from squall.process.contract import ACKER, LEAVE_SECONDS, WORKER
 from squall.process.control import COMMAND_WAIT
 from squall.process.thread_names import name_native_threads
 from squall.proto.squall_pb2 import ControlRequest, ProcessState
@@ -153,11 +153,6 @@ class ProcessConfig:
     @property
     def name(self) -> str:
         return contract.process_name(self.role, self.index)
-
-
-def process_count(spec: TopologySpec, role: str) -> int:
-    """How many processes of ``role`` ``spec`` runs."""
-    return spec.workers if role == WORKER else spec.num_ackers
 
 
 class Process:

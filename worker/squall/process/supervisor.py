@@ -21,10 +21,9 @@ from typing import IO
 
 import yaml
 
+from squall import contract
 from squall.errors import CommandError, SquallError
 from squall.metrics.scrape import Totals, fetch, latency_path, parse, parse_latency
-from squall.process import contract
-from squall.process.contract import ACKER, WORKER
 from squall.process.control import ControlClient, ProcessState, drained
 from squall.topology import load_spec
 from squall.topology.spec import TopologySpec
@@ -184,7 +183,7 @@ class Supervisor:
         # its logs may hold what the topology read; one the user gave, made before, is left as it is
         self.run_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         self._lock = _lock(self.run_dir)
-        counts = {WORKER: max(room, spec.workers), ACKER: max(room, spec.num_ackers)}
+        counts = {role: max(room, contract.process_count(spec, role)) for role in contract.ROLES}
         roles = [(role, i) for role in contract.ROLES for i in range(counts[role])]
         self._held = reserve_ports(2 * len(roles))  # until stop: see reserve_ports
         ports = [s.getsockname()[1] for s in self._held]
@@ -210,7 +209,7 @@ class Supervisor:
         self._cpus = sorted(os.sched_getaffinity(0)) if pin else []
 
     def _members(self, spec: TopologySpec) -> list[Child]:
-        counts = {WORKER: spec.workers, ACKER: spec.num_ackers}
+        counts = {role: contract.process_count(spec, role) for role in contract.ROLES}
         wanted = [c for c in self.slots if c.index < counts[c.role]]
         if len(wanted) < sum(counts.values()):
             raise SquallError(f"this run has room for {len(self.slots) // 2} process(es) of each role (the ports "
@@ -245,7 +244,7 @@ class Supervisor:
     def _list_processes(self) -> None:
         """Where `squall top` finds the processes' metrics."""
         (self.run_dir / PROCESSES_FILE).write_text(json.dumps(
-            {c.name: c.url("/metrics") for c in self.children}, indent=1) + "\n")
+            {c.name: c.url(contract.METRICS_PATH) for c in self.children}, indent=1) + "\n")
 
     def _launch(self, child: Child) -> None:
         self._final_path(child).unlink(missing_ok=True)
@@ -341,8 +340,8 @@ class Supervisor:
         total = Totals()
         for child in self._started():
             try:
-                last = parse(fetch(child.url("/metrics")))
-                last.recorded = parse_latency(fetch(child.url("/latency")))
+                last = parse(fetch(child.url(contract.METRICS_PATH)))
+                last.recorded = parse_latency(fetch(child.url(contract.LATENCY_PATH)))
                 if child.last.plan not in (None, last.plan):  # switched: its counters start again
                     child.carry()
                 child.last = last
@@ -357,7 +356,7 @@ class Supervisor:
         found = []
         for child in self.children:
             try:
-                errors = json.loads(fetch(child.url("/errors")))
+                errors = json.loads(fetch(child.url(contract.ERRORS_PATH)))
             except (OSError, ValueError):  # starting, restarting or gone: its log has them
                 continue
             found += [(child.name, e["error"]) for e in errors if e["component"] == component]
@@ -385,7 +384,7 @@ class Supervisor:
         """True when every process answers /healthz."""
         for child in self.children:
             try:
-                fetch(child.url("/healthz"), timeout=0.5)
+                fetch(child.url(contract.HEALTH_PATH), timeout=0.5)
             except OSError:
                 return False
         return True

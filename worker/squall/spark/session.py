@@ -20,8 +20,8 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from squall.backoff import Backoff
+from squall.contract import SPARK_CONF
 from squall.errors import ConfigError
-from squall.process.contract import SPARK_CONF
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from squall.acker.table import MAX_TASK
+from squall.contract import ACKER, WORKER, process_name
 from squall.errors import TopologyError
-from squall.process.contract import ACKER, WORKER, process_name
 from squall.system import ACKER_COMPONENT
 from squall.topology.spec import TopologySpec
 
