@@ -131,7 +131,7 @@ def run(*, directory: Path, records: int, seconds: float, guarantee: str, kill_e
         say=print) -> ChaosResult:
     """Run the chaos for ``seconds`` (or until every record is done), then let the topology finish."""
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in [str(REPO), os.environ.get("PYTHONPATH", "")] if p)
-    from squall.process import contract
+    from squall import contract
     from squall.process.supervisor import QUICK_EXIT, Supervisor
     from squall.spouts.log import DurableLog
     from squall.topology import load_spec
