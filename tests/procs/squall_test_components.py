@@ -195,3 +195,59 @@ class Stuck(Bolt):
     def execute(self, tup):
         print("stuck in execute", file=sys.stderr, flush=True)
         threading.Event().wait()
+
+
+def _wait_for_file(path: str, *, limit: float = 60.0) -> None:
+    """Until ``path`` exists (made by the test in another process: a file has no event to wait on), at most
+    ``limit`` seconds, so a test that never makes it fails on its own assertion, not on a hung process."""
+    deadline = time.monotonic() + limit
+    while not os.path.exists(path) and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+class Resetter(Bolt):
+    """Holds each input ``test.hold`` seconds in execute, calling reset_timeout on it every 0.3 s (a bolt
+    calling a slow service), then acks it."""
+
+    outputs = []
+
+    def execute(self, tup):
+        print(f"execute {tup['n']} starts", file=sys.stderr, flush=True)
+        until = time.monotonic() + float(self.conf["test.hold"])
+        while time.monotonic() < until:
+            time.sleep(0.3)
+            self.collector.reset_timeout(tup)
+        self.collector.ack(tup)
+
+
+class AckThenWait(Bolt):
+    """Acks its first input, then stays in that execute until the file ``test.release`` exists."""
+
+    outputs = []
+
+    def execute(self, tup):
+        self.collector.ack(tup)
+        _wait_for_file(self.conf["test.release"])
+
+
+class EmitThenWait(Bolt):
+    """Emits its first input on, anchored, then stays in that execute until the file ``test.release``
+    exists; then acks it."""
+
+    outputs = ["n"]
+
+    def execute(self, tup):
+        self.collector.emit([tup["n"]], anchors=tup)
+        _wait_for_file(self.conf["test.release"])
+        self.collector.ack(tup)
+
+
+class EmitThenWaitSpout(NumberSpout):
+    """A :class:`NumberSpout` whose first next_tuple, once it has emitted, stays there until the file
+    ``test.release`` exists."""
+
+    def next_tuple(self):
+        super().next_tuple()
+        if self.emitted == 1 and not getattr(self, "waited", False):
+            self.waited = True
+            _wait_for_file(self.conf["test.release"])

@@ -33,6 +33,12 @@ cdef class Transport(Remote):
     cdef bint _unsettled
     cdef list _tasks
     cdef frozenset _forwards
+    cdef double _round
+    cdef long long _inside
+    cdef bint _claimed, _closed
+    cdef object _lock, _kick, _flusher
+
+    cdef inline _enter(self)
 
     @cython.locals(boxes=_Boxes, box=Outbox, size=Py_ssize_t)
     cpdef bint try_send(self, long long task, object item) except -1
@@ -49,3 +55,5 @@ cdef class Transport(Remote):
     cdef inline _added(self, Outbox box, Py_ssize_t size)
 
     cpdef bint _flush(self, Outbox box) except -1
+
+    cdef bint _flush_due(self, double now) except -1

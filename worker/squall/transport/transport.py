@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections import deque
 from collections.abc import Callable
@@ -29,6 +30,9 @@ WIRE_FORMAT = 3
 # congested task before it hears is bounded by its stream's window in items of this size, and two batches
 # (the one its link holds, the one it builds).
 SMALLEST_ITEM = 21
+# The flusher thread's interval when the flush interval is shorter (0: a batch goes at the end of each round):
+# a wake of its own every millisecond at most.
+FLUSHER_FLOOR = 0.001
 log = logging.getLogger("squall.transport")
 
 
@@ -128,12 +132,21 @@ class Transport(Remote):
         # refused streams for good, and its spouts' worker never activated.
         self._streams = 4 * len(set(peers) | senders) + 2
         self._senders = senders
+        # The flusher thread (see _flusher) and its hand-off with the scheduler thread
+        self._round = clock()  # when the scheduler thread last flushed
+        self._inside = 0  # calls of the scheduler thread into this transport under way (they nest)
+        self._claimed = False  # the flusher flushes: a call of the scheduler's waits for it
+        self._lock = threading.Lock()
+        self._kick = threading.Event()
+        self._closed = False
+        self._flusher = threading.Thread(target=self._flusher_loop, name="flusher", daemon=True)
 
     def _room(self) -> None:
         """On a link thread: the link took a frame and has room again. The loop needs to know only if a
         batch waits for that room; otherwise the wake would cost a sleeping loop a round for nothing."""
         if self.waiting_room:
             self._wake()
+            self._kick.set()  # the scheduler thread may be held in a callback: the flusher sends it then
 
     def _dropped(self, frame: bytes) -> None:
         """On a link thread: a frame will never arrive; its trees should fail now, not at their timeout."""
@@ -188,6 +201,7 @@ class Transport(Remote):
         self.receiver.start()
         for link in self.links.values():
             link.start()
+        self._flusher.start()
 
     def all_connected(self) -> bool:
         """Every link to a peer is up, and every peer that sends to us has its streams open."""
@@ -236,29 +250,46 @@ class Transport(Remote):
         return self.ingress.last_input if self.ingress else float("-inf")
 
     # -- the scheduler thread's side -------------------------------------------------------
+    #
+    # Each call here may find the flusher thread flushing for the scheduler (see _flusher_loop): it waits
+    # for the flush to end, since both would change the same batches.
+
+    def _enter(self) -> None:
+        self._inside += 1
+        if self._claimed:
+            with self._lock:
+                pass
 
     def try_send(self, task: int, item: Any) -> bool:
-        boxes = self._boxes(task)
-        if self._congested[task]:
-            return False
-        box = boxes.data if type(item) is Tuple else boxes.control
-        size = self._room_in(box)
-        if size < 0:
-            return False
-        box.add(item)
-        self._added(box, size)
-        return True
+        self._enter()
+        try:
+            boxes = self._boxes(task)
+            if self._congested[task]:
+                return False
+            box = boxes.data if type(item) is Tuple else boxes.control
+            size = self._room_in(box)
+            if size < 0:
+                return False
+            box.add(item)
+            self._added(box, size)
+            return True
+        finally:
+            self._inside -= 1
 
     def try_message(self, task: int, kind: int, root: int, val: int, spout: int) -> bool:
-        box = self._boxes(task).control
-        if self._congested[task]:
-            return False
-        size = self._room_in(box)
-        if size < 0:
-            return False
-        box.message(kind, root, val, spout)
-        self._added(box, size)
-        return True
+        self._enter()
+        try:
+            box = self._boxes(task).control
+            if self._congested[task]:
+                return False
+            size = self._room_in(box)
+            if size < 0:
+                return False
+            box.message(kind, root, val, spout)
+            self._added(box, size)
+            return True
+        finally:
+            self._inside -= 1
 
     def _boxes(self, task: int) -> _Boxes:
         boxes = self._to[task] if 0 <= task < len(self._to) else None
@@ -282,7 +313,10 @@ class Transport(Remote):
         # batched, and a folded message takes no room.
         if box.size > size:
             if not size:  # a new batch
-                box.since = self.clock()
+                since = box.since = self.clock()
+                # due by then, even if this round never ends (the flusher sends it, see _flusher_loop)
+                if since + self.flush_interval < self._due:
+                    self._due = since + self.flush_interval
             # The clock is read every 32 items only: the end of each scheduler round flushes anyway.
             elif not box.size & 31 and self.clock() - box.since >= self.flush_interval:
                 self._flush(box)
@@ -329,9 +363,16 @@ class Transport(Remote):
         """Send the batches that are full or have waited the flush interval, if their link has room; the
         rest keep filling (fewer, larger frames are cheaper to send), until :meth:`due_in`. True when
         nothing is left waiting."""
+        self._enter()
+        try:
+            now = self._round = self.clock()
+            return self._flush_due(now)
+        finally:
+            self._inside -= 1
+
+    def _flush_due(self, now: float) -> bool:
         done = True
         blocked = False
-        now = self.clock()
         for box in self._acker_boxes:  # young trees kept long enough go to their acker
             size = box.size
             box.expire(now)
@@ -386,9 +427,46 @@ class Transport(Remote):
         return self._due - self.clock()
 
     def deliver(self) -> bool:
-        return self.ingress.deliver() if self.ingress else False
+        if self.ingress is None:
+            return False
+        self._enter()
+        try:
+            return self.ingress.deliver()
+        finally:
+            self._inside -= 1
+
+    # -- the flusher thread ----------------------------------------------------------------
+
+    def _flusher_loop(self) -> None:
+        """While a long callback holds the scheduler thread (a bolt's execute waiting on a service, a spout's
+        next_tuple that blocks), what it handed over before and during the callback (emits, acks, fails,
+        resets) leaves as it would at the end of a round, once its batch is due: the flusher thread
+        flushes for it, as Storm's transfer never waits for its executors. A scheduler whose rounds
+        flush, or that sleeps with nothing due, never meets it: it looks once per flush interval."""
+        interval = max(self.flush_interval, FLUSHER_FLOOR)
+        while True:
+            now = self.clock()
+            # until the round has lasted an interval and the oldest batch is due; a batch begun meanwhile
+            # is due an interval from now at the soonest
+            self._kick.wait(max(min(max(self._round + interval, self._due) - now, interval), interval / 4))
+            self._kick.clear()
+            if self._closed:
+                return
+            now = self.clock()
+            if now - self._round >= interval and (now >= self._due or self.waiting_room):
+                with self._lock:
+                    self._claimed = True
+                    try:
+                        if not self._inside:  # else the scheduler runs a call of its own: not held
+                            self._flush_due(now)
+                    finally:
+                        self._claimed = False
 
     def close(self) -> None:
+        self._closed = True
+        self._kick.set()
+        if self._flusher.is_alive():
+            self._flusher.join()
         for link in self.links.values():
             link.stop()
         for link in self.links.values():
