@@ -1,5 +1,5 @@
 """Shared building blocks for the engine tests: a spout that records its verdicts, bolts that pass,
-hold or fail chosen tuples, and helpers that run a cluster until an event (never a bare sleep)."""
+hold or fail chosen tuples, and a run until nothing is left in flight (squall.testing has the rest)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,6 @@ from typing import Any
 
 from squall import Bolt, Spout
 from squall.testing import LocalCluster
-
-DEADLINE = 20.0  # generous: every run() stops on its event long before this
 
 
 class RecordingSpout(Spout):
@@ -129,24 +127,12 @@ class SlowBolt(Bolt):
         self.collector.ack(tup)
 
 
-def one(cluster: LocalCluster, component: str) -> Any:
-    """The only instance of a single-task component."""
-    (instance,) = cluster.instances(component)
-    return instance
-
-
 def quiet(cluster: LocalCluster) -> bool:
     """Nothing in flight: every executor's inbox and overflow is empty."""
     return all(not ex.inbox and not ex.overflow for ex in cluster.runtime.executors)
 
 
-def run_until(cluster: LocalCluster, condition: Callable[[], bool], *, seconds: float = DEADLINE) -> None:
-    """Run until ``condition()`` holds; fail the test (not hang) if the deadline passes first."""
-    result = cluster.run(until=lambda _: condition(), seconds=seconds)
-    assert condition(), f"condition not reached within {seconds} s (run stopped on {result.reason!r})"
-
-
 def run_until_quiet(cluster: LocalCluster, condition: Callable[[], bool] = lambda: True, *,
-                    seconds: float = DEADLINE) -> None:
-    """Run until ``condition()`` holds and nothing is left in flight anywhere."""
-    run_until(cluster, lambda: condition() and quiet(cluster), seconds=seconds)
+                    seconds: float = 20.0) -> None:
+    """Run until ``condition()`` holds and nothing is left in flight anywhere (:meth:`LocalCluster.run_until`)."""
+    cluster.run_until(lambda: condition() and quiet(cluster), seconds=seconds)

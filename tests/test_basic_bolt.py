@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine_kit import HoldBolt, RecordingSpout, one, run_until_quiet
+from engine_kit import HoldBolt, RecordingSpout, run_until_quiet
 from squall import BasicBolt, EmitError, FailedException, ReportedFailedException, TopologyBuilder
 from squall.testing import LocalCluster
 
@@ -61,7 +61,7 @@ def topology(bolt: type, *, sink: dict | None = None, count: int = 5, **config) 
 
 def test_emits_are_anchored_to_the_input_so_the_tree_waits_for_downstream_acks():
     with LocalCluster(topology(Doubler, sink={"hold": [[31]]}).build()) as cluster:
-        spout, sink = one(cluster, "spout"), one(cluster, "sink")
+        spout, sink = cluster.instance("spout"), cluster.instance("sink")
         run_until_quiet(cluster, lambda: len(spout.acked) >= 4 and len(sink.held) == 1)
         assert 3 not in spout.acked
         assert sorted(sink.received) == sorted([[i * 10] for i in range(5)] + [[i * 10 + 1] for i in range(5)])
@@ -75,7 +75,7 @@ def test_emits_are_anchored_to_the_input_so_the_tree_waits_for_downstream_acks()
 
 def test_the_input_is_acked_when_execute_returns():
     with LocalCluster(topology(Doubler).build()) as cluster:
-        spout = one(cluster, "spout")
+        spout = cluster.instance("spout")
         run_until_quiet(cluster, spout.settled)
         assert sorted(spout.acked) == [0, 1, 2, 3, 4]
         assert (cluster.counts("basic").acked, cluster.counts("basic").failed) == (5, 0)
@@ -83,7 +83,7 @@ def test_the_input_is_acked_when_execute_returns():
 
 def test_failed_exception_fails_the_input_without_reporting_an_error():
     with LocalCluster(topology(Raiser, sink={}, quiet=[2]).build()) as cluster:
-        spout = one(cluster, "spout")
+        spout = cluster.instance("spout")
         run_until_quiet(cluster, spout.settled)
         assert spout.failed == [2]
         assert sorted(spout.acked) == [0, 1, 3, 4]
@@ -94,7 +94,7 @@ def test_failed_exception_fails_the_input_without_reporting_an_error():
 
 def test_another_exception_fails_the_input_and_reports_the_error():
     with LocalCluster(topology(Raiser, sink={}, loud=[1, 3]).build()) as cluster:
-        spout = one(cluster, "spout")
+        spout = cluster.instance("spout")
         run_until_quiet(cluster, spout.settled)
         assert sorted(spout.failed) == [1, 3]
         assert sorted(spout.acked) == [0, 2, 4]
@@ -108,7 +108,7 @@ def test_another_exception_fails_the_input_and_reports_the_error():
 
 def test_reported_failed_exception_fails_the_input_and_reports_the_error():
     with LocalCluster(topology(Raiser, sink={}, reported=[4]).build()) as cluster:
-        spout = one(cluster, "spout")
+        spout = cluster.instance("spout")
         run_until_quiet(cluster, spout.settled)
         assert spout.failed == [4]
         assert [e.error for e in cluster.errors("basic")] == ["ReportedFailedException: reported 4"]
@@ -116,7 +116,7 @@ def test_reported_failed_exception_fails_the_input_and_reports_the_error():
 
 def test_reset_timeout_is_only_valid_inside_execute():
     with LocalCluster(topology(Keeper, count=2).build()) as cluster:
-        spout, keeper = one(cluster, "spout"), one(cluster, "basic")
+        spout, keeper = cluster.instance("spout"), cluster.instance("basic")
         run_until_quiet(cluster, spout.settled)
         assert sorted(spout.acked) == [0, 1]
         with pytest.raises(EmitError, match="reset_timeout is only valid inside execute"):

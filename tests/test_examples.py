@@ -10,7 +10,7 @@ import yaml
 from examples.wordcount import SENTENCES, WordCount
 from pydantic import BaseModel
 
-from engine_kit import one, run_until, run_until_quiet
+from engine_kit import run_until_quiet
 from squall import TopologySpec, load_spec, validate
 from squall.testing import LocalCluster
 from squall.topology.spec import BoltSpec, ErrorReporting, LocalityAware, SpoutSpec, SpoutWait, Transfer
@@ -43,7 +43,7 @@ def test_the_yaml_loads_and_validates():
 
 def test_wordcount_acks_every_sentence_and_counts_every_word_exactly_once():
     with LocalCluster(wordcount(300)) as cluster:
-        spout = one(cluster, "sentences")
+        spout = cluster.instance("sentences")
         run_until_quiet(cluster, lambda: cluster.counts("sentences").acked == 300)
         # the spout picks sentences with Random(task id): replay its choices for the expected counts
         rng = random.Random(spout.context.task_id)
@@ -83,8 +83,8 @@ def test_failed_sentences_are_replayed_until_acked():
     spec = wordcount(100)
     spec.component("count").class_name = "test_examples:FlakyCount"
     with LocalCluster(spec) as cluster:
-        spout = one(cluster, "sentences")
-        run_until(cluster, lambda: cluster.counts("sentences").acked == 100 and cluster.pending() == 0)
+        spout = cluster.instance("sentences")
+        cluster.run_until(lambda: cluster.counts("sentences").acked == 100 and cluster.pending() == 0)
         failed = cluster.counts("sentences").failed
         flaky = [b for b in cluster.instances("count") if b.failed_once]
         assert flaky and failed == sum(len(b.failed_once) for b in flaky)  # one replay per failed tuple

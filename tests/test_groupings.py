@@ -12,7 +12,7 @@ from collections import Counter, deque
 
 import pytest
 
-from engine_kit import RecordingSpout, one, run_until_quiet
+from engine_kit import RecordingSpout, run_until_quiet
 from squall import Bolt, EmitError, Spout, TopologyBuilder, direct
 from squall.grouping import CHECK_EVERY, Locality, make_grouper
 from squall.testing import LocalCluster
@@ -69,7 +69,7 @@ def run_grouping(declare, *, count: int, tasks: int, keys=("k",),
     builder.set_spout("spout", spout, config={"count": count, "keys": list(keys)})
     declare(builder.set_bolt("bolt", Recorder, parallelism=2, tasks=tasks))
     cluster = LocalCluster(builder.build())
-    run_until_quiet(cluster, lambda: one(cluster, "spout").acked == count)
+    run_until_quiet(cluster, lambda: cluster.instance("spout").acked == count)
     cluster.shutdown()
     return cluster, received(cluster, "bolt")
 
@@ -321,9 +321,9 @@ def test_a_custom_grouping_that_chooses_a_task_it_was_not_given_is_refused_at_th
     builder.set_bolt("bolt", Recorder, parallelism=2).custom_grouping("spout", Chooses)
     builder.set_bolt("other", Recorder).shuffle_grouping("bolt")
     with LocalCluster(builder.build()) as cluster:
-        run_until_quiet(cluster, lambda: one(cluster, "spout").n == 5)
+        run_until_quiet(cluster, lambda: cluster.instance("spout").n == 5)
         assert received(cluster, "bolt") == received(cluster, "other") == []
-        spout = one(cluster, "spout")
+        spout = cluster.instance("spout")
         assert len(spout.refused) == 5
         assert spout.refused[0].startswith(f"custom grouping {Chooses.__module__}:Chooses chose ")
         assert "choose_tasks must return a list of ids of the tasks it was given in prepare" in spout.refused[0]
@@ -382,7 +382,7 @@ def test_direct_grouping_delivers_emit_direct_to_exactly_the_named_task():
     builder.set_bolt("target", Recorder, parallelism=2, tasks=3).direct_grouping("spout", stream="to")
     builder.set_bolt("bystander", Recorder).shuffle_grouping("spout")
     with LocalCluster(builder.build()) as cluster:
-        spout = one(cluster, "spout")
+        spout = cluster.instance("spout")
         run_until_quiet(cluster, lambda: spout.acked == 90)
         got = received(cluster, "target")
         assert sorted(values[0] for values, _ in got) == list(range(90))
@@ -405,7 +405,7 @@ def test_a_bolt_can_emit_direct_anchored_and_the_tree_completes():
     builder.set_bolt("relay", DirectRelay).direct_grouping("spout", stream="to")
     builder.set_bolt("target", Recorder, parallelism=3).direct_grouping("relay", stream="to")
     with LocalCluster(builder.build()) as cluster:
-        run_until_quiet(cluster, lambda: one(cluster, "spout").acked == 90)
+        run_until_quiet(cluster, lambda: cluster.instance("spout").acked == 90)
         got = received(cluster, "target")
         assert len(got) == 90
         assert all(values[1] == task for values, task in got)
@@ -418,7 +418,7 @@ def test_every_subscriber_of_a_stream_gets_its_own_copy(subscribers):
     for i in range(subscribers):
         builder.set_bolt(f"bolt{i}", Recorder).shuffle_grouping("spout")
     with LocalCluster(builder.build()) as cluster:
-        spout = one(cluster, "spout")
+        spout = cluster.instance("spout")
         run_until_quiet(cluster, spout.settled)
         assert sorted(spout.acked) == list(range(50))
         for i in range(subscribers):

@@ -1,6 +1,6 @@
 """Bolts' held inputs: what a draining worker waits for."""
 
-from engine_kit import HoldBolt, RecordingSpout, one, run_until
+from engine_kit import HoldBolt, RecordingSpout
 from squall import TopologyBuilder
 from squall.testing import LocalCluster
 
@@ -10,10 +10,10 @@ def test_the_runtime_counts_tracked_inputs_a_bolt_has_not_acked_yet():
     builder.set_spout("spout", RecordingSpout, config={"count": 5})
     builder.set_bolt("hold", HoldBolt, config={"hold": [[n] for n in range(5)]}).shuffle_grouping("spout")
     with LocalCluster(builder.build()) as cluster:
-        run_until(cluster, lambda: cluster.runtime.held() == 5)
+        cluster.run_until(lambda: cluster.runtime.held() == 5)
         [bolt] = cluster.instances("hold")
         assert bolt.release() == 5
-        run_until(cluster, lambda: cluster.counts("spout").acked == 5)
+        cluster.run_until(lambda: cluster.counts("spout").acked == 5)
         assert cluster.runtime.held() == 0
 
 
@@ -29,8 +29,8 @@ def test_the_drain_count_follows_each_tuple_whichever_task_acks_or_fails_it_and_
     builder.set_spout("spout", RecordingSpout, config={"count": 6})
     builder.set_bolt("hold", HoldBolt, tasks=2, config={"hold": [[n] for n in range(6)]}).shuffle_grouping("spout")
     with LocalCluster(builder.build()) as cluster:
-        rt, spout = cluster.runtime, one(cluster, "spout")
-        run_until(cluster, lambda: rt.held() == 6)
+        rt, spout = cluster.runtime, cluster.instance("spout")
+        cluster.run_until(lambda: rt.held() == 6)
         first, second = cluster.instances("hold")
         a, b, c = first.held  # shuffle gives each task three of the six
         d, e, f = second.held
@@ -47,12 +47,12 @@ def test_the_drain_count_follows_each_tuple_whichever_task_acks_or_fails_it_and_
         assert rt.held() == 2  # e and f; the second task acked or failed 4 tuples and received 3
         first.collector.ack(e)
         assert rt.held() == 1  # f still held: the drain must wait for it
-        run_until(cluster, lambda: len(spout.acked) + len(spout.failed) == 5)
+        cluster.run_until(lambda: len(spout.acked) + len(spout.failed) == 5)
         # d was its tree's only tuple: its ack completed the tree before the fail came, so the ack stands
         assert sorted(spout.acked) == sorted(a.values + b.values + d.values + e.values)
         assert spout.failed == c.values
         assert rt.held() == 1
         first.collector.ack(f)
         assert rt.held() == 0
-        run_until(cluster, spout.settled)
+        cluster.run_until(spout.settled)
         assert rt.held() == 0

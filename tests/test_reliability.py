@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine_kit import HoldBolt, PassBolt, RecordingSpout, one, run_until_quiet
+from engine_kit import HoldBolt, PassBolt, RecordingSpout, run_until_quiet
 from squall import Bolt, EmitError, TopologyBuilder
 from squall.testing import LocalCluster
 
@@ -102,7 +102,7 @@ def test_a_50_bolt_chain_completes_only_when_its_last_edge_is_acked():
         previous = f"b{i:02d}"
     builder.set_bolt("sink", HoldBolt, config={"hold": [[7]]}).shuffle_grouping(previous)
     with LocalCluster(builder.build()) as cluster:
-        spout, sink = one(cluster, "spout"), one(cluster, "sink")
+        spout, sink = cluster.instance("spout"), cluster.instance("sink")
         run_until_quiet(cluster, lambda: len(spout.acked) >= 19 and len(sink.held) == 1)
         assert 7 not in spout.acked
         assert spout.failed == []
@@ -124,7 +124,7 @@ def test_a_fan_out_of_1000_children_completes_only_when_the_last_child_is_acked(
     builder.set_bolt("fan", FanOutBolt, config={"fanout": 1000}).shuffle_grouping("spout")
     builder.set_bolt("sink", HoldBolt, parallelism=2, tasks=4, config={"hold": [[2, 737]]}).shuffle_grouping("fan")
     with LocalCluster(builder.build(**settings)) as cluster:
-        spout, sinks = one(cluster, "spout"), cluster.instances("sink")
+        spout, sinks = cluster.instance("spout"), cluster.instances("sink")
         run_until_quiet(cluster, lambda: len(spout.acked) >= 4 and sum(len(s.held) for s in sinks) == 1)
         assert sum(len(s.received) for s in sinks) == 5000
         assert sorted(spout.acked) == [0, 1, 3, 4]
@@ -142,7 +142,7 @@ def test_a_tuple_anchored_to_two_spout_trees_holds_both_until_it_is_acked():
     builder.set_bolt("pair", PairBolt).global_grouping("spout")
     builder.set_bolt("sink", HoldBolt, config={"hold": [[4, 5]]}).shuffle_grouping("pair")
     with LocalCluster(builder.build()) as cluster:
-        spout, sink = one(cluster, "spout"), one(cluster, "sink")
+        spout, sink = cluster.instance("spout"), cluster.instance("sink")
         run_until_quiet(cluster, lambda: len(spout.acked) >= 8 and len(sink.held) == 1)
         assert 4 not in spout.acked and 5 not in spout.acked
         assert spout.failed == []
@@ -159,7 +159,7 @@ def test_failing_a_tuple_anchored_to_two_spout_trees_fails_both_once():
     builder.set_bolt("pair", PairBolt).global_grouping("spout")
     builder.set_bolt("sink", HoldBolt, config={"fail": [[4, 5]]}).shuffle_grouping("pair")
     with LocalCluster(builder.build()) as cluster:
-        spout = one(cluster, "spout")
+        spout = cluster.instance("spout")
         run_until_quiet(cluster, spout.settled)
         assert sorted(spout.failed) == [4, 5]
         assert sorted(spout.acked) == [0, 1, 2, 3, 6, 7, 8, 9]
@@ -190,7 +190,7 @@ def test_a_tuple_anchored_to_trees_of_two_spout_tasks_fails_both_trees():
     builder.set_bolt("pair", PairBolt).global_grouping("spout")
     builder.set_bolt("sink", HoldFirstMixedPair).shuffle_grouping("pair")
     with LocalCluster(builder.build(ackers=2)) as cluster:
-        spouts, sink = cluster.instances("spout"), one(cluster, "sink")
+        spouts, sink = cluster.instances("spout"), cluster.instance("sink")
         run_until_quiet(cluster, lambda: sum(len(s.acked) for s in spouts) >= 20 and sink.held is not None)
         held = set(sink.held.values)
         for spout in spouts:
@@ -219,7 +219,7 @@ def diamond(**sink_config) -> TopologyBuilder:
 
 def test_a_diamond_rejoining_one_tree_completes_when_the_joined_tuple_is_acked():
     with LocalCluster(diamond(hold=[[3]]).build()) as cluster:
-        spout, sink = one(cluster, "spout"), one(cluster, "sink")
+        spout, sink = cluster.instance("spout"), cluster.instance("sink")
         run_until_quiet(cluster, lambda: len(spout.acked) + len(spout.failed) >= 9 and len(sink.held) == 1)
         assert 3 not in spout.acked
         sink.release()
@@ -238,7 +238,7 @@ def test_a_fail_anywhere_in_the_tree_fails_the_spout_tuple_exactly_once(failing)
         previous = name
     builder.set_bolt("sink", HoldBolt, config={"fail": [[12]]} if failing == "sink" else {}).shuffle_grouping(previous)
     with LocalCluster(builder.build()) as cluster:
-        spout = one(cluster, "spout")
+        spout = cluster.instance("spout")
         run_until_quiet(cluster, spout.settled)
         assert spout.failed == [12]
         assert sorted(spout.acked) == [10, 11, 13, 14]
@@ -254,7 +254,7 @@ def test_many_failing_children_of_one_tree_fail_it_once_while_siblings_ack():
     builder.set_bolt("fan", FanOutBolt, config={"fanout": 100}).shuffle_grouping("spout")
     builder.set_bolt("sink", HoldBolt, parallelism=3, config={"fail": fails}).shuffle_grouping("fan")
     with LocalCluster(builder.build()) as cluster:
-        spout = one(cluster, "spout")
+        spout = cluster.instance("spout")
         run_until_quiet(cluster, lambda: spout.settled() and cluster.counts("sink").executed == 300)
         assert spout.failed == [1]
         assert sorted(spout.acked) == [0, 2]
@@ -267,7 +267,7 @@ def test_a_second_ack_is_ignored():
     builder.set_bolt("twice", DoubleAckBolt).shuffle_grouping("spout")
     builder.set_bolt("sink", HoldBolt).shuffle_grouping("twice")
     with LocalCluster(builder.build()) as cluster:
-        spout = one(cluster, "spout")
+        spout = cluster.instance("spout")
         run_until_quiet(cluster, spout.settled)
         assert sorted(spout.acked) == list(range(20))
         assert spout.failed == []
@@ -280,7 +280,7 @@ def test_a_fail_after_an_ack_fails_a_tree_that_is_still_pending():
     builder.set_bolt("twice", DoubleAckBolt, config={"fail": True}).shuffle_grouping("spout")
     builder.set_bolt("sink", HoldBolt).shuffle_grouping("twice")
     with LocalCluster(builder.build()) as cluster:
-        spout = one(cluster, "spout")
+        spout = cluster.instance("spout")
         run_until_quiet(cluster, spout.settled)
         assert sorted(spout.failed) == list(range(20)) and spout.acked == []
         assert cluster.counts("spout").timed_out == 0
@@ -291,7 +291,7 @@ def test_a_fail_after_the_last_ack_cannot_undo_a_completed_tree():
     builder.set_spout("spout", RecordingSpout, config={"count": 20})
     builder.set_bolt("sink", AckThenFailSink).shuffle_grouping("spout")
     with LocalCluster(builder.build()) as cluster:
-        spout = one(cluster, "spout")
+        spout = cluster.instance("spout")
         run_until_quiet(cluster, spout.settled)
         assert sorted(spout.acked) == list(range(20)) and spout.failed == []
 
@@ -316,12 +316,12 @@ def test_emitting_anchored_to_a_decided_tuple_is_refused(verdict):
     builder.set_bolt("late", LateEmitBolt, config={"fail": verdict == "failed"}).shuffle_grouping("spout")
     builder.set_bolt("sink", HoldBolt).shuffle_grouping("late")
     with LocalCluster(builder.build()) as cluster:
-        spout = one(cluster, "spout")
+        spout = cluster.instance("spout")
         run_until_quiet(cluster, spout.settled)
-        late = one(cluster, "late")
+        late = cluster.instance("late")
         assert f"component 'late' emitted on stream 'default' anchored to a tuple it has already {verdict}" \
             in late.refused
-        assert one(cluster, "sink").received == []  # nothing joined the decided tree
+        assert cluster.instance("sink").received == []  # nothing joined the decided tree
 
 
 class NotATupleBolt(Bolt):
@@ -349,7 +349,7 @@ def test_a_bolt_that_hands_its_collector_something_other_than_a_tuple_fails_its_
     builder.set_spout("spout", RecordingSpout, config={"count": 3})
     builder.set_bolt("bolt", NotATupleBolt, config={"call": call, "value": value}).shuffle_grouping("spout")
     with LocalCluster(builder.build()) as cluster:
-        spout = one(cluster, "spout")
+        spout = cluster.instance("spout")
         run_until_quiet(cluster, spout.settled)
         assert sorted(spout.failed) == [0, 1, 2] and spout.acked == []
         errors = [e.error for e in cluster.errors("bolt")]

@@ -4,7 +4,7 @@ collector pauses takes no further tuple, not even later in the same round."""
 
 from __future__ import annotations
 
-from engine_kit import RecordingSpout, one
+from engine_kit import RecordingSpout
 from squall import BasicBolt, Bolt, TopologyBuilder
 from squall.executor.bolt import BUDGET, SLICE, SLOW_FOR
 from squall.executor.spout import BURST, BURST_SECONDS
@@ -63,7 +63,7 @@ def fanned(cluster: LocalCluster) -> int:
     test's business); how many tuples the sink had executed by then."""
     for _ in range(5):
         if cluster.counts("fan").executed == BURST:
-            return one(cluster, "sink").executed
+            return cluster.instance("sink").executed
         cluster.runtime.step()
     raise AssertionError(f"the fan executed {cluster.counts('fan').executed} tuples in 5 rounds, not {BURST}")
 
@@ -75,7 +75,7 @@ def test_a_bolt_drains_in_one_round_what_an_upstream_burst_queued():
     with LocalCluster(fan_topology(), clock=Clock(0.0)) as cluster:  # rounds that take no time
         fanned(cluster)
         cluster.runtime.step()
-        assert one(cluster, "sink").executed == BURST * FAN_OUT
+        assert cluster.instance("sink").executed == BURST * FAN_OUT
 
 
 def sink_executor(cluster: LocalCluster):
@@ -85,7 +85,7 @@ def sink_executor(cluster: LocalCluster):
 def test_a_round_that_lasted_its_slice_takes_no_further_chunk():
     clock = Clock(0.0)
     with LocalCluster(fan_topology(), clock=clock) as cluster:
-        sink = one(cluster, "sink")
+        sink = cluster.instance("sink")
         sink.collector.paused = True  # the burst's tuples wait in its inbox
         fanned(cluster)
         sink.collector.paused = False
@@ -100,7 +100,7 @@ def test_a_timed_execute_that_took_a_slice_cuts_its_round_and_the_next_ones_afte
     heartbeat, and /healthz failed. Its first execute is timed, and it is known slow from then on."""
     clock = Clock(0.0)
     with LocalCluster(fan_topology(), clock=clock) as cluster:
-        sink = one(cluster, "sink")
+        sink = cluster.instance("sink")
         sink.collector.paused = True
         fanned(cluster)
         sink.collector.paused = False
@@ -139,7 +139,7 @@ def test_a_bolt_that_pauses_takes_no_further_tuple_in_the_same_round():
     with LocalCluster(fan_topology(pause_after=5), clock=Clock(0.0)) as cluster:
         fanned(cluster)
         cluster.runtime.step()
-        sink = one(cluster, "sink")
+        sink = cluster.instance("sink")
         assert sink.executed == 5
         cluster.runtime.step()
         assert sink.executed == 5

@@ -3,7 +3,7 @@ deactivate / activate."""
 
 from __future__ import annotations
 
-from engine_kit import HoldBolt, PassBolt, RecordingSpout, one, run_until, run_until_quiet
+from engine_kit import HoldBolt, PassBolt, RecordingSpout, run_until_quiet
 from squall import Bolt, TopologyBuilder
 from squall.testing import LocalCluster
 
@@ -47,7 +47,7 @@ def test_with_no_ackers_the_spout_acks_right_after_next_tuple_emits():
     builder.set_bolt("pass", PassBolt, config={"fail": [[3]]}).shuffle_grouping("spout")
     builder.set_bolt("sink", HoldBolt, config={"hold": [[5]], "fail": [[7]]}).shuffle_grouping("pass")
     with LocalCluster(builder.build(ackers=0)) as cluster:
-        spout = one(cluster, "spout")
+        spout = cluster.instance("spout")
         assert cluster.plan.acker_tasks == ()
         run_until_quiet(cluster, lambda: len(spout.acked) == 30 and cluster.counts("sink").executed == 29)
         # each ack comes right after the next_tuple that emitted it, before the next next_tuple
@@ -65,7 +65,7 @@ def test_emits_without_a_msg_id_are_not_tracked():
     builder.set_bolt("pass", PassBolt, config={"fail": [[3]]}).shuffle_grouping("spout")
     builder.set_bolt("sink", HoldBolt, config={"fail": [[7]]}).shuffle_grouping("pass")
     with LocalCluster(builder.build()) as cluster:
-        spout = one(cluster, "spout")
+        spout = cluster.instance("spout")
         run_until_quiet(cluster, lambda: cluster.counts("sink").executed == 29)
         assert spout.acked == [] and spout.failed == []
         assert cluster.pending() == 0
@@ -82,11 +82,11 @@ def test_max_spout_pending_is_never_exceeded():
     builder.set_bolt("slow", BatchAckBolt, tick_frequency_seconds=0.02).shuffle_grouping("spout")
     with LocalCluster(builder.build(max_spout_pending=7)) as cluster:
         spouts = cluster.instances("spout")
-        run_until(cluster, lambda: all(len(s.acked) >= 60 for s in spouts))
+        cluster.run_until(lambda: all(len(s.acked) >= 60 for s in spouts))
         for spout in spouts:
             assert spout.max_outstanding == 7  # reached (the bolt is slow), never exceeded
             assert spout.failed == []
-        assert one(cluster, "slow").max_held <= 14
+        assert cluster.instance("slow").max_held <= 14
         assert cluster.pending() <= 14
 
 
@@ -95,8 +95,8 @@ def test_no_max_spout_pending_means_no_limit():
     builder.set_spout("spout", RecordingSpout, config={"count": 500})
     builder.set_bolt("sink", HoldBolt, config={"hold": [[i] for i in range(500)]}).shuffle_grouping("spout")
     with LocalCluster(builder.build(max_spout_pending=None)) as cluster:
-        spout = one(cluster, "spout")
-        run_until_quiet(cluster, lambda: len(one(cluster, "sink").held) == 500)
+        spout = cluster.instance("spout")
+        run_until_quiet(cluster, lambda: len(cluster.instance("sink").held) == 500)
         assert spout.max_outstanding == 500
 
 
@@ -105,23 +105,23 @@ def test_a_deactivated_spout_is_not_asked_for_tuples_until_activated():
     builder.set_spout("spout", RecordingSpout, config={"count": 1_000_000})
     builder.set_bolt("ticks", TickCounter, tick_frequency_seconds=0.05).shuffle_grouping("spout")
     with LocalCluster(builder.build(max_spout_pending=50)) as cluster:
-        spout, ticks = one(cluster, "spout"), one(cluster, "ticks")
+        spout, ticks = cluster.instance("spout"), cluster.instance("ticks")
         assert (spout.activations, spout.deactivations) == (1, 0)
-        run_until(cluster, lambda: len(spout.acked) >= 100)
+        cluster.run_until(lambda: len(spout.acked) >= 100)
 
         cluster.deactivate()
         assert (spout.activations, spout.deactivations) == (1, 1)
         calls = spout.next_calls
         # in-flight trees still complete while deactivated, and the loop keeps running (ticks arrive)
         seen = ticks.ticks
-        run_until(cluster, lambda: ticks.ticks >= seen + 4 and (cluster.pending() == 0 or spout.next_calls != calls))
+        cluster.run_until(lambda: ticks.ticks >= seen + 4 and (cluster.pending() == 0 or spout.next_calls != calls))
         assert spout.next_calls == calls
         assert len(spout.acked) == len(spout.emitted)
 
         cluster.activate()
         assert (spout.activations, spout.deactivations) == (2, 1)
         emitted = len(spout.emitted)
-        run_until(cluster, lambda: len(spout.acked) >= emitted + 100)
+        cluster.run_until(lambda: len(spout.acked) >= emitted + 100)
         assert spout.next_calls > calls
         cluster.activate()  # already active: no second hook call
         assert spout.activations == 2
@@ -131,7 +131,7 @@ def test_a_tracked_emit_that_reaches_no_bolt_is_acked_at_once():
     builder = TopologyBuilder("no-subscribers")
     builder.set_spout("spout", RecordingSpout, config={"count": 5})
     with LocalCluster(builder.build()) as cluster:
-        spout = one(cluster, "spout")
+        spout = cluster.instance("spout")
         run_until_quiet(cluster, spout.settled)
         assert sorted(spout.acked) == [0, 1, 2, 3, 4]
         assert spout.failed == []

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 
 import pytest
 
-from engine_kit import PassBolt, RecordingSpout, one, run_until_quiet
+from engine_kit import PassBolt, RecordingSpout, run_until_quiet
 from squall import Bolt, TopologyBuilder
 from squall.executor.stats import LATENCY_BUCKETS, Counts, Histogram, TaskStats
 from squall.metrics.collector import RuntimeCollector
@@ -77,7 +77,7 @@ def test_a_declared_stream_is_exported_at_0_unless_it_has_neither_fields_nor_sub
     builder.set_bolt("relay", PassBolt).shuffle_grouping("spout")  # fields, no subscriber: it may gain one
     builder.set_bolt("sink", _Sink).shuffle_grouping("relay")
     with LocalCluster(builder.build()) as cluster:
-        run_until_quiet(cluster, one(cluster, "spout").settled)
+        run_until_quiet(cluster, cluster.instance("spout").settled)
         collector = RuntimeCollector(cluster.runtime, role="worker", index=0)
         emitted = {(s.labels["component"], s.labels["stream"]): s.value for family in collector.collect()
                    for s in family.samples if s.name == "squall_emitted_total"}

@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from engine_kit import HoldBolt, RecordingSpout, one, run_until, run_until_quiet
+from engine_kit import HoldBolt, RecordingSpout, run_until_quiet
 from squall import Bolt, TopologyBuilder
 from squall.executor.reporting import ErrorLog, ErrorReporter
 from squall.testing import LocalCluster
@@ -57,15 +57,15 @@ def test_a_bolt_with_a_tick_frequency_receives_tick_tuples_repeatedly():
     builder.set_bolt("ticked", Ticked, parallelism=2, tasks=3, tick_frequency_seconds=0.2).shuffle_grouping("spout")
     builder.set_bolt("plain", Ticked).shuffle_grouping("spout")
     with LocalCluster(builder.build()) as cluster:
-        ticked, spout = cluster.instances("ticked"), one(cluster, "spout")
-        run_until(cluster, lambda: spout.settled() and all(len(b.ticks) >= 3 for b in ticked))
+        ticked, spout = cluster.instances("ticked"), cluster.instance("spout")
+        cluster.run_until(lambda: spout.settled() and all(len(b.ticks) >= 3 for b in ticked))
         assert sorted(spout.acked) == [0, 1, 2, 3, 4]  # acking the ticks changed nothing
         for bolt in ticked:
             assert all(t.is_tick and t.source_component == "__system" and t.values == [] for t in bolt.ticks)
             assert all(t.task == bolt.context.task_id for t in bolt.ticks)
         assert sum(len(b.inputs) for b in ticked) == 5
         assert not any(t.is_tick for b in ticked for t in b.inputs)
-        assert one(cluster, "plain").ticks == []  # no tick frequency: no ticks
+        assert cluster.instance("plain").ticks == []  # no tick frequency: no ticks
         assert cluster.errors() == []
 
 
@@ -74,7 +74,7 @@ def test_fifty_errors_at_once_record_and_log_five_and_count_all(caplog):
     builder.set_spout("spout", RecordingSpout, config={"count": 3})
     builder.set_bolt("complainer", Complainer, config={"errors": 50}).shuffle_grouping("spout")
     with caplog.at_level(logging.ERROR, logger="squall.errors"), LocalCluster(builder.build()) as cluster:
-        spout = one(cluster, "spout")
+        spout = cluster.instance("spout")
         run_until_quiet(cluster, spout.settled)
         recorded = cluster.errors("complainer")
         assert [e.error for e in recorded] == [f"RuntimeError: error {i}" for i in range(5)]
@@ -92,7 +92,7 @@ def test_only_the_last_ten_recorded_errors_are_kept():
     builder.set_spout("spout", RecordingSpout, config={"count": 1})
     builder.set_bolt("complainer", Complainer, config={"errors": 50}).shuffle_grouping("spout")
     with LocalCluster(builder.build(error_reporting={"maxPerInterval": 100})) as cluster:
-        run_until_quiet(cluster, one(cluster, "spout").settled)
+        run_until_quiet(cluster, cluster.instance("spout").settled)
         assert [e.error for e in cluster.errors("complainer")] == [f"RuntimeError: error {i}" for i in range(40, 50)]
         assert [e.error for e in cluster.errors()] == [f"RuntimeError: error {i}" for i in range(40, 50)]
 
@@ -129,7 +129,7 @@ def test_an_exception_in_next_tuple_is_reported_and_the_spout_goes_on():
     builder.set_spout("spout", FlakySpout, config={"count": 10})
     builder.set_bolt("sink", Ticked).shuffle_grouping("spout")
     with LocalCluster(builder.build()) as cluster:
-        spout = one(cluster, "spout")
+        spout = cluster.instance("spout")
         run_until_quiet(cluster, spout.settled)
         assert sorted(spout.acked) == list(range(10))
         errors = cluster.errors("spout")
@@ -150,7 +150,7 @@ def test_an_exception_in_execute_fails_the_input_and_is_reported():
     builder.set_spout("spout", RecordingSpout, config={"count": 3})
     builder.set_bolt("broken", Broken).shuffle_grouping("spout")
     with LocalCluster(builder.build()) as cluster:
-        spout = one(cluster, "spout")
+        spout = cluster.instance("spout")
         run_until_quiet(cluster, spout.settled)
         assert spout.failed == [1]
         assert sorted(spout.acked) == [0, 2]
@@ -176,7 +176,7 @@ def test_an_exception_after_the_bolt_acked_its_input_does_not_fail_the_tree():
     builder.set_bolt("bolt", AckThenRaise).shuffle_grouping("spout")
     builder.set_bolt("sink", HoldBolt).shuffle_grouping("bolt")
     with LocalCluster(builder.build()) as cluster:
-        spout = one(cluster, "spout")
+        spout = cluster.instance("spout")
         run_until_quiet(cluster, spout.settled)
         assert sorted(spout.acked) == [0, 1, 2, 3, 4] and spout.failed == []
         assert cluster.counts("bolt").failed == 0
@@ -227,8 +227,8 @@ def test_a_spout_whose_open_raises_and_a_bolt_whose_prepare_raises_are_reported_
     builder.set_bolt("model", BrokenPrepare).shuffle_grouping("bad")
     builder.set_bolt("sink", Ticked).shuffle_grouping("good")
     with LocalCluster(builder.build()) as cluster:
-        good = one(cluster, "good")
-        run_until(cluster, good.settled)
+        good = cluster.instance("good")
+        cluster.run_until(good.settled)
         assert sorted(good.acked) == list(range(50))  # the healthy part of the topology runs
         assert cluster.errors("model")[0].error == "RuntimeError: cannot load the model"
     # A spout whose open raised is not polled, activated or closed: half-built, it would only report
@@ -279,8 +279,8 @@ def test_a_spout_whose_open_and_a_bolt_whose_prepare_raised_are_called_again_unt
     builder.set_spout("source", OpensLate, config={"count": 20})
     builder.set_bolt("store", PreparesLate).shuffle_grouping("source")
     with LocalCluster(builder.build()) as cluster:
-        source = one(cluster, "source")
-        run_until(cluster, lambda: len(getattr(source, "acked", ())) == 20)  # set by the open that returns
+        source = cluster.instance("source")
+        cluster.run_until(lambda: len(getattr(source, "acked", ())) == 20)  # set by the open that returns
         assert OpensLate.opens == 3 and PreparesLate.prepares == 2
         assert source.activations == 1 and source.failed == []  # it emitted after the bolt was prepared
         assert [e.error for e in cluster.errors("source")] == [
@@ -313,7 +313,7 @@ def test_a_spout_whose_ack_and_fail_raise_is_reported_throttled_and_goes_on_emit
     builder.set_bolt("sink", HoldBolt, config={"fail": [[3], [7]], "hold": [[5]]}).shuffle_grouping("spout")
     spec = builder.build(message_timeout_seconds=1, error_reporting=NO_WINDOW)
     with caplog.at_level(logging.ERROR, logger="squall.errors"), LocalCluster(spec) as cluster:
-        spout = one(cluster, "spout")
+        spout = cluster.instance("spout")
         run_until_quiet(cluster, spout.settled)
         assert sorted(spout.failed) == [3, 5, 7]
         assert sorted(spout.acked) == [i for i in range(20) if i not in (3, 5, 7)]
@@ -331,7 +331,7 @@ def test_with_no_ackers_a_spout_whose_ack_raises_at_emit_is_reported_and_goes_on
     builder.set_spout("spout", RaisingVerdicts, config={"count": 8})
     builder.set_bolt("sink", HoldBolt).shuffle_grouping("spout")
     with LocalCluster(builder.build(ackers=0, error_reporting=NO_WINDOW)) as cluster:
-        spout = one(cluster, "spout")
+        spout = cluster.instance("spout")
         run_until_quiet(cluster, spout.settled)
         assert spout.acked == list(range(8))  # acked as emitted, each ack raising
         assert cluster.counts("spout").errors == 8
@@ -355,7 +355,7 @@ def test_a_spout_whose_activate_and_deactivate_raise_is_reported_and_still_switc
     builder.set_spout("spout", RaisingSwitch, config={"count": 3})
     builder.set_bolt("sink", HoldBolt).shuffle_grouping("spout")
     with LocalCluster(builder.build(error_reporting=NO_WINDOW)) as cluster:
-        spout, [executor] = one(cluster, "spout"), cluster.runtime.spouts
+        spout, [executor] = cluster.instance("spout"), cluster.runtime.spouts
         run_until_quiet(cluster, spout.settled)  # the activation raised; the spout emits all the same
         assert sorted(spout.acked) == [0, 1, 2]
         cluster.deactivate()
@@ -395,7 +395,7 @@ def test_a_spout_whose_close_and_a_prepared_bolt_whose_cleanup_raise_are_reporte
     builder.set_bolt("bad-bolt", CleaningBolt, parallelism=2, config={"raise": True}).shuffle_grouping("bad-spout")
     builder.set_bolt("good-bolt", CleaningBolt).shuffle_grouping("good-spout")
     with LocalCluster(builder.build(error_reporting=NO_WINDOW)) as cluster:
-        spouts = [one(cluster, "bad-spout"), one(cluster, "good-spout")]
+        spouts = [cluster.instance("bad-spout"), cluster.instance("good-spout")]
         bolts = cluster.instances("bad-bolt") + cluster.instances("good-bolt")
         run_until_quiet(cluster, lambda: all(s.settled() for s in spouts))
         assert all(sorted(s.acked) == list(range(5)) for s in spouts)

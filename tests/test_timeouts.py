@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from engine_kit import HoldBolt, RecordingSpout, one, run_until, run_until_quiet
+from engine_kit import HoldBolt, RecordingSpout, run_until_quiet
 from squall import Bolt, TopologyBuilder
 from squall.acker.acker import INIT, RESET, notification
 from squall.executor.base import Remote
@@ -62,8 +62,8 @@ def test_a_tree_that_is_never_acked_times_out_and_fails():
     builder.set_spout("spout", RecordingSpout, config={"msg_ids": ["a", "b", "c"]})
     builder.set_bolt("sink", HoldBolt, config={"hold": [["b"]]}).shuffle_grouping("spout")
     with LocalCluster(builder.build(message_timeout_seconds=1)) as cluster:
-        spout = one(cluster, "spout")
-        run_until(cluster, spout.settled)
+        spout = cluster.instance("spout")
+        cluster.run_until(spout.settled)
         assert spout.failed == ["b"]
         assert sorted(spout.acked) == ["a", "c"]
         counts = cluster.counts("spout")
@@ -76,8 +76,8 @@ def test_timed_out_trees_free_their_max_spout_pending_slots():
     builder.set_spout("spout", RecordingSpout, config={"count": 4})
     builder.set_bolt("sink", HoldBolt, config={"hold": [[i] for i in range(4)]}).shuffle_grouping("spout")
     with LocalCluster(builder.build(message_timeout_seconds=1, max_spout_pending=2)) as cluster:
-        spout = one(cluster, "spout")
-        run_until(cluster, spout.settled)
+        spout = cluster.instance("spout")
+        cluster.run_until(spout.settled)
         assert sorted(spout.failed) == [0, 1, 2, 3]  # the last two were emitted only after the first timed out
         assert spout.max_outstanding == 2
         assert spout.acked == []
@@ -88,8 +88,8 @@ def test_an_ack_after_the_timeout_never_reaches_the_spout_as_an_ack():
     builder.set_spout("spout", RecordingSpout, config={"msg_ids": ["late"]})
     builder.set_bolt("sink", HoldBolt, config={"hold": [["late"]]}).shuffle_grouping("spout")
     with LocalCluster(builder.build(message_timeout_seconds=1)) as cluster:
-        spout, sink = one(cluster, "spout"), one(cluster, "sink")
-        run_until(cluster, lambda: spout.failed == ["late"])
+        spout, sink = cluster.instance("spout"), cluster.instance("sink")
+        cluster.run_until(lambda: spout.failed == ["late"])
         assert sink.release() == 1  # the whole tree is acked now, after its timeout
         # A tree emitted after the late ack completes after the acker has handled the late ack:
         # the acker's verdicts reach the spout in order.
@@ -103,8 +103,8 @@ def test_an_ack_after_the_timeout_never_reaches_the_spout_as_an_ack():
 def test_without_reset_timeout_a_slow_tree_times_out():
     """The control for the next test: holding 2.5 s is longer than the 1 s timeout."""
     with LocalCluster(topology(SlowBolt, hold_seconds=2.5).build(message_timeout_seconds=1)) as cluster:
-        spout, bolt = one(cluster, "spout"), one(cluster, "bolt")
-        run_until(cluster, lambda: bolt.held_for and spout.settled())
+        spout, bolt = cluster.instance("spout"), cluster.instance("bolt")
+        cluster.run_until(lambda: bolt.held_for and spout.settled())
         assert spout.failed == [0]
         assert spout.acked == []
 
@@ -112,7 +112,7 @@ def test_without_reset_timeout_a_slow_tree_times_out():
 def test_reset_timeout_keeps_a_slow_tree_alive_past_twice_the_timeout():
     with LocalCluster(topology(SlowBolt, count=3, hold_seconds=2.5, reset=True)
                       .build(message_timeout_seconds=1)) as cluster:
-        spout, bolt = one(cluster, "spout"), one(cluster, "bolt")
+        spout, bolt = cluster.instance("spout"), cluster.instance("bolt")
         run_until_quiet(cluster, spout.settled)
         assert min(bolt.held_for) >= 2.5  # precondition: each tree was held for over twice the timeout
         assert bolt.resets > 0
@@ -144,7 +144,7 @@ def test_a_reset_just_before_a_rotation_keeps_the_tree_a_whole_timeout_more(post
     builder.set_spout("spout", RecordingSpout, config={"count": 1})
     builder.set_bolt("bolt", HeldOnce).shuffle_grouping("spout")
     with LocalCluster(builder.build(message_timeout_seconds=10), clock=lambda: now[0]) as cluster:
-        spout, bolt = one(cluster, "spout"), one(cluster, "bolt")
+        spout, bolt = cluster.instance("spout"), cluster.instance("bolt")
         cluster.runtime.step()  # t=0: emitted, and held by the bolt
         now[0] = 10.0
         cluster.runtime.step()  # the first rotation
@@ -281,8 +281,8 @@ def _stalled_run(*, driven: bool) -> TimedSpout:
                                                    "driven": driven}).shuffle_grouping("spout")
     with LocalCluster(builder.build(message_timeout_seconds=timeout, max_spout_pending=50),
                       **({"clock": CLOCK} if driven else {})) as cluster:
-        spout = one(cluster, "spout")
-        run_until(cluster, spout.settled)
+        spout = cluster.instance("spout")
+        cluster.run_until(spout.settled)
     assert sorted(spout.failed) == [i for (i,) in held]  # only the held trees failed: nothing acked timed out
     ages = [spout.failed_at[m] - spout.emitted_at[m] for m in spout.failed]
     assert min(ages) >= timeout, f"a tree timed out {min(ages):.3f} s after its emit (timeout {timeout} s)"
@@ -315,12 +315,12 @@ def test_an_acker_forgets_a_tree_on_the_third_rotation_and_the_metric_counts_it(
     with LocalCluster(builder.build(message_timeout_seconds=30), clock=clock) as cluster:
         [acker] = cluster.runtime.ackers
         task = str(acker.task_ids[0])
-        run_until(cluster, lambda: acker.acker.pending == 1)  # the bolt holds the tuple: no ack ever comes
+        cluster.run_until(lambda: acker.acker.pending == 1)  # the bolt holds the tuple: no ack ever comes
         assert _expired_trees(cluster) == {task: 0}  # exported before anything expires
         for _ in range(2):
             clock.stall(30)
             cluster.runtime.step()
-        assert one(cluster, "spout").failed == ["lost"]  # timed out at the spout on the second rotation
+        assert cluster.instance("spout").failed == ["lost"]  # timed out at the spout on the second rotation
         assert (acker.acker.pending, _expired_trees(cluster)) == (1, {task: 0})
         clock.stall(30)
         cluster.runtime.step()

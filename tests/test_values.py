@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine_kit import HoldBolt, RecordingSpout, one, run_until_quiet
+from engine_kit import HoldBolt, RecordingSpout, run_until_quiet
 from squall import Bolt, EmitError, Spout, TopologyBuilder
 from squall.testing import LocalCluster
 from squall.values import check_values
@@ -106,7 +106,7 @@ def test_a_spout_emit_is_refused_and_nothing_is_sent_or_tracked():
     builder.set_spout("spout", BadSpout)
     builder.set_bolt("sink", HoldBolt).shuffle_grouping("spout").shuffle_grouping("spout", stream="other")
     with LocalCluster(builder.build()) as cluster:
-        spout = one(cluster, "spout")
+        spout = cluster.instance("spout")
         run_until_quiet(cluster, lambda: spout.acked == ["good"])
         set_value, too_few, too_many, undeclared, obj = spout.refused
         assert "'spout'" in set_value and "'n'" in set_value and "'default'" in set_value and "set" in set_value
@@ -114,7 +114,7 @@ def test_a_spout_emit_is_refused_and_nothing_is_sent_or_tracked():
         assert "3 value(s)" in too_many
         assert "'nope'" in undeclared and "does not declare" in undeclared and "default, other" in undeclared
         assert "'x'" in obj and "'other'" in obj and "object" in obj
-        assert one(cluster, "sink").received == [["good", 1]]  # the refused emits sent nothing
+        assert cluster.instance("sink").received == [["good", 1]]  # the refused emits sent nothing
         assert cluster.pending() == 0
         assert cluster.counts("spout").emitted == 1
 
@@ -125,11 +125,11 @@ def test_an_uncaught_refusal_in_a_bolt_fails_its_input_and_is_reported():
     builder.set_bolt("bad", BadBolt).shuffle_grouping("spout")
     builder.set_bolt("sink", HoldBolt).shuffle_grouping("bad")
     with LocalCluster(builder.build()) as cluster:
-        spout = one(cluster, "spout")
+        spout = cluster.instance("spout")
         run_until_quiet(cluster, spout.settled)
         assert sorted(spout.failed) == [0, 1, 2]
         assert spout.acked == []
-        assert one(cluster, "sink").received == []
+        assert cluster.instance("sink").received == []
         errors = cluster.errors("bad")
         assert len(errors) == 3
         assert all(e.error.startswith("EmitError: component 'bad'") and "'id'" in e.error for e in errors)
@@ -190,13 +190,13 @@ def test_the_limit_is_the_topologys_transfer_max_value_bytes_in_utf_8_and_a_str_
     builder.set_spout("spout", BigSpout)
     builder.set_bolt("sink", HoldBolt).shuffle_grouping("spout")
     with LocalCluster(builder.build(transfer={"maxValueBytes": 1000})) as cluster:
-        spout = one(cluster, "spout")
+        spout = cluster.instance("spout")
         run_until_quiet(cluster, lambda: spout.acked == ["fits"])
         assert len(spout.refused) == 3
         assert "about 2,000 bytes, over transfer.maxValueBytes (1,000)" in spout.refused[0]
         assert "about 1,200 bytes, over transfer.maxValueBytes (1,000)" in spout.refused[1]
         assert "a str with a lone surrogate does not encode as UTF-8" in spout.refused[2]
-        assert one(cluster, "sink").received == [["é" * 500]]
+        assert cluster.instance("sink").received == [["é" * 500]]
 
 
 def test_a_value_limit_must_leave_room_in_a_frame():
@@ -250,13 +250,13 @@ def test_the_values_of_a_tuple_together_must_fit_a_frame_in_every_mode():
     builder.set_spout("spout", TwoBig)
     builder.set_bolt("sink", HoldBolt).shuffle_grouping("spout")
     with LocalCluster(builder.build(transfer={"maxFrameBytes": 65_536, "maxValueBytes": 50_000})) as cluster:
-        spout = one(cluster, "spout")
+        spout = cluster.instance("spout")
         run_until_quiet(cluster, lambda: spout.acked == ["fits"])
         (total, empties) = spout.refused
         assert "'spout'" in total and "'default'" in total and "about 80,006 bytes together" in total
         assert "transfer.maxFrameBytes (65,536)" in total and "raise maxFrameBytes" in total
         assert "about 70,006 bytes together" in empties  # an empty str or dict takes a byte
-        assert [len(v) for v in one(cluster, "sink").received[0]] == [40_000, 20_000]
+        assert [len(v) for v in cluster.instance("sink").received[0]] == [40_000, 20_000]
 
 
 class Gather(Bolt):
@@ -293,9 +293,9 @@ def test_a_tuple_anchored_to_more_trees_than_a_frame_has_room_for_is_refused_and
     builder.set_bolt("gather", Gather, config={"count": 300}).global_grouping("spout")
     builder.set_bolt("sink", HoldBolt).shuffle_grouping("gather")
     with LocalCluster(builder.build(transfer={"maxFrameBytes": 65_536, "maxValueBytes": 60_000})) as cluster:
-        spout = one(cluster, "spout")
+        spout = cluster.instance("spout")
         run_until_quiet(cluster, lambda: len(spout.acked) == 300)
-        (refused,) = one(cluster, "gather").refused
+        (refused,) = cluster.instance("gather").refused
         assert "anchored to 300 trees (16 bytes each past 64)" in refused and "(65,536)" in refused
         assert sorted(spout.acked) == list(range(300)) and spout.failed == []
-        assert len(one(cluster, "sink").received) == 1
+        assert len(cluster.instance("sink").received) == 1

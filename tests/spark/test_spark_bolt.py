@@ -15,7 +15,7 @@ import pytest
 from examples.clickstream import SESSION_GAP, TOP_PAGES, ClickSpout, SessionStats, clicks
 from pyspark.sql import functions as F
 
-from engine_kit import RecordingSpout, one, run_until
+from engine_kit import RecordingSpout
 from squall import Bolt, Spout, TopologyBuilder, load_spec, validate
 from squall.executor.bolt import BUDGET
 from squall.spark import SparkBolt
@@ -164,8 +164,8 @@ def test_clickstream_results_are_correct_and_every_input_is_acked_exactly_once()
                      ).fields_grouping("clicks", ["user"])
     builder.set_bolt("print", Collect).global_grouping("sessions")
     with LocalCluster(builder.build(message_timeout_seconds=30)) as cluster:
-        spout, bolt, sink = one(cluster, "clicks"), one(cluster, "sessions"), one(cluster, "print")
-        run_until(cluster, lambda: cluster.counts("clicks").acked == n and cluster.pending() == 0, seconds=DEADLINE)
+        spout, bolt, sink = cluster.instance("clicks"), cluster.instance("sessions"), cluster.instance("print")
+        cluster.run_until(lambda: cluster.counts("clicks").acked == n and cluster.pending() == 0, seconds=DEADLINE)
 
         # One task and no failure: the batches are the spout's clicks in emit order, 100 at a time.
         source = clicks(seed=spout.context.task_id, users=5)
@@ -183,8 +183,8 @@ def test_clickstream_results_are_correct_and_every_input_is_acked_exactly_once()
 
 def test_a_raising_job_fails_every_input_which_are_replayed_and_then_acked():
     with parity_topology(count=10, batch=10, raise_first=True) as cluster:
-        spout, bolt, sink = one(cluster, "spout"), one(cluster, "spark"), one(cluster, "sink")
-        run_until(cluster, lambda: spout.done() and cluster.pending() == 0, seconds=DEADLINE)
+        spout, bolt, sink = cluster.instance("spout"), cluster.instance("spark"), cluster.instance("sink")
+        cluster.run_until(lambda: spout.done() and cluster.pending() == 0, seconds=DEADLINE)
 
         assert sorted(spout.failed) == list(range(10))  # the whole batch, once
         assert sorted(spout.acked) == list(range(10))  # the replay, once
@@ -199,8 +199,8 @@ def test_a_raising_job_fails_every_input_which_are_replayed_and_then_acked():
 def test_a_downstream_fail_replays_every_spout_tuple_of_the_batch():
     # Each result row is anchored to every input: failing the "even" row fails the odd ids' trees too.
     with parity_topology(count=10, batch=10, collect={"fail_once": [[0, 5]]}) as cluster:
-        spout, bolt, sink = one(cluster, "spout"), one(cluster, "spark"), one(cluster, "sink")
-        run_until(cluster, lambda: spout.done() and cluster.pending() == 0, seconds=DEADLINE)
+        spout, bolt, sink = cluster.instance("spout"), cluster.instance("spark"), cluster.instance("sink")
+        cluster.run_until(lambda: spout.done() and cluster.pending() == 0, seconds=DEADLINE)
 
         assert sorted(spout.failed) == list(range(10))
         assert sorted(spout.acked) == list(range(10))
@@ -215,8 +215,8 @@ def test_a_job_longer_than_the_message_timeout_keeps_its_trees_alive():
     # timeouts by default, is raised: a fresh CI run's loaded JVM once took over 20 s for a job.)
     with parity_topology(count=10, batch=5, wait_ms=500, timeout=2, sleep_first=5,
                          **{"spark.job.timeout.ms": 120_000}) as cluster:
-        spout, bolt = one(cluster, "spout"), one(cluster, "spark")
-        run_until(cluster, lambda: spout.done() and cluster.pending() == 0, seconds=DEADLINE)
+        spout, bolt = cluster.instance("spout"), cluster.instance("spark")
+        cluster.run_until(lambda: spout.done() and cluster.pending() == 0, seconds=DEADLINE)
 
         counts = cluster.counts("spout")
         assert (counts.acked, counts.failed, counts.timed_out) == (10, 0, 0)
@@ -229,8 +229,8 @@ def test_a_batchs_timeouts_are_reset_when_its_job_starts():
     message timeout after the job started, so a job a little longer than that timed out trees whose
     batch had waited (found by the Spark audit)."""
     with parity_topology(count=10, batch=10) as cluster:
-        spout, bolt = one(cluster, "spout"), one(cluster, "spark")
-        run_until(cluster, lambda: spout.done() and cluster.pending() == 0, seconds=DEADLINE)
+        spout, bolt = cluster.instance("spout"), cluster.instance("spark")
+        cluster.run_until(lambda: spout.done() and cluster.pending() == 0, seconds=DEADLINE)
         assert all(bolt.resets[(i,)] >= 1 for i in range(10)), bolt.resets
 
 
@@ -241,12 +241,12 @@ def test_a_job_that_runs_past_its_timeout_fails_its_batch_and_the_bolt_goes_on()
     # under load timed the jobs after the stuck one out too.
     with parity_topology(count=10, batch=5, wait_ms=200, block_first=True, **{"spark.job.timeout.ms": 5000}) \
             as cluster:
-        spout, bolt = one(cluster, "spout"), one(cluster, "spark")
+        spout, bolt = cluster.instance("spout"), cluster.instance("spark")
         try:
-            run_until(cluster, lambda: len(spout.failed) >= 5, seconds=DEADLINE)
+            cluster.run_until(lambda: len(spout.failed) >= 5, seconds=DEADLINE)
         finally:
             bolt.release.set()  # the stuck job ends at last: what it returns is not the batch's any more
-        run_until(cluster, lambda: spout.done() and cluster.pending() == 0, seconds=DEADLINE)
+        cluster.run_until(lambda: spout.done() and cluster.pending() == 0, seconds=DEADLINE)
         assert sorted(spout.acked) == list(range(10))
         assert bolt.acks == Counter({(i,): 1 for i in range(10)})  # the late end acked nothing
         assert all(bolt.fails[(i,)] >= 1 for i in range(5)), bolt.fails  # the stuck job's batch failed
@@ -261,12 +261,12 @@ def test_batches_failed_at_their_deadline_behind_a_stuck_job_are_not_run_once_it
     # a job timeout a loaded JVM's jobs keep well under (5 s was passed once, on a fresh CI run)
     with parity_topology(count=10, batch=5, wait_ms=200, block_first=True, **{"spark.job.timeout.ms": 15_000}) \
             as cluster:
-        spout, bolt = one(cluster, "spout"), one(cluster, "spark")
+        spout, bolt = cluster.instance("spout"), cluster.instance("spark")
         try:  # the stuck job's batch fails at its deadline, and then the next one, handed over behind it
-            run_until(cluster, lambda: len(spout.failed) >= 10, seconds=DEADLINE)
+            cluster.run_until(lambda: len(spout.failed) >= 10, seconds=DEADLINE)
         finally:
             bolt.release.set()
-        run_until(cluster, lambda: spout.done() and cluster.pending() == 0, seconds=DEADLINE)
+        cluster.run_until(lambda: spout.done() and cluster.pending() == 0, seconds=DEADLINE)
         assert sorted(spout.acked) == list(range(10))
         # every job after the stuck one was given a live batch: its inputs were all acked
         assert sum(bolt.sizes[1:]) == sum(bolt.acks.values()) == 10, (bolt.sizes, bolt.acks)
@@ -274,8 +274,8 @@ def test_batches_failed_at_their_deadline_behind_a_stuck_job_are_not_run_once_it
 
 def test_a_job_that_raises_system_exit_fails_its_batch_and_the_bolt_goes_on():
     with parity_topology(count=10, batch=10, exit_first=True) as cluster:
-        spout = one(cluster, "spout")
-        run_until(cluster, lambda: spout.done() and cluster.pending() == 0, seconds=DEADLINE)
+        spout = cluster.instance("spout")
+        cluster.run_until(lambda: spout.done() and cluster.pending() == 0, seconds=DEADLINE)
         assert sorted(spout.failed) == list(range(10)) and sorted(spout.acked) == list(range(10))
         assert "SystemExit: 3" in cluster.errors("spark")[0].error
 
@@ -283,16 +283,16 @@ def test_a_job_that_raises_system_exit_fails_its_batch_and_the_bolt_goes_on():
 def test_a_full_next_batch_pauses_input_until_the_running_job_is_over():
     count, batch = 200, 50
     with parity_topology(count=count, batch=batch, block_first=True) as cluster:
-        spout, bolt = one(cluster, "spout"), one(cluster, "spark")
+        spout, bolt = cluster.instance("spout"), cluster.instance("spark")
         try:
             # The spout emits everything (maxSpoutPending is 1000); the bolt stops taking it in.
-            run_until(cluster, lambda: spout.emitted == count and bolt.collector.paused, seconds=DEADLINE)
+            cluster.run_until(lambda: spout.emitted == count and bolt.collector.paused, seconds=DEADLINE)
             executed = cluster.counts("spark").executed
             assert executed <= 2 * batch + BUDGET  # the running batch, the next one, one scheduler round
             assert executed < count
         finally:
             bolt.release.set()
-        run_until(cluster, lambda: spout.done() and cluster.pending() == 0, seconds=DEADLINE)
+        cluster.run_until(lambda: spout.done() and cluster.pending() == 0, seconds=DEADLINE)
         assert not bolt.collector.paused
         assert bolt.acks == Counter({(i,): 1 for i in range(count)})
         assert not spout.failed
@@ -321,13 +321,13 @@ def test_inputs_with_other_fields_than_the_first_are_failed_and_reported():
     spark = builder.set_bolt("spark", ParityCounts, config={"spark.batch.size": 4})
     spark.shuffle_grouping("ids").shuffle_grouping("names")
     with LocalCluster(builder.build()) as cluster:
-        ids, names = one(cluster, "ids"), one(cluster, "names")
+        ids, names = cluster.instance("ids"), cluster.instance("names")
         # "ids" first, so the bolt takes its fields from them; then "names"
         for ex in cluster.runtime.spouts:
             ex.set_active(ex.component == "ids")
-        run_until(cluster, lambda: cluster.counts("spark").executed == 4, seconds=DEADLINE)
+        cluster.run_until(lambda: cluster.counts("spark").executed == 4, seconds=DEADLINE)
         cluster.activate()
-        run_until(cluster, lambda: names.failed == ["x"] and ids.done(), seconds=DEADLINE)
+        cluster.run_until(lambda: names.failed == ["x"] and ids.done(), seconds=DEADLINE)
         assert any("must declare the same fields" in e.error for e in cluster.errors("spark"))
 
 
@@ -358,8 +358,8 @@ def one_bolt_topology(bolt: type, *, count: int) -> LocalCluster:
 
 def test_a_result_that_does_not_fit_the_outputs_fails_the_batch_and_emits_nothing():
     with one_bolt_topology(WrongColumns, count=4) as cluster:
-        spout, sink = one(cluster, "spout"), one(cluster, "sink")
-        run_until(cluster, spout.settled, seconds=DEADLINE)
+        spout, sink = cluster.instance("spout"), cluster.instance("sink")
+        cluster.run_until(spout.settled, seconds=DEADLINE)
         assert sorted(spout.failed) == [0, 1, 2, 3] and spout.acked == []
         assert sink.rows == []
         (error,) = cluster.errors("spark")
@@ -382,8 +382,8 @@ def test_a_result_value_over_max_value_bytes_fails_the_batch_before_any_row_is_e
     builder.set_bolt("spark", Long, config={"spark.batch.size": 4}).shuffle_grouping("spout")
     builder.set_bolt("sink", Collect).global_grouping("spark")
     with LocalCluster(builder.build(transfer={"maxValueBytes": 100})) as cluster:
-        spout, sink = one(cluster, "spout"), one(cluster, "sink")
-        run_until(cluster, spout.settled, seconds=DEADLINE)
+        spout, sink = cluster.instance("spout"), cluster.instance("sink")
+        cluster.run_until(spout.settled, seconds=DEADLINE)
         assert sorted(spout.failed) == [0, 1, 2, 3] and sink.rows == []
         assert "over transfer.maxValueBytes (100)" in cluster.errors("spark")[0].error
 
@@ -406,15 +406,15 @@ def test_a_result_row_that_does_not_fit_a_frame_with_the_batchs_anchors_fails_th
     builder.set_bolt("spark", Wide, config={"spark.batch.size": 200}).shuffle_grouping("spout")
     builder.set_bolt("sink", Collect).global_grouping("spark")
     with LocalCluster(builder.build(transfer={"maxFrameBytes": 65_536, "maxValueBytes": 61_000})) as cluster:
-        spout, sink = one(cluster, "spout"), one(cluster, "sink")
-        run_until(cluster, spout.settled, seconds=DEADLINE)
+        spout, sink = cluster.instance("spout"), cluster.instance("sink")
+        cluster.run_until(spout.settled, seconds=DEADLINE)
         assert sorted(spout.failed) == list(range(200)) and sink.rows == []
         assert "anchored to 200 trees" in cluster.errors("spark")[0].error
 
 
 def test_result_values_become_tuple_values():
     with one_bolt_topology(Shapes, count=3) as cluster:
-        spout, sink = one(cluster, "spout"), one(cluster, "sink")
-        run_until(cluster, lambda: spout.settled() and len(sink.rows) == 1, seconds=DEADLINE)
+        spout, sink = cluster.instance("spout"), cluster.instance("sink")
+        cluster.run_until(lambda: spout.settled() and len(sink.rows) == 1, seconds=DEADLINE)
         assert sorted(spout.acked) == [0, 1, 2]
         assert sink.rows == [({"lo": 0, "hi": 2}, (0, 1, 2), b"\x00\x01", {"n": 3})]

@@ -253,6 +253,24 @@ class LocalCluster:
         self.runtime.run(stop)
         return RunResult(reason, time.monotonic() - start)
 
+    def run_until(self, condition: Callable[[], bool], *, seconds: float = 20.0) -> None:
+        """Run until ``condition()`` holds, for a test that waits on an event rather than a sleep; raise
+        :class:`TimeoutError` if ``seconds`` pass first, so that the test fails rather than hangs::
+
+            >>> from squall import TopologyBuilder
+            >>> builder = TopologyBuilder("three")
+            >>> builder.set_spout("numbers", TestingSpout, config={"testing.items": [[1], [2], [3]]})
+            >>> _ = builder.set_bolt("sink", TestingSink).shuffle_grouping("numbers")
+            >>> with LocalCluster(builder.build()) as cluster:
+            ...     numbers, sink = cluster.instance("numbers"), cluster.instance("sink")
+            ...     cluster.run_until(numbers.done)
+            >>> sorted(sink.received), sorted(numbers.acked)
+            ([[1], [2], [3]], [0, 1, 2])
+        """
+        result = self.run(until=lambda _: condition(), seconds=seconds)
+        if not condition():
+            raise TimeoutError(f"condition not reached within {seconds} s (run stopped on {result.reason!r})")
+
     def trees_acked(self) -> int:
         return sum(self.counts(s.name).acked for s in self.spec.spouts)
 
@@ -298,6 +316,15 @@ class LocalCluster:
             if ex.component == component:
                 out += [getattr(t, "spout", None) or t.bolt for t in ex.tasks.values()]
         return out
+
+    def instance(self, component: str) -> Any:
+        """The spout or bolt object of a component that has one task (see :meth:`run_until`)."""
+        instances = self.instances(component)
+        if not instances:
+            raise KeyError(f"no component {component!r}")
+        if len(instances) > 1:
+            raise ValueError(f"component {component!r} has {len(instances)} tasks: use instances()")
+        return instances[0]
 
     def deactivate(self) -> None:
         self.runtime.set_active(False)
