@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from squall import Bolt, Spout
-from squall.testing import LocalCluster
+from squall.testing import LocalCluster, TestingSink
 
 
 class RecordingSpout(Spout):
@@ -85,9 +85,9 @@ class PassBolt(Bolt):
         self.collector.ack(tup)
 
 
-class HoldBolt(Bolt):
-    """A sink: acks every input except those whose values are in ``conf["hold"]`` (held until
-    :meth:`release`) or in ``conf["fail"]`` (failed)."""
+class HoldBolt(TestingSink):
+    """A :class:`~squall.testing.TestingSink` that holds the inputs whose values are in ``conf["hold"]``
+    (until :meth:`release`) and fails those in ``conf["fail"]``."""
 
     outputs = ["id"]
 
@@ -95,17 +95,17 @@ class HoldBolt(Bolt):
         super().prepare(conf, context, collector)
         self.hold_values = conf.get("hold", [])
         self.fail_values = conf.get("fail", [])
-        self.received: list[list[Any]] = []
         self.held: list = []
 
     def execute(self, tup):
-        self.received.append(list(tup.values))
         if tup.values in self.hold_values:
+            self.received.append(list(tup.values))
             self.held.append(tup)
         elif tup.values in self.fail_values:
+            self.received.append(list(tup.values))
             self.collector.fail(tup)
         else:
-            self.collector.ack(tup)
+            super().execute(tup)  # received and acked
 
     def release(self) -> int:
         """Ack the held tuples (called by the test, between runs, on the cluster's thread)."""

@@ -7,7 +7,7 @@ import pytest
 
 from engine_kit import HoldBolt, PassBolt, RecordingSpout, run_until_quiet
 from squall import Bolt, EmitError, TopologyBuilder
-from squall.testing import LocalCluster
+from squall.testing import LocalCluster, TestingSink
 
 
 class FanOutBolt(Bolt):
@@ -265,7 +265,7 @@ def test_a_second_ack_is_ignored():
     builder = TopologyBuilder("double-ack")
     builder.set_spout("spout", RecordingSpout, config={"count": 20})
     builder.set_bolt("twice", DoubleAckBolt).shuffle_grouping("spout")
-    builder.set_bolt("sink", HoldBolt).shuffle_grouping("twice")
+    builder.set_bolt("sink", TestingSink).shuffle_grouping("twice")
     with LocalCluster(builder.build()) as cluster:
         spout = cluster.instance("spout")
         run_until_quiet(cluster, spout.settled)
@@ -278,7 +278,7 @@ def test_a_fail_after_an_ack_fails_a_tree_that_is_still_pending():
     builder = TopologyBuilder("ack-then-fail")
     builder.set_spout("spout", RecordingSpout, config={"count": 20})
     builder.set_bolt("twice", DoubleAckBolt, config={"fail": True}).shuffle_grouping("spout")
-    builder.set_bolt("sink", HoldBolt).shuffle_grouping("twice")
+    builder.set_bolt("sink", TestingSink).shuffle_grouping("twice")
     with LocalCluster(builder.build()) as cluster:
         spout = cluster.instance("spout")
         run_until_quiet(cluster, spout.settled)
@@ -314,7 +314,7 @@ def test_emitting_anchored_to_a_decided_tuple_is_refused(verdict):
     builder = TopologyBuilder("late-emit")
     builder.set_spout("spout", RecordingSpout, config={"count": 1})
     builder.set_bolt("late", LateEmitBolt, config={"fail": verdict == "failed"}).shuffle_grouping("spout")
-    builder.set_bolt("sink", HoldBolt).shuffle_grouping("late")
+    builder.set_bolt("sink", TestingSink).shuffle_grouping("late")
     with LocalCluster(builder.build()) as cluster:
         spout = cluster.instance("spout")
         run_until_quiet(cluster, spout.settled)

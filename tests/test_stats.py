@@ -7,10 +7,10 @@ from collections.abc import Mapping
 import pytest
 
 from engine_kit import PassBolt, RecordingSpout, run_until_quiet
-from squall import Bolt, TopologyBuilder
+from squall import TopologyBuilder
 from squall.executor.stats import LATENCY_BUCKETS, Counts, Histogram, TaskStats
 from squall.metrics.collector import RuntimeCollector
-from squall.testing import LocalCluster
+from squall.testing import LocalCluster, TestingSink
 
 
 def test_counts_add_in_place_and_read_like_a_dict_whose_missing_keys_are_zero():
@@ -64,18 +64,11 @@ def test_a_latency_falls_in_the_first_bucket_whose_bound_it_does_not_exceed():
     assert h.sum == pytest.approx(sum(LATENCY_BUCKETS) + LATENCY_BUCKETS[0] * 1.01 * 20 + LATENCY_BUCKETS[-1] * 2)
 
 
-class _Sink(Bolt):
-    outputs: list[str] = []  # a sink: it declares a default stream with no fields, and nothing subscribes
-
-    def execute(self, tup):
-        self.collector.ack(tup)
-
-
 def test_a_declared_stream_is_exported_at_0_unless_it_has_neither_fields_nor_subscribers():
     builder = TopologyBuilder("series")
     builder.set_spout("spout", RecordingSpout, config={"count": 3})
     builder.set_bolt("relay", PassBolt).shuffle_grouping("spout")  # fields, no subscriber: it may gain one
-    builder.set_bolt("sink", _Sink).shuffle_grouping("relay")
+    builder.set_bolt("sink", TestingSink).shuffle_grouping("relay")  # a default stream of no fields, unsubscribed
     with LocalCluster(builder.build()) as cluster:
         run_until_quiet(cluster, cluster.instance("spout").settled)
         collector = RuntimeCollector(cluster.runtime, role="worker", index=0)

@@ -11,7 +11,7 @@ import pytest
 from engine_kit import HoldBolt, RecordingSpout, run_until_quiet
 from squall import Bolt, TopologyBuilder
 from squall.executor.reporting import ErrorLog, ErrorReporter
-from squall.testing import LocalCluster
+from squall.testing import LocalCluster, TestingSink
 
 
 class Ticked(Bolt):
@@ -174,7 +174,7 @@ def test_an_exception_after_the_bolt_acked_its_input_does_not_fail_the_tree():
     builder = TopologyBuilder("ack-then-raise")
     builder.set_spout("spout", RecordingSpout, config={"count": 5})
     builder.set_bolt("bolt", AckThenRaise).shuffle_grouping("spout")
-    builder.set_bolt("sink", HoldBolt).shuffle_grouping("bolt")
+    builder.set_bolt("sink", TestingSink).shuffle_grouping("bolt")
     with LocalCluster(builder.build()) as cluster:
         spout = cluster.instance("spout")
         run_until_quiet(cluster, spout.settled)
@@ -329,7 +329,7 @@ def test_a_spout_whose_ack_and_fail_raise_is_reported_throttled_and_goes_on_emit
 def test_with_no_ackers_a_spout_whose_ack_raises_at_emit_is_reported_and_goes_on():
     builder = TopologyBuilder("raising-untracked-acks")
     builder.set_spout("spout", RaisingVerdicts, config={"count": 8})
-    builder.set_bolt("sink", HoldBolt).shuffle_grouping("spout")
+    builder.set_bolt("sink", TestingSink).shuffle_grouping("spout")
     with LocalCluster(builder.build(ackers=0, error_reporting=NO_WINDOW)) as cluster:
         spout = cluster.instance("spout")
         run_until_quiet(cluster, spout.settled)
@@ -353,7 +353,7 @@ class RaisingSwitch(RecordingSpout):
 def test_a_spout_whose_activate_and_deactivate_raise_is_reported_and_still_switches():
     builder = TopologyBuilder("raising-switch")
     builder.set_spout("spout", RaisingSwitch, config={"count": 3})
-    builder.set_bolt("sink", HoldBolt).shuffle_grouping("spout")
+    builder.set_bolt("sink", TestingSink).shuffle_grouping("spout")
     with LocalCluster(builder.build(error_reporting=NO_WINDOW)) as cluster:
         spout, [executor] = cluster.instance("spout"), cluster.runtime.spouts
         run_until_quiet(cluster, spout.settled)  # the activation raised; the spout emits all the same

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from engine_kit import HoldBolt, RecordingSpout, run_until_quiet
+from engine_kit import RecordingSpout, run_until_quiet
 from squall import Bolt, EmitError, Spout, TopologyBuilder
-from squall.testing import LocalCluster
+from squall.testing import LocalCluster, TestingSink
 from squall.values import check_values
 
 
@@ -104,7 +104,7 @@ class BadBolt(Bolt):
 def test_a_spout_emit_is_refused_and_nothing_is_sent_or_tracked():
     builder = TopologyBuilder("bad-spout")
     builder.set_spout("spout", BadSpout)
-    builder.set_bolt("sink", HoldBolt).shuffle_grouping("spout").shuffle_grouping("spout", stream="other")
+    builder.set_bolt("sink", TestingSink).shuffle_grouping("spout").shuffle_grouping("spout", stream="other")
     with LocalCluster(builder.build()) as cluster:
         spout = cluster.instance("spout")
         run_until_quiet(cluster, lambda: spout.acked == ["good"])
@@ -123,7 +123,7 @@ def test_an_uncaught_refusal_in_a_bolt_fails_its_input_and_is_reported():
     builder = TopologyBuilder("bad-bolt")
     builder.set_spout("spout", RecordingSpout, config={"count": 3})
     builder.set_bolt("bad", BadBolt).shuffle_grouping("spout")
-    builder.set_bolt("sink", HoldBolt).shuffle_grouping("bad")
+    builder.set_bolt("sink", TestingSink).shuffle_grouping("bad")
     with LocalCluster(builder.build()) as cluster:
         spout = cluster.instance("spout")
         run_until_quiet(cluster, spout.settled)
@@ -188,7 +188,7 @@ def test_the_limit_is_the_topologys_transfer_max_value_bytes_in_utf_8_and_a_str_
     which ended the worker process (in one process the topology ran)."""
     builder = TopologyBuilder("big")
     builder.set_spout("spout", BigSpout)
-    builder.set_bolt("sink", HoldBolt).shuffle_grouping("spout")
+    builder.set_bolt("sink", TestingSink).shuffle_grouping("spout")
     with LocalCluster(builder.build(transfer={"maxValueBytes": 1000})) as cluster:
         spout = cluster.instance("spout")
         run_until_quiet(cluster, lambda: spout.acked == ["fits"])
@@ -248,7 +248,7 @@ def test_the_values_of_a_tuple_together_must_fit_a_frame_in_every_mode():
     (distributed audit). Now the emit is refused in every mode, naming the stream and both limits."""
     builder = TopologyBuilder("two-big")
     builder.set_spout("spout", TwoBig)
-    builder.set_bolt("sink", HoldBolt).shuffle_grouping("spout")
+    builder.set_bolt("sink", TestingSink).shuffle_grouping("spout")
     with LocalCluster(builder.build(transfer={"maxFrameBytes": 65_536, "maxValueBytes": 50_000})) as cluster:
         spout = cluster.instance("spout")
         run_until_quiet(cluster, lambda: spout.acked == ["fits"])
@@ -291,7 +291,7 @@ def test_a_tuple_anchored_to_more_trees_than_a_frame_has_room_for_is_refused_and
     builder = TopologyBuilder("gather")
     builder.set_spout("spout", RecordingSpout, config={"count": 300})
     builder.set_bolt("gather", Gather, config={"count": 300}).global_grouping("spout")
-    builder.set_bolt("sink", HoldBolt).shuffle_grouping("gather")
+    builder.set_bolt("sink", TestingSink).shuffle_grouping("gather")
     with LocalCluster(builder.build(transfer={"maxFrameBytes": 65_536, "maxValueBytes": 60_000})) as cluster:
         spout = cluster.instance("spout")
         run_until_quiet(cluster, lambda: len(spout.acked) == 300)
