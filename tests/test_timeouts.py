@@ -172,7 +172,7 @@ class OtherProcessAcker(Remote):
         self.ingress: list[tuple[int, Any]] = []  # (task, item) received, not delivered yet
         self.lost: deque = deque()
 
-    def attach(self, *, transfer, wake, frames) -> None:
+    def attach(self, *, transfer, wake, frames, flusher) -> None:
         self.transfer = transfer
 
     def try_send(self, task: int, item: Any) -> bool:

@@ -56,7 +56,7 @@ class Link(Protocol):
 
     def try_send(self, task: int, item: Any) -> bool: ...
 
-    def attach(self, *, transfer: Transfer, wake: Callable[[], None], frames: int) -> None: ...
+    def attach(self, *, transfer: Transfer, wake: Callable[[], None], frames: int, flusher: bool) -> None: ...
 
     def deliver(self) -> bool: ...
 
@@ -114,7 +114,8 @@ class Runtime:
             if bolt.tick_frequency_seconds and bolt_execs:
                 self.every(bolt.tick_frequency_seconds, functools.partial(self._tick, bolt_execs))
         if remote is not None:
-            remote.attach(transfer=self.transfer, wake=self.wake, frames=INGRESS_FRAMES)
+            remote.attach(transfer=self.transfer, wake=self.wake, frames=INGRESS_FRAMES,
+                          flusher=len(self.executors) > len(self.ackers))
 
     # -- building ---------------------------------------------------------------------------
 

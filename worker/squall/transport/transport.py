@@ -183,8 +183,10 @@ class Transport(Remote):
         """Tasks of other processes that this process sends nothing to for now (their process said so)."""
         return [task for task, flag in enumerate(self._congested) if flag]
 
-    def attach(self, *, transfer: Transfer, wake: Callable[[], None], frames: int) -> None:
-        """Connect to the runtime whose ``transfer`` holds the inboxes, and start listening and connecting."""
+    def attach(self, *, transfer: Transfer, wake: Callable[[], None], frames: int, flusher: bool = True) -> None:
+        """Connect to the runtime whose ``transfer`` holds the inboxes, and start listening and connecting;
+        ``flusher``: the runtime runs user callbacks (spouts, bolts), which may hold its thread (see
+        :meth:`_flusher_loop`); an acker's runs none."""
         self._wake = wake
         self._tasks = sorted({*transfer.inboxes, *self._forwards})
         # What the backlogs may hold before the lanes take no more frames (see squall.transport.ingress): enough
@@ -201,7 +203,8 @@ class Transport(Remote):
         self.receiver.start()
         for link in self.links.values():
             link.start()
-        self._flusher.start()
+        if flusher:
+            self._flusher.start()
 
     def all_connected(self) -> bool:
         """Every link to a peer is up, and every peer that sends to us has its streams open."""
