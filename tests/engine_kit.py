@@ -1,5 +1,6 @@
-"""Shared building blocks for the engine tests: a spout that records its verdicts, bolts that pass,
-hold or fail chosen tuples, and a run until nothing is left in flight (squall.testing has the rest)."""
+"""Building blocks of the engine tests that squall.testing does not have: its TestingSpout as most tests use
+it (``Numbers``), a probe of the spout's contract, bolts that pass, hold or fail chosen tuples, and a run until
+nothing is left in flight."""
 
 from __future__ import annotations
 
@@ -8,14 +9,25 @@ from collections.abc import Callable
 from typing import Any
 
 from squall import Bolt, Spout
-from squall.testing import LocalCluster, TestingSink
+from squall.testing import LocalCluster, TestingSink, TestingSpout
+
+
+class Numbers(TestingSpout):
+    """squall.testing's spout as most engine tests use it: ``[0]``, ``[1]``, ... on the field ``id``, up to
+    ``conf["count"]`` (default 10), each its own message id, and each emitted once whatever its verdict."""
+
+    outputs = ["id"]
+    replay = False
+
+    def items(self):
+        return ([n] for n in range(self.conf.get("count", 10)))
 
 
 class RecordingSpout(Spout):
-    """Emits ``[msg_id]`` once for each of ``conf["msg_ids"]`` (default ``range(conf["count"])``).
-
-    ``conf["tracked"]`` (default True) decides whether the emit carries the msg id. Records every
-    verdict and the number of trees it has in flight, as a real spout would see them.
+    """A probe of the spout's contract, for the tests of what the engine asks of a spout: emits ``[msg_id]``
+    once for each of ``conf["msg_ids"]`` (default ``range(conf["count"])``; more may be added to
+    ``to_emit``), with the msg id unless ``conf["tracked"]`` is False, and records every call in order, the
+    trees it has in flight, and its activations.
     """
 
     outputs = ["id"]

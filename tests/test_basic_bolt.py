@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine_kit import HoldBolt, RecordingSpout, run_until_quiet
+from engine_kit import HoldBolt, Numbers, run_until_quiet
 from squall import BasicBolt, EmitError, FailedException, ReportedFailedException, TopologyBuilder
 from squall.testing import LocalCluster
 
@@ -52,7 +52,7 @@ class Keeper(BasicBolt):
 
 def topology(bolt: type, *, sink: dict | None = None, count: int = 5, **config) -> TopologyBuilder:
     builder = TopologyBuilder("basic")
-    builder.set_spout("spout", RecordingSpout, config={"count": count})
+    builder.set_spout("spout", Numbers, config={"count": count})
     builder.set_bolt("basic", bolt, config=config).shuffle_grouping("spout")
     if sink is not None:
         builder.set_bolt("sink", HoldBolt, config=sink).shuffle_grouping("basic")
@@ -68,7 +68,7 @@ def test_emits_are_anchored_to_the_input_so_the_tree_waits_for_downstream_acks()
         assert cluster.counts("basic").acked == 5  # its own input was acked when execute returned
 
         sink.release()
-        run_until_quiet(cluster, spout.settled)
+        run_until_quiet(cluster, spout.done)
         assert sorted(spout.acked) == [0, 1, 2, 3, 4]
         assert spout.failed == []
 
@@ -76,7 +76,7 @@ def test_emits_are_anchored_to_the_input_so_the_tree_waits_for_downstream_acks()
 def test_the_input_is_acked_when_execute_returns():
     with LocalCluster(topology(Doubler).build()) as cluster:
         spout = cluster.instance("spout")
-        run_until_quiet(cluster, spout.settled)
+        run_until_quiet(cluster, spout.done)
         assert sorted(spout.acked) == [0, 1, 2, 3, 4]
         assert (cluster.counts("basic").acked, cluster.counts("basic").failed) == (5, 0)
 
@@ -84,7 +84,7 @@ def test_the_input_is_acked_when_execute_returns():
 def test_failed_exception_fails_the_input_without_reporting_an_error():
     with LocalCluster(topology(Raiser, sink={}, quiet=[2]).build()) as cluster:
         spout = cluster.instance("spout")
-        run_until_quiet(cluster, spout.settled)
+        run_until_quiet(cluster, spout.done)
         assert spout.failed == [2]
         assert sorted(spout.acked) == [0, 1, 3, 4]
         assert cluster.errors("basic") == []
@@ -95,7 +95,7 @@ def test_failed_exception_fails_the_input_without_reporting_an_error():
 def test_another_exception_fails_the_input_and_reports_the_error():
     with LocalCluster(topology(Raiser, sink={}, loud=[1, 3]).build()) as cluster:
         spout = cluster.instance("spout")
-        run_until_quiet(cluster, spout.settled)
+        run_until_quiet(cluster, spout.done)
         assert sorted(spout.failed) == [1, 3]
         assert sorted(spout.acked) == [0, 2, 4]
         errors = cluster.errors("basic")
@@ -109,7 +109,7 @@ def test_another_exception_fails_the_input_and_reports_the_error():
 def test_reported_failed_exception_fails_the_input_and_reports_the_error():
     with LocalCluster(topology(Raiser, sink={}, reported=[4]).build()) as cluster:
         spout = cluster.instance("spout")
-        run_until_quiet(cluster, spout.settled)
+        run_until_quiet(cluster, spout.done)
         assert spout.failed == [4]
         assert [e.error for e in cluster.errors("basic")] == ["ReportedFailedException: reported 4"]
 
@@ -117,7 +117,7 @@ def test_reported_failed_exception_fails_the_input_and_reports_the_error():
 def test_reset_timeout_is_only_valid_inside_execute():
     with LocalCluster(topology(Keeper, count=2).build()) as cluster:
         spout, keeper = cluster.instance("spout"), cluster.instance("basic")
-        run_until_quiet(cluster, spout.settled)
+        run_until_quiet(cluster, spout.done)
         assert sorted(spout.acked) == [0, 1]
         with pytest.raises(EmitError, match="reset_timeout is only valid inside execute"):
             keeper.kept.reset_timeout()

@@ -214,7 +214,7 @@ def test_the_summary_says_when_a_bolt_executed_tuples_and_acked_none(tmp_path, c
     spec.write_text("name: holds\n"
                     "messageTimeoutSeconds: 1\n"  # the stop waits for the held trees to time out
                     "spouts:\n"
-                    "  - {name: ids, className: 'engine_kit:RecordingSpout', config: {count: 3}}\n"
+                    "  - {name: ids, className: 'engine_kit:Numbers', config: {count: 3}}\n"
                     "bolts:\n"
                     "  - {name: sink, className: 'engine_kit:HoldBolt', config: {hold: [[0], [1], [2]]},\n"
                     "     inputs: [{component: ids, grouping: {type: shuffle}}]}\n")
@@ -230,7 +230,8 @@ def test_an_in_process_run_drains_its_trees_in_flight_when_it_stops(tmp_path, ca
     spec = tmp_path / "slow.yaml"
     spec.write_text("name: slow\n"
                     "spouts:\n"
-                    "  - {name: ids, className: 'engine_kit:RecordingSpout', config: {count: 5}}\n"
+                    "  - {name: ids, className: 'squall.testing:TestingSpout',\n"
+                    "     config: {testing.items: [[0], [1], [2], [3], [4]]}}\n"
                     "bolts:\n"
                     "  - {name: sink, className: 'engine_kit:SlowBolt', config: {seconds: 0.2},\n"
                     "     inputs: [{component: ids, grouping: {type: shuffle}}]}\n")

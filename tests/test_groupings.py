@@ -12,7 +12,7 @@ from collections import Counter, deque
 
 import pytest
 
-from engine_kit import RecordingSpout, run_until_quiet
+from engine_kit import Numbers, run_until_quiet
 from squall import Bolt, EmitError, Spout, TopologyBuilder, direct
 from squall.grouping import CHECK_EVERY, Locality, make_grouper
 from squall.testing import LocalCluster
@@ -414,12 +414,12 @@ def test_a_bolt_can_emit_direct_anchored_and_the_tree_completes():
 @pytest.mark.parametrize("subscribers", [1, 3])
 def test_every_subscriber_of_a_stream_gets_its_own_copy(subscribers):
     builder = TopologyBuilder("subscribers")
-    builder.set_spout("spout", RecordingSpout, config={"count": 50})
+    builder.set_spout("spout", Numbers, config={"count": 50})
     for i in range(subscribers):
         builder.set_bolt(f"bolt{i}", Recorder).shuffle_grouping("spout")
     with LocalCluster(builder.build()) as cluster:
         spout = cluster.instance("spout")
-        run_until_quiet(cluster, spout.settled)
+        run_until_quiet(cluster, spout.done)
         assert sorted(spout.acked) == list(range(50))
         for i in range(subscribers):
             assert sorted(values[0] for values, _ in received(cluster, f"bolt{i}")) == list(range(50))

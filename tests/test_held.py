@@ -1,13 +1,13 @@
 """Bolts' held inputs: what a draining worker waits for."""
 
-from engine_kit import HoldBolt, RecordingSpout
+from engine_kit import HoldBolt, Numbers
 from squall import TopologyBuilder
 from squall.testing import LocalCluster
 
 
 def test_the_runtime_counts_tracked_inputs_a_bolt_has_not_acked_yet():
     builder = TopologyBuilder("held")
-    builder.set_spout("spout", RecordingSpout, config={"count": 5})
+    builder.set_spout("spout", Numbers, config={"count": 5})
     builder.set_bolt("hold", HoldBolt, config={"hold": [[n] for n in range(5)]}).shuffle_grouping("spout")
     with LocalCluster(builder.build()) as cluster:
         cluster.run_until(lambda: cluster.runtime.held() == 5)
@@ -26,7 +26,7 @@ def test_the_drain_count_follows_each_tuple_whichever_task_acks_or_fails_it_and_
     is not). A count that went down twice for one tuple would read 0 while a tuple is still held, and
     the drain would end early."""
     builder = TopologyBuilder("held-across-tasks")
-    builder.set_spout("spout", RecordingSpout, config={"count": 6})
+    builder.set_spout("spout", Numbers, config={"count": 6})
     builder.set_bolt("hold", HoldBolt, tasks=2, config={"hold": [[n] for n in range(6)]}).shuffle_grouping("spout")
     with LocalCluster(builder.build()) as cluster:
         rt, spout = cluster.runtime, cluster.instance("spout")
@@ -54,5 +54,5 @@ def test_the_drain_count_follows_each_tuple_whichever_task_acks_or_fails_it_and_
         assert rt.held() == 1
         first.collector.ack(f)
         assert rt.held() == 0
-        cluster.run_until(spout.settled)
+        cluster.run_until(spout.done)
         assert rt.held() == 0

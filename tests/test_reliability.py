@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine_kit import HoldBolt, PassBolt, RecordingSpout, run_until_quiet
+from engine_kit import HoldBolt, Numbers, PassBolt, RecordingSpout, run_until_quiet
 from squall import Bolt, EmitError, TopologyBuilder
 from squall.testing import LocalCluster, TestingSink
 
@@ -95,7 +95,7 @@ class TaskIdSpout(RecordingSpout):
 
 def test_a_50_bolt_chain_completes_only_when_its_last_edge_is_acked():
     builder = TopologyBuilder("chain")
-    builder.set_spout("spout", RecordingSpout, config={"count": 20})
+    builder.set_spout("spout", Numbers, config={"count": 20})
     previous = "spout"
     for i in range(50):
         builder.set_bolt(f"b{i:02d}", PassBolt).shuffle_grouping(previous)
@@ -120,7 +120,7 @@ def test_a_50_bolt_chain_completes_only_when_its_last_edge_is_acked():
                          ids=["one-acker", "three-ackers", "tiny-queues"])
 def test_a_fan_out_of_1000_children_completes_only_when_the_last_child_is_acked(settings):
     builder = TopologyBuilder("fanout")
-    builder.set_spout("spout", RecordingSpout, config={"count": 5})
+    builder.set_spout("spout", Numbers, config={"count": 5})
     builder.set_bolt("fan", FanOutBolt, config={"fanout": 1000}).shuffle_grouping("spout")
     builder.set_bolt("sink", HoldBolt, parallelism=2, tasks=4, config={"hold": [[2, 737]]}).shuffle_grouping("fan")
     with LocalCluster(builder.build(**settings)) as cluster:
@@ -138,7 +138,7 @@ def test_a_fan_out_of_1000_children_completes_only_when_the_last_child_is_acked(
 
 def test_a_tuple_anchored_to_two_spout_trees_holds_both_until_it_is_acked():
     builder = TopologyBuilder("multi-anchor")
-    builder.set_spout("spout", RecordingSpout, config={"count": 10})
+    builder.set_spout("spout", Numbers, config={"count": 10})
     builder.set_bolt("pair", PairBolt).global_grouping("spout")
     builder.set_bolt("sink", HoldBolt, config={"hold": [[4, 5]]}).shuffle_grouping("pair")
     with LocalCluster(builder.build()) as cluster:
@@ -155,12 +155,12 @@ def test_a_tuple_anchored_to_two_spout_trees_holds_both_until_it_is_acked():
 
 def test_failing_a_tuple_anchored_to_two_spout_trees_fails_both_once():
     builder = TopologyBuilder("multi-anchor-fail")
-    builder.set_spout("spout", RecordingSpout, config={"count": 10})
+    builder.set_spout("spout", Numbers, config={"count": 10})
     builder.set_bolt("pair", PairBolt).global_grouping("spout")
     builder.set_bolt("sink", HoldBolt, config={"fail": [[4, 5]]}).shuffle_grouping("pair")
     with LocalCluster(builder.build()) as cluster:
         spout = cluster.instance("spout")
-        run_until_quiet(cluster, spout.settled)
+        run_until_quiet(cluster, spout.done)
         assert sorted(spout.failed) == [4, 5]
         assert sorted(spout.acked) == [0, 1, 2, 3, 6, 7, 8, 9]
         assert cluster.counts("spout").failed == 2
@@ -208,7 +208,7 @@ def test_a_tuple_anchored_to_trees_of_two_spout_tasks_fails_both_trees():
 def diamond(**sink_config) -> TopologyBuilder:
     """spout → left, right → join (anchored to both branches of the same tree) → sink."""
     builder = TopologyBuilder("diamond")
-    builder.set_spout("spout", RecordingSpout, config={"count": 10})
+    builder.set_spout("spout", Numbers, config={"count": 10})
     builder.set_bolt("left", PassBolt).shuffle_grouping("spout")
     builder.set_bolt("right", PassBolt, config={"fail": [[6]]}).shuffle_grouping("spout")
     (builder.set_bolt("join", DiamondJoinBolt, parallelism=2)
@@ -223,7 +223,7 @@ def test_a_diamond_rejoining_one_tree_completes_when_the_joined_tuple_is_acked()
         run_until_quiet(cluster, lambda: len(spout.acked) + len(spout.failed) >= 9 and len(sink.held) == 1)
         assert 3 not in spout.acked
         sink.release()
-        run_until_quiet(cluster, spout.settled)
+        run_until_quiet(cluster, spout.done)
         assert sorted(spout.acked) == [0, 1, 2, 3, 4, 5, 7, 8, 9]
         assert spout.failed == [6]  # failed in one branch: the tree fails although the other branch acked
 
@@ -263,12 +263,12 @@ def test_many_failing_children_of_one_tree_fail_it_once_while_siblings_ack():
 
 def test_a_second_ack_is_ignored():
     builder = TopologyBuilder("double-ack")
-    builder.set_spout("spout", RecordingSpout, config={"count": 20})
+    builder.set_spout("spout", Numbers, config={"count": 20})
     builder.set_bolt("twice", DoubleAckBolt).shuffle_grouping("spout")
     builder.set_bolt("sink", TestingSink).shuffle_grouping("twice")
     with LocalCluster(builder.build()) as cluster:
         spout = cluster.instance("spout")
-        run_until_quiet(cluster, spout.settled)
+        run_until_quiet(cluster, spout.done)
         assert sorted(spout.acked) == list(range(20))
         assert spout.failed == []
 
@@ -276,23 +276,23 @@ def test_a_second_ack_is_ignored():
 def test_a_fail_after_an_ack_fails_a_tree_that_is_still_pending():
     """Storm's way: while the tree is pending (here: the child is still at the sink), a fail wins."""
     builder = TopologyBuilder("ack-then-fail")
-    builder.set_spout("spout", RecordingSpout, config={"count": 20})
+    builder.set_spout("spout", Numbers, config={"count": 20})
     builder.set_bolt("twice", DoubleAckBolt, config={"fail": True}).shuffle_grouping("spout")
     builder.set_bolt("sink", TestingSink).shuffle_grouping("twice")
     with LocalCluster(builder.build()) as cluster:
         spout = cluster.instance("spout")
-        run_until_quiet(cluster, spout.settled)
+        run_until_quiet(cluster, spout.done)
         assert sorted(spout.failed) == list(range(20)) and spout.acked == []
         assert cluster.counts("spout").timed_out == 0
 
 
 def test_a_fail_after_the_last_ack_cannot_undo_a_completed_tree():
     builder = TopologyBuilder("completed")
-    builder.set_spout("spout", RecordingSpout, config={"count": 20})
+    builder.set_spout("spout", Numbers, config={"count": 20})
     builder.set_bolt("sink", AckThenFailSink).shuffle_grouping("spout")
     with LocalCluster(builder.build()) as cluster:
         spout = cluster.instance("spout")
-        run_until_quiet(cluster, spout.settled)
+        run_until_quiet(cluster, spout.done)
         assert sorted(spout.acked) == list(range(20)) and spout.failed == []
 
 
@@ -312,12 +312,12 @@ class LateEmitBolt(Bolt):
 @pytest.mark.parametrize("verdict", ["acked", "failed"])
 def test_emitting_anchored_to_a_decided_tuple_is_refused(verdict):
     builder = TopologyBuilder("late-emit")
-    builder.set_spout("spout", RecordingSpout, config={"count": 1})
+    builder.set_spout("spout", Numbers, config={"count": 1})
     builder.set_bolt("late", LateEmitBolt, config={"fail": verdict == "failed"}).shuffle_grouping("spout")
     builder.set_bolt("sink", TestingSink).shuffle_grouping("late")
     with LocalCluster(builder.build()) as cluster:
         spout = cluster.instance("spout")
-        run_until_quiet(cluster, spout.settled)
+        run_until_quiet(cluster, spout.done)
         late = cluster.instance("late")
         assert f"component 'late' emitted on stream 'default' anchored to a tuple it has already {verdict}" \
             in late.refused
@@ -346,11 +346,11 @@ def test_a_bolt_that_hands_its_collector_something_other_than_a_tuple_fails_its_
     segfault (ack, fail) or emitted into garbage trees (an anchor); interpreted, an AttributeError
     (found by the engine audit)."""
     builder = TopologyBuilder("not-a-tuple")
-    builder.set_spout("spout", RecordingSpout, config={"count": 3})
+    builder.set_spout("spout", Numbers, config={"count": 3})
     builder.set_bolt("bolt", NotATupleBolt, config={"call": call, "value": value}).shuffle_grouping("spout")
     with LocalCluster(builder.build()) as cluster:
         spout = cluster.instance("spout")
-        run_until_quiet(cluster, spout.settled)
+        run_until_quiet(cluster, spout.done)
         assert sorted(spout.failed) == [0, 1, 2] and spout.acked == []
         errors = [e.error for e in cluster.errors("bolt")]
         assert errors and all(e.startswith("TypeError") for e in errors), errors

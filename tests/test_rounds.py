@@ -4,7 +4,7 @@ collector pauses takes no further tuple, not even later in the same round."""
 
 from __future__ import annotations
 
-from engine_kit import RecordingSpout
+from engine_kit import Numbers
 from squall import BasicBolt, Bolt, TopologyBuilder
 from squall.executor.bolt import BUDGET, SLICE, SLOW_FOR
 from squall.executor.spout import BURST, BURST_SECONDS
@@ -41,7 +41,7 @@ class Sink(Bolt):
 def fan_topology(**conf):
     """A spout's one burst of BURST trees, each made FAN_OUT tuples for the sink."""
     builder = TopologyBuilder("rounds")
-    builder.set_spout("spout", RecordingSpout)
+    builder.set_spout("spout", Numbers)
     builder.set_bolt("fan", Fan).shuffle_grouping("spout")
     builder.set_bolt("sink", Sink).shuffle_grouping("fan")
     return builder.build(config={"count": BURST, **conf})

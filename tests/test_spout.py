@@ -3,7 +3,7 @@ deactivate / activate."""
 
 from __future__ import annotations
 
-from engine_kit import HoldBolt, PassBolt, RecordingSpout, run_until_quiet
+from engine_kit import HoldBolt, Numbers, PassBolt, RecordingSpout, run_until_quiet
 from squall import Bolt, TopologyBuilder
 from squall.testing import LocalCluster
 
@@ -129,10 +129,10 @@ def test_a_deactivated_spout_is_not_asked_for_tuples_until_activated():
 
 def test_a_tracked_emit_that_reaches_no_bolt_is_acked_at_once():
     builder = TopologyBuilder("no-subscribers")
-    builder.set_spout("spout", RecordingSpout, config={"count": 5})
+    builder.set_spout("spout", Numbers, config={"count": 5})
     with LocalCluster(builder.build()) as cluster:
         spout = cluster.instance("spout")
-        run_until_quiet(cluster, spout.settled)
+        run_until_quiet(cluster, spout.done)
         assert sorted(spout.acked) == [0, 1, 2, 3, 4]
         assert spout.failed == []
         assert cluster.pending() == 0

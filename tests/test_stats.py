@@ -6,7 +6,7 @@ from collections.abc import Mapping
 
 import pytest
 
-from engine_kit import PassBolt, RecordingSpout, run_until_quiet
+from engine_kit import Numbers, PassBolt, run_until_quiet
 from squall import TopologyBuilder
 from squall.executor.stats import LATENCY_BUCKETS, Counts, Histogram, TaskStats
 from squall.metrics.collector import RuntimeCollector
@@ -66,11 +66,11 @@ def test_a_latency_falls_in_the_first_bucket_whose_bound_it_does_not_exceed():
 
 def test_a_declared_stream_is_exported_at_0_unless_it_has_neither_fields_nor_subscribers():
     builder = TopologyBuilder("series")
-    builder.set_spout("spout", RecordingSpout, config={"count": 3})
+    builder.set_spout("spout", Numbers, config={"count": 3})
     builder.set_bolt("relay", PassBolt).shuffle_grouping("spout")  # fields, no subscriber: it may gain one
     builder.set_bolt("sink", TestingSink).shuffle_grouping("relay")  # a default stream of no fields, unsubscribed
     with LocalCluster(builder.build()) as cluster:
-        run_until_quiet(cluster, cluster.instance("spout").settled)
+        run_until_quiet(cluster, cluster.instance("spout").done)
         collector = RuntimeCollector(cluster.runtime, role="worker", index=0)
         emitted = {(s.labels["component"], s.labels["stream"]): s.value for family in collector.collect()
                    for s in family.samples if s.name == "squall_emitted_total"}

@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from engine_kit import HoldBolt, RecordingSpout, run_until_quiet
+from engine_kit import HoldBolt, Numbers, RecordingSpout, run_until_quiet
 from squall import Bolt, TopologyBuilder
 from squall.executor.reporting import ErrorLog, ErrorReporter
 from squall.testing import LocalCluster, TestingSink
@@ -53,12 +53,12 @@ class FlakySpout(RecordingSpout):
 
 def test_a_bolt_with_a_tick_frequency_receives_tick_tuples_repeatedly():
     builder = TopologyBuilder("ticks")
-    builder.set_spout("spout", RecordingSpout, config={"count": 5})
+    builder.set_spout("spout", Numbers, config={"count": 5})
     builder.set_bolt("ticked", Ticked, parallelism=2, tasks=3, tick_frequency_seconds=0.2).shuffle_grouping("spout")
     builder.set_bolt("plain", Ticked).shuffle_grouping("spout")
     with LocalCluster(builder.build()) as cluster:
         ticked, spout = cluster.instances("ticked"), cluster.instance("spout")
-        cluster.run_until(lambda: spout.settled() and all(len(b.ticks) >= 3 for b in ticked))
+        cluster.run_until(lambda: spout.done() and all(len(b.ticks) >= 3 for b in ticked))
         assert sorted(spout.acked) == [0, 1, 2, 3, 4]  # acking the ticks changed nothing
         for bolt in ticked:
             assert all(t.is_tick and t.source_component == "__system" and t.values == [] for t in bolt.ticks)
@@ -71,11 +71,11 @@ def test_a_bolt_with_a_tick_frequency_receives_tick_tuples_repeatedly():
 
 def test_fifty_errors_at_once_record_and_log_five_and_count_all(caplog):
     builder = TopologyBuilder("throttled")
-    builder.set_spout("spout", RecordingSpout, config={"count": 3})
+    builder.set_spout("spout", Numbers, config={"count": 3})
     builder.set_bolt("complainer", Complainer, config={"errors": 50}).shuffle_grouping("spout")
     with caplog.at_level(logging.ERROR, logger="squall.errors"), LocalCluster(builder.build()) as cluster:
         spout = cluster.instance("spout")
-        run_until_quiet(cluster, spout.settled)
+        run_until_quiet(cluster, spout.done)
         recorded = cluster.errors("complainer")
         assert [e.error for e in recorded] == [f"RuntimeError: error {i}" for i in range(5)]
         assert all(e.component == "complainer" for e in recorded)
@@ -89,10 +89,10 @@ def test_fifty_errors_at_once_record_and_log_five_and_count_all(caplog):
 
 def test_only_the_last_ten_recorded_errors_are_kept():
     builder = TopologyBuilder("kept")
-    builder.set_spout("spout", RecordingSpout, config={"count": 1})
+    builder.set_spout("spout", Numbers, config={"count": 1})
     builder.set_bolt("complainer", Complainer, config={"errors": 50}).shuffle_grouping("spout")
     with LocalCluster(builder.build(error_reporting={"maxPerInterval": 100})) as cluster:
-        run_until_quiet(cluster, cluster.instance("spout").settled)
+        run_until_quiet(cluster, cluster.instance("spout").done)
         assert [e.error for e in cluster.errors("complainer")] == [f"RuntimeError: error {i}" for i in range(40, 50)]
         assert [e.error for e in cluster.errors()] == [f"RuntimeError: error {i}" for i in range(40, 50)]
 
@@ -147,11 +147,11 @@ class Broken(Bolt):
 
 def test_an_exception_in_execute_fails_the_input_and_is_reported():
     builder = TopologyBuilder("broken")
-    builder.set_spout("spout", RecordingSpout, config={"count": 3})
+    builder.set_spout("spout", Numbers, config={"count": 3})
     builder.set_bolt("broken", Broken).shuffle_grouping("spout")
     with LocalCluster(builder.build()) as cluster:
         spout = cluster.instance("spout")
-        run_until_quiet(cluster, spout.settled)
+        run_until_quiet(cluster, spout.done)
         assert spout.failed == [1]
         assert sorted(spout.acked) == [0, 2]
         assert [e.error for e in cluster.errors("broken")] == ["KeyError: 'missing'"]
@@ -172,12 +172,12 @@ def test_an_exception_after_the_bolt_acked_its_input_does_not_fail_the_tree():
     """The engine fails an input for its exception only if the bolt had not decided it: the trees
     complete once the sink acks the children (before, the FAIL after the ack failed them all)."""
     builder = TopologyBuilder("ack-then-raise")
-    builder.set_spout("spout", RecordingSpout, config={"count": 5})
+    builder.set_spout("spout", Numbers, config={"count": 5})
     builder.set_bolt("bolt", AckThenRaise).shuffle_grouping("spout")
     builder.set_bolt("sink", TestingSink).shuffle_grouping("bolt")
     with LocalCluster(builder.build()) as cluster:
         spout = cluster.instance("spout")
-        run_until_quiet(cluster, spout.settled)
+        run_until_quiet(cluster, spout.done)
         assert sorted(spout.acked) == [0, 1, 2, 3, 4] and spout.failed == []
         assert cluster.counts("bolt").failed == 0
         assert [e.error for e in cluster.errors("bolt")] == ["RuntimeError: after the ack"] * 5
@@ -222,13 +222,13 @@ class BrokenPrepare(Bolt):
 
 def test_a_spout_whose_open_raises_and_a_bolt_whose_prepare_raises_are_reported_and_the_rest_runs():
     builder = TopologyBuilder("broken-start")
-    builder.set_spout("good", RecordingSpout, config={"count": 50})
+    builder.set_spout("good", Numbers, config={"count": 50})
     builder.set_spout("bad", BrokenOpen)
     builder.set_bolt("model", BrokenPrepare).shuffle_grouping("bad")
     builder.set_bolt("sink", Ticked).shuffle_grouping("good")
     with LocalCluster(builder.build()) as cluster:
         good = cluster.instance("good")
-        cluster.run_until(good.settled)
+        cluster.run_until(good.done)
         assert sorted(good.acked) == list(range(50))  # the healthy part of the topology runs
         assert cluster.errors("model")[0].error == "RuntimeError: cannot load the model"
     # A spout whose open raised is not polled, activated or closed: half-built, it would only report

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from engine_kit import HoldBolt, RecordingSpout, run_until_quiet
+from engine_kit import HoldBolt, Numbers, RecordingSpout, run_until_quiet
 from squall import Bolt, TopologyBuilder
 from squall.acker.acker import INIT, RESET, notification
 from squall.executor.base import Remote
@@ -52,7 +52,7 @@ class SlowBolt(Bolt):
 
 def topology(bolt: type, *, count: int = 1, **config) -> TopologyBuilder:
     builder = TopologyBuilder("timeouts")
-    builder.set_spout("spout", RecordingSpout, config={"count": count})
+    builder.set_spout("spout", Numbers, config={"count": count})
     builder.set_bolt("bolt", bolt, config=config, tick_frequency_seconds=0.2).shuffle_grouping("spout")
     return builder
 
@@ -104,7 +104,7 @@ def test_without_reset_timeout_a_slow_tree_times_out():
     """The control for the next test: holding 2.5 s is longer than the 1 s timeout."""
     with LocalCluster(topology(SlowBolt, hold_seconds=2.5).build(message_timeout_seconds=1)) as cluster:
         spout, bolt = cluster.instance("spout"), cluster.instance("bolt")
-        cluster.run_until(lambda: bolt.held_for and spout.settled())
+        cluster.run_until(lambda: bolt.held_for and spout.done())
         assert spout.failed == [0]
         assert spout.acked == []
 
@@ -113,7 +113,7 @@ def test_reset_timeout_keeps_a_slow_tree_alive_past_twice_the_timeout():
     with LocalCluster(topology(SlowBolt, count=3, hold_seconds=2.5, reset=True)
                       .build(message_timeout_seconds=1)) as cluster:
         spout, bolt = cluster.instance("spout"), cluster.instance("bolt")
-        run_until_quiet(cluster, spout.settled)
+        run_until_quiet(cluster, spout.done)
         assert min(bolt.held_for) >= 2.5  # precondition: each tree was held for over twice the timeout
         assert bolt.resets > 0
         assert sorted(spout.acked) == [0, 1, 2]
@@ -141,7 +141,7 @@ def test_a_reset_just_before_a_rotation_keeps_the_tree_a_whole_timeout_more(post
     timeout tick behind it."""
     now = [0.0]
     builder = TopologyBuilder("reset-race")
-    builder.set_spout("spout", RecordingSpout, config={"count": 1})
+    builder.set_spout("spout", Numbers, config={"count": 1})
     builder.set_bolt("bolt", HeldOnce).shuffle_grouping("spout")
     with LocalCluster(builder.build(message_timeout_seconds=10), clock=lambda: now[0]) as cluster:
         spout, bolt = cluster.instance("spout"), cluster.instance("bolt")

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from engine_kit import PassBolt, RecordingSpout
+from engine_kit import Numbers, PassBolt
 from squall import Bolt, Spout, TopologyBuilder, TopologyError, TopologySpec, direct, load_spec, validate
 from squall.testing import LocalCluster
 from squall.topology.spec import yaml_documents
@@ -80,7 +80,7 @@ def test_a_stream_subscribed_to_twice_by_one_bolt_is_refused():
     assert_mentions(message, "bolt 'count' inputs[1]", "stream 'default' of 'split' is subscribed to already",
                     "by inputs[0]", "keep one of the two groupings")
     builder = TopologyBuilder("twice")
-    builder.set_spout("s", RecordingSpout)
+    builder.set_spout("s", Numbers)
     builder.set_bolt("b", PassBolt).shuffle_grouping("s").all_grouping("s")
     with pytest.raises(TopologyError, match="stream 'default' of 's' is subscribed to already"):
         LocalCluster(builder.build())
@@ -142,7 +142,7 @@ def test_the_builder_takes_what_python_code_hands_it():
     import numpy as np
 
     builder = TopologyBuilder("python")
-    builder.set_spout("spout", RecordingSpout, parallelism=np.int64(2))
+    builder.set_spout("spout", Numbers, parallelism=np.int64(2))
     builder.set_bolt("bolt", PassBolt).grouping("spout", {"type": "fields", "fields": ("id",)})
     spec = builder.build(workers=np.int64(2), message_timeout_seconds=30.0, config=types.MappingProxyType({"a": 1}))
     assert (spec.workers, spec.message_timeout_seconds, spec.config) == (2, 30, {"a": 1})
@@ -158,7 +158,7 @@ def test_the_builder_takes_what_python_code_hands_it():
 
 def test_parallelism_below_one_from_the_builder():
     builder = TopologyBuilder("zero")
-    builder.set_spout("spout", RecordingSpout, parallelism=0)
+    builder.set_spout("spout", Numbers, parallelism=0)
     with pytest.raises(TopologyError) as info:
         builder.build()
     assert_mentions(str(info.value), "spout 'spout'", "parallelism", "must be at least 1")
@@ -171,7 +171,7 @@ def test_parallelism_below_one_from_the_builder():
 def test_too_many_tasks_names_what_made_them(settings, lower):
     """It said to lower the components' parallelism when the ackers made them (the configuration audit)."""
     builder = TopologyBuilder("many")
-    builder.set_spout("spout", RecordingSpout)
+    builder.set_spout("spout", Numbers)
     with pytest.raises(TopologyError) as info:
         validate(builder.build(**settings))
     assert_mentions(str(info.value), "the topology has 70,001 tasks (1 of its components, 70,000 acker(s)); at most",
@@ -206,7 +206,7 @@ class NotABolt:
 
 def test_a_class_given_to_the_builder_that_is_not_a_bolt():
     builder = TopologyBuilder("not-a-bolt")
-    builder.set_spout("spout", RecordingSpout)
+    builder.set_spout("spout", Numbers)
     builder.set_bolt("bolt", NotABolt).shuffle_grouping("spout")
     with pytest.raises(TopologyError) as info:
         LocalCluster(builder.build())
@@ -219,7 +219,7 @@ class BadOutputs(Bolt):
 
 def test_outputs_that_are_not_a_list_or_dict():
     builder = TopologyBuilder("bad-outputs")
-    builder.set_spout("spout", RecordingSpout)
+    builder.set_spout("spout", Numbers)
     builder.set_bolt("bolt", BadOutputs).shuffle_grouping("spout")
     with pytest.raises(TopologyError) as info:
         validate(builder.build())
@@ -338,7 +338,7 @@ def test_a_document_that_is_not_a_mapping():
 
 def test_builder_settings_are_validated_like_yaml_fields():
     builder = TopologyBuilder("settings")
-    builder.set_spout("spout", RecordingSpout)
+    builder.set_spout("spout", Numbers)
     with pytest.raises(TopologyError) as info:
         builder.build(message_timeout=3)
     assert_mentions(str(info.value), "messageTimeout: unknown key", "did you mean 'messageTimeoutSeconds'")
@@ -393,7 +393,7 @@ def test_load_spec_errors_name_the_file(tmp_path):
 
 def test_an_invalid_topology_cannot_be_run():
     builder = TopologyBuilder("unrunnable")
-    builder.set_spout("spout", RecordingSpout)
+    builder.set_spout("spout", Numbers)
     builder.set_bolt("bolt", PassBolt).fields_grouping("spout", ["nope"])
     with pytest.raises(TopologyError, match="'nope'"):
         LocalCluster(builder.build())

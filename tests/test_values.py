@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine_kit import RecordingSpout, run_until_quiet
+from engine_kit import Numbers, run_until_quiet
 from squall import Bolt, EmitError, Spout, TopologyBuilder
 from squall.testing import LocalCluster, TestingSink
 from squall.values import check_values
@@ -121,12 +121,12 @@ def test_a_spout_emit_is_refused_and_nothing_is_sent_or_tracked():
 
 def test_an_uncaught_refusal_in_a_bolt_fails_its_input_and_is_reported():
     builder = TopologyBuilder("bad-bolt")
-    builder.set_spout("spout", RecordingSpout, config={"count": 3})
+    builder.set_spout("spout", Numbers, config={"count": 3})
     builder.set_bolt("bad", BadBolt).shuffle_grouping("spout")
     builder.set_bolt("sink", TestingSink).shuffle_grouping("bad")
     with LocalCluster(builder.build()) as cluster:
         spout = cluster.instance("spout")
-        run_until_quiet(cluster, spout.settled)
+        run_until_quiet(cluster, spout.done)
         assert sorted(spout.failed) == [0, 1, 2]
         assert spout.acked == []
         assert cluster.instance("sink").received == []
@@ -289,7 +289,7 @@ def test_a_tuple_anchored_to_more_trees_than_a_frame_has_room_for_is_refused_and
     value does not fit a frame of 64 KiB. The emit is refused before any edge id is drawn, so each input
     can still be acked and every tree completes; with ten anchors the same value goes."""
     builder = TopologyBuilder("gather")
-    builder.set_spout("spout", RecordingSpout, config={"count": 300})
+    builder.set_spout("spout", Numbers, config={"count": 300})
     builder.set_bolt("gather", Gather, config={"count": 300}).global_grouping("spout")
     builder.set_bolt("sink", TestingSink).shuffle_grouping("gather")
     with LocalCluster(builder.build(transfer={"maxFrameBytes": 65_536, "maxValueBytes": 60_000})) as cluster:

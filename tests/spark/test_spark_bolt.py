@@ -15,7 +15,7 @@ import pytest
 from examples.clickstream import SESSION_GAP, TOP_PAGES, ClickSpout, SessionStats, clicks
 from pyspark.sql import functions as F
 
-from engine_kit import RecordingSpout
+from engine_kit import Numbers
 from squall import Bolt, Spout, TopologyBuilder, load_spec, validate
 from squall.executor.bolt import BUDGET
 from squall.spark import SparkBolt
@@ -350,7 +350,7 @@ class Shapes(SparkBolt):
 
 def one_bolt_topology(bolt: type, *, count: int) -> LocalCluster:
     builder = TopologyBuilder("spark-results")
-    builder.set_spout("spout", RecordingSpout, config={"count": count})
+    builder.set_spout("spout", Numbers, config={"count": count})
     builder.set_bolt("spark", bolt, config={"spark.batch.size": count}).shuffle_grouping("spout")
     builder.set_bolt("sink", Collect).global_grouping("spark")
     return LocalCluster(builder.build())
@@ -359,7 +359,7 @@ def one_bolt_topology(bolt: type, *, count: int) -> LocalCluster:
 def test_a_result_that_does_not_fit_the_outputs_fails_the_batch_and_emits_nothing():
     with one_bolt_topology(WrongColumns, count=4) as cluster:
         spout, sink = cluster.instance("spout"), cluster.instance("sink")
-        cluster.run_until(spout.settled, seconds=DEADLINE)
+        cluster.run_until(spout.done, seconds=DEADLINE)
         assert sorted(spout.failed) == [0, 1, 2, 3] and spout.acked == []
         assert sink.rows == []
         (error,) = cluster.errors("spark")
@@ -378,12 +378,12 @@ def test_a_result_value_over_max_value_bytes_fails_the_batch_before_any_row_is_e
     the rows before the big one were emitted by a batch that failed, at every replay (found by the Spark
     audit)."""
     builder = TopologyBuilder("spark-long")
-    builder.set_spout("spout", RecordingSpout, config={"count": 4})
+    builder.set_spout("spout", Numbers, config={"count": 4})
     builder.set_bolt("spark", Long, config={"spark.batch.size": 4}).shuffle_grouping("spout")
     builder.set_bolt("sink", Collect).global_grouping("spark")
     with LocalCluster(builder.build(transfer={"maxValueBytes": 100})) as cluster:
         spout, sink = cluster.instance("spout"), cluster.instance("sink")
-        cluster.run_until(spout.settled, seconds=DEADLINE)
+        cluster.run_until(spout.done, seconds=DEADLINE)
         assert sorted(spout.failed) == [0, 1, 2, 3] and sink.rows == []
         assert "over transfer.maxValueBytes (100)" in cluster.errors("spark")[0].error
 
@@ -402,12 +402,12 @@ def test_a_result_row_that_does_not_fit_a_frame_with_the_batchs_anchors_fails_th
     was acked in one process, and across processes the row was dropped as over a frame, after the first
     row had gone, and its trees failed, at every replay."""
     builder = TopologyBuilder("spark-wide")
-    builder.set_spout("spout", RecordingSpout, config={"count": 200})
+    builder.set_spout("spout", Numbers, config={"count": 200})
     builder.set_bolt("spark", Wide, config={"spark.batch.size": 200}).shuffle_grouping("spout")
     builder.set_bolt("sink", Collect).global_grouping("spark")
     with LocalCluster(builder.build(transfer={"maxFrameBytes": 65_536, "maxValueBytes": 61_000})) as cluster:
         spout, sink = cluster.instance("spout"), cluster.instance("sink")
-        cluster.run_until(spout.settled, seconds=DEADLINE)
+        cluster.run_until(spout.done, seconds=DEADLINE)
         assert sorted(spout.failed) == list(range(200)) and sink.rows == []
         assert "anchored to 200 trees" in cluster.errors("spark")[0].error
 
@@ -415,6 +415,6 @@ def test_a_result_row_that_does_not_fit_a_frame_with_the_batchs_anchors_fails_th
 def test_result_values_become_tuple_values():
     with one_bolt_topology(Shapes, count=3) as cluster:
         spout, sink = cluster.instance("spout"), cluster.instance("sink")
-        cluster.run_until(lambda: spout.settled() and len(sink.rows) == 1, seconds=DEADLINE)
+        cluster.run_until(lambda: spout.done() and len(sink.rows) == 1, seconds=DEADLINE)
         assert sorted(spout.acked) == [0, 1, 2]
         assert sink.rows == [({"lo": 0, "hi": 2}, (0, 1, 2), b"\x00\x01", {"n": 3})]

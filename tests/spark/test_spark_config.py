@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from engine_kit import RecordingSpout
+from engine_kit import Numbers
 from squall import ConfigError, TopologyBuilder, TopologyError, direct
 from squall.spark import SparkBolt
 from squall.spark.bolt import Batching
@@ -33,7 +33,7 @@ class Direct(Counts):
 
 def start(bolt: type = Counts, *, timeout: int = 30, **config) -> None:
     builder = TopologyBuilder("spark-config")
-    builder.set_spout("spout", RecordingSpout)
+    builder.set_spout("spout", Numbers)
     builder.set_bolt("spark", bolt, config=config).shuffle_grouping("spout")
     LocalCluster(builder.build(message_timeout_seconds=timeout)).shutdown()
 

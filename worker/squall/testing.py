@@ -20,7 +20,6 @@ it acked, for tests that kill processes::
 
 from __future__ import annotations
 
-import itertools
 import sqlite3
 import time
 from collections import deque
@@ -43,8 +42,9 @@ ITEMS_KEY = "testing.items"  # a TestingSpout's tuples, when given in the config
 
 
 class TestingSpout(Spout):
-    """A reliable spout: emits each item of :meth:`items` once with a message id, keeps it until it is
-    acked, and emits it again when its tree fails or times out (at least once, as a real source).
+    """A reliable spout: emits each item of :meth:`items` once with a message id (0, 1, ...), keeps it
+    until it is acked, and emits it again when its tree fails or times out (at least once, as a real
+    source); a subclass with ``replay = False`` emits each item once, whatever its verdict.
 
     It records every verdict in ``acked`` and ``failed`` (message ids in call order); ``pending``
     holds the values of the trees in flight. :meth:`ready` paces new items.
@@ -52,6 +52,7 @@ class TestingSpout(Spout):
 
     __test__ = False  # not a pytest test class, whatever its name
     outputs: ClassVar = ["value"]
+    replay: ClassVar[bool] = True  # False: a failed item is only recorded in ``failed``, not emitted again
 
     def items(self) -> Iterable[Sequence[Any]]:
         """The tuples to emit, each a list of values (default: the config's ``testing.items``)."""
@@ -64,7 +65,7 @@ class TestingSpout(Spout):
     def open(self, conf, context, collector) -> None:
         super().open(conf, context, collector)
         self._source = iter(self.items())
-        self._ids = itertools.count()
+        self._emitted = 0
         self.pending: dict[int, list[Any]] = {}
         self.replays: deque[int] = deque()
         self.acked: list[int] = []
@@ -81,7 +82,8 @@ class TestingSpout(Spout):
             if values is None:
                 self.exhausted = True
                 return
-            msg_id = next(self._ids)
+            msg_id = self._emitted
+            self._emitted += 1
             self.pending[msg_id] = list(values)
         self.collector.emit(self.pending[msg_id], msg_id=msg_id)
 
@@ -91,15 +93,18 @@ class TestingSpout(Spout):
 
     def fail(self, msg_id: int) -> None:
         self.failed.append(msg_id)
-        self.replays.append(msg_id)
+        if self.replay:
+            self.replays.append(msg_id)
+        else:
+            del self.pending[msg_id]
 
     @property
     def emitted(self) -> int:
         """How many distinct items were emitted so far."""
-        return len(self.pending) + len(self.acked)
+        return self._emitted
 
     def done(self) -> bool:
-        """Every item emitted and acked."""
+        """Every item emitted and acked (or, with ``replay = False``, acked or failed)."""
         return self.exhausted and not self.pending
 
 
