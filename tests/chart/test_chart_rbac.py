@@ -23,7 +23,7 @@ import yaml
 from chart_support import REPO, deployment_env, render
 from kubernetes import client
 
-from squall_operator import admission, cluster, crd, handlers, resource
+from squall_operator import admission, cluster, crd, handlers, reconcile, resource
 from squall_operator import render as operator_render
 from squall_operator.apply import Kube
 from squall_operator.settings import Settings
@@ -145,7 +145,7 @@ def operator_calls(monkeypatch) -> set[Permission]:
     path = f"/apis/{resource.API_VERSION}/namespaces/{NAMESPACE}/{resource.PLURAL}/wordcount"
     api.objects[path] = _topology({**spec, "spark": {"executors": 1}})
     log = logging.getLogger("test")
-    with_monitors = handlers.Operator(settings=Settings(image="squall:test", podmonitor="auto"), kube=Kube(api))
+    with_monitors = reconcile.Operator(settings=Settings(image="squall:test", podmonitor="auto"), kube=Kube(api))
     with_monitors.reconcile(NAMESPACE, "wordcount", log)  # creates everything, Spark RBAC and PodMonitor included
     kinds = {obj["kind"] for obj in api.objects.values()}
     assert {"ConfigMap", "ServiceAccount", "Role", "RoleBinding", "Service", "StatefulSet", "PodMonitor", "Secret",
@@ -166,7 +166,7 @@ def operator_calls(monkeypatch) -> set[Permission]:
     with_monitors.reconcile(NAMESPACE, "wordcount", log)  # drained: the pod is deleted
     assert pod not in api.objects
     api.objects[path]["spec"] = {**spec, "ackers": 0}
-    without = handlers.Operator(settings=Settings(image="squall:test", podmonitor="false", tls=False,
+    without = reconcile.Operator(settings=Settings(image="squall:test", podmonitor="false", tls=False,
                                                   network_policy=False), kube=Kube(api))
     without.reconcile(NAMESPACE, "wordcount", log)  # prunes Spark's RBAC, the ackers, the PodMonitor, TLS, policy
     assert {obj["kind"] for obj in api.objects.values()} == kinds - {"Role", "RoleBinding", "PodMonitor", "Secret",

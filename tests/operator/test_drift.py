@@ -37,9 +37,9 @@ from operator_kit import (
 )
 
 from squall_operator import apply as apply_module
-from squall_operator import handlers
+from squall_operator import processes
 from squall_operator.apply import Kube
-from squall_operator.handlers import Operator
+from squall_operator.reconcile import Operator
 from squall_operator.settings import Settings
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(60)]
@@ -202,7 +202,7 @@ async def test_the_resync_repairs_unwatched_drift_and_reads_component_errors(api
 async def test_the_resync_asks_a_topologys_pods_for_their_errors_at_once(api, start_operator, monkeypatch):
     """Two pods whose ``/errors`` does not answer (a wedged process) are asked side by side: a pass
     waits one timeout for them, not one per pod (before: 12 such pods held every resync 24 s)."""
-    monkeypatch.setattr(handlers, "ERRORS_TIMEOUT", 30.0)  # the pods answer only once released
+    monkeypatch.setattr(processes, "ERRORS_TIMEOUT", 30.0)  # the pods answer only once released
     waiting: list[object] = []
     most, release = [0], asyncio.Event()
 
@@ -232,7 +232,7 @@ async def test_a_topology_whose_pods_are_slow_to_answer_does_not_hold_up_the_oth
     """Topologies were reconciled one after another: one whose pods took their timeout to answer (a busy
     process: 7 s a command) held up every other Topology's resync and rebalance steps (found by the
     review). They are reconciled side by side now."""
-    monkeypatch.setattr(handlers, "ERRORS_TIMEOUT", 60.0)  # the slow pod answers only once released
+    monkeypatch.setattr(processes, "ERRORS_TIMEOUT", 60.0)  # the slow pod answers only once released
     release = asyncio.Event()
     reported = [{"component": "split", "task": 2, "time": time.time(), "error": "ValueError: bad line"}]
 
@@ -265,7 +265,7 @@ async def test_a_pod_whose_errors_never_end_does_not_hold_the_resync_and_only_th
     (one a second, in its headers or its body, held every Topology's resync for good) and whatever its
     size (a 3 MB answer of empty entries took the operator past its memory limit). Found by the security
     audit and the review. A process older than ``?last=`` (a pinned image) is asked for ``/errors``."""
-    monkeypatch.setattr(handlers, "ERRORS_TIMEOUT", 1.0)
+    monkeypatch.setattr(processes, "ERRORS_TIMEOUT", 1.0)
     asked: list[str] = []
     reported = [{"component": "split", "task": 2, "time": time.time(), "error": "ValueError: bad line"}]
 

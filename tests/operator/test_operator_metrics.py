@@ -17,7 +17,7 @@ from tests.chart.live_rules import problems, rule_file
 from tests.chart.observed import Prometheus, Target, expand
 
 from squall.metrics.scrape import fetch
-from squall_operator import handlers
+from squall_operator import reconcile
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.asyncio]
 DASHBOARD = REPO / "charts" / "squall" / "dashboards" / "squall-operator.json"
@@ -37,7 +37,7 @@ def value(samples: dict, name: str, **labels: str) -> float | None:
 
 async def test_the_operator_counts_what_it_does_and_its_dashboard_shows_it(api, start_operator, tmp_path,
                                                                          monkeypatch):
-    monkeypatch.setattr(handlers, "RETRY_DELAY", 0.1)  # kopf retries a refused reconcile after it
+    monkeypatch.setattr(reconcile, "RETRY_DELAY", 0.1)  # kopf retries a refused reconcile after it
     await install_webhook_configuration(api)
     op = await start_operator(webhook_host="127.0.0.1", webhook_port=free_port())
     port = op.settings.metrics_port

@@ -212,12 +212,12 @@ def test_a_refused_switch_that_gave_a_role_a_new_template_stays_refused_until_th
 def test_a_pod_counts_as_running_only_while_its_process_container_runs():
     """A pod crash-looping is in phase Running: it was taken for a busy process holding trees, so every
     drain waited the whole message timeout for it (found by the review)."""
-    from squall_operator.handlers import _running
+    from squall_operator.processes import running
 
     def pod(state: dict) -> dict:
         return {"status": {"phase": "Running", "containerStatuses": [
             {"name": "log-shipper", "state": {"running": {}}}, {"name": "worker", "state": state}]}}
 
-    assert _running(pod({"running": {"startedAt": "2026-01-01T00:00:00Z"}}), "worker")
-    assert not _running(pod({"waiting": {"reason": "CrashLoopBackOff"}}), "worker")
-    assert not _running({"status": {"phase": "Pending"}}, "worker")
+    assert running(pod({"running": {"startedAt": "2026-01-01T00:00:00Z"}}), "worker")
+    assert not running(pod({"waiting": {"reason": "CrashLoopBackOff"}}), "worker")
+    assert not running({"status": {"phase": "Pending"}}, "worker")

@@ -101,11 +101,11 @@ needs it (operator/squall_operator/); tests/chart/test_chart_rbac.py checks them
 */}}
 {{- define "squall.namespacedRules" -}}
 # kopf lists and watches Topologies and keeps its state in their annotations (patch); the operator
-# reads one before reconciling it (handlers.Operator.reconcile)
+# reads one before reconciling it (reconcile.Operator.reconcile)
 - apiGroups: [squall.dev]
   resources: [topologies]
   verbs: [get, list, watch, patch]
-# handlers.Operator._write: the status subresource
+# reconcile.Operator._write: the status subresource
 - apiGroups: [squall.dev]
   resources: [topologies/status]
   verbs: [patch]
@@ -152,7 +152,7 @@ needs it (operator/squall_operator/); tests/chart/test_chart_rbac.py checks them
 - apiGroups: [monitoring.coreos.com]
   resources: [podmonitors]
   verbs: [get, create, patch, delete]
-# handlers.Operator._pods lists the worker and acker pods (container states into the status);
+# reconcile.Operator._pods lists the worker and acker pods (container states into the status);
 # kopf watches them (on.event "pods"); a rebalance deletes the pods whose template changed
 # (squall_operator.rebalance: the StatefulSets' updateStrategy is OnDelete)
 - apiGroups: [""]
