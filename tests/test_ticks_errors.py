@@ -294,7 +294,7 @@ def test_a_spout_whose_open_and_a_bolt_whose_prepare_raised_are_called_again_unt
 NO_WINDOW = {"intervalSeconds": 3600}
 
 
-class RaisingVerdicts(RecordingSpout):
+class RaisingVerdicts(Numbers):
     """Records each verdict, then raises from ``ack`` and ``fail``."""
 
     def ack(self, msg_id):
@@ -314,7 +314,7 @@ def test_a_spout_whose_ack_and_fail_raise_is_reported_throttled_and_goes_on_emit
     spec = builder.build(message_timeout_seconds=1, error_reporting=NO_WINDOW)
     with caplog.at_level(logging.ERROR, logger="squall.errors"), LocalCluster(spec) as cluster:
         spout = cluster.instance("spout")
-        run_until_quiet(cluster, spout.settled)
+        run_until_quiet(cluster, spout.done)
         assert sorted(spout.failed) == [3, 5, 7]
         assert sorted(spout.acked) == [i for i in range(20) if i not in (3, 5, 7)]
         counts = cluster.counts("spout")
@@ -332,7 +332,7 @@ def test_with_no_ackers_a_spout_whose_ack_raises_at_emit_is_reported_and_goes_on
     builder.set_bolt("sink", TestingSink).shuffle_grouping("spout")
     with LocalCluster(builder.build(ackers=0, error_reporting=NO_WINDOW)) as cluster:
         spout = cluster.instance("spout")
-        run_until_quiet(cluster, spout.settled)
+        run_until_quiet(cluster, spout.done)
         assert spout.acked == list(range(8))  # acked as emitted, each ack raising
         assert cluster.counts("spout").errors == 8
         assert [e.error for e in cluster.errors("spout")] == [f"RuntimeError: ack {i} raised" for i in range(5)]
@@ -369,7 +369,7 @@ def test_a_spout_whose_activate_and_deactivate_raise_is_reported_and_still_switc
             ["RuntimeError: activate raised", "RuntimeError: deactivate raised", "RuntimeError: activate raised"]
 
 
-class ClosingSpout(RecordingSpout):
+class ClosingSpout(Numbers):
     """Records that it was closed; raises from ``close`` when ``conf["raise"]``."""
 
     def close(self):
@@ -397,7 +397,7 @@ def test_a_spout_whose_close_and_a_prepared_bolt_whose_cleanup_raise_are_reporte
     with LocalCluster(builder.build(error_reporting=NO_WINDOW)) as cluster:
         spouts = [cluster.instance("bad-spout"), cluster.instance("good-spout")]
         bolts = cluster.instances("bad-bolt") + cluster.instances("good-bolt")
-        run_until_quiet(cluster, lambda: all(s.settled() for s in spouts))
+        run_until_quiet(cluster, lambda: all(s.done() for s in spouts))
         assert all(sorted(s.acked) == list(range(5)) for s in spouts)
         assert cluster.errors() == []
     assert all(s.closed for s in spouts) and all(b.cleaned for b in bolts)
