@@ -30,7 +30,7 @@ from kubernetes.client.exceptions import ApiException
 
 from squall.backoff import Backoff
 from squall.errors import TopologyError
-from squall.topology.spec import DNS_LABEL
+from squall.topology.k8s import DNS_LABEL
 from squall.transport.tls import self_signed
 from squall_operator import resource
 from squall_operator.settings import Settings

@@ -21,7 +21,8 @@ from typing import Any
 
 from squall.contract import ACKER, LOG_LEVEL, SPEC_DIR, TLS_MOUNT, WORKER
 from squall.errors import TopologyError
-from squall.topology.spec import PodTemplate, Resources, TopologySpec
+from squall.topology.k8s import PodTemplate, Resources
+from squall.topology.spec import TopologySpec
 
 WORKERS, ACKERS, SPARK_EXECUTORS = "workers", "ackers", "sparkExecutors"
 # the main container of each role's pods, the one the template's same-named container merges into

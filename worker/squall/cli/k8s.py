@@ -18,7 +18,7 @@ import yaml
 
 from squall.cli.validate import check, modules, unimportable
 from squall.topology import load_spec
-from squall.topology.spec import DNS_LABEL
+from squall.topology.k8s import DNS_LABEL
 
 NAMESPACE = re.compile(rf"^{DNS_LABEL}$")
 IN_THE_IMAGE = ("squall", "examples")  # the packages of the worker image (the Dockerfile), any image's default

@@ -9,82 +9,26 @@ from __future__ import annotations
 import difflib
 import hashlib
 import json
-import re
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, Literal, Self, get_args
+from typing import Annotated, Any, ClassVar, Literal, Self
 
 import yaml
-from pydantic import (
-    AfterValidator,
-    BaseModel,
-    BeforeValidator,
-    ConfigDict,
-    Field,
-    PrivateAttr,
-    ValidationError,
-    ValidationInfo,
-    WithJsonSchema,
-    field_validator,
-    model_validator,
-)
-from pydantic.alias_generators import to_camel
+from pydantic import AfterValidator, Field, PrivateAttr, ValidationError, model_validator
 
 from squall.errors import TopologyError
 from squall.system import DEFAULT_STREAM
+from squall.topology.k8s import JVM_MEMORY, DisruptionBudget, PodTemplates, Resources, Spark
+from squall.topology.model import SpecModel
 from squall.values import HEADER_BYTES, tuple_budget
 
 # a DNS-1035 label (Services are named after it), within 40 characters (the names derived from it fit 63)
 NAME_PATTERN = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
-DNS_LABEL = r"[a-z0-9](?:[-a-z0-9]{0,61}[a-z0-9])?"  # a Kubernetes DNS-1123 label: a namespace's or a Service's name
 NAME_RULE = ("must be lowercase letters, digits and '-', beginning with a letter and ending with a letter or digit "
              "(a DNS-1035 label: the Services are named after it)")
 NAME_MAX = 40
 COMPONENT_PATTERN = r"^[A-Za-z][A-Za-z0-9_.-]*$"
 CLASS_PATTERN = r"^[^:\s]+:[^:\s]+$"  # module:Class (squall.topology.plan.import_class)
-# Kubernetes' resource.Quantity, as its OpenAPI schema spells it (an integer, or a string such as 500m), not
-# negative: no container may request or be limited to less than nothing
-QUANTITY_PATTERN = (r"^\+?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|"
-                    r"([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$")
-
-
-def _quantity(value: Any) -> Any:
-    if isinstance(value, float):
-        raise ValueError(f"a fractional quantity must be a string; write '{value}' (or in milli-units, 500m)")
-    if isinstance(value, str) and value.startswith("-") or isinstance(value, int) and value < 0:
-        raise ValueError("a quantity is 0 or more")
-    if isinstance(value, str) and not re.match(QUANTITY_PATTERN, value):
-        raise ValueError("not a Kubernetes quantity; write it as 500m, 2, '1.5' or 1Gi")
-    return value
-
-
-Quantity = Annotated[int | str, BeforeValidator(_quantity), WithJsonSchema(
-    {"anyOf": [{"type": "integer", "minimum": 0}, {"type": "string", "pattern": QUANTITY_PATTERN}]})]
-# What a container may request: Kubernetes' own resources, and extended ones named with their domain
-STANDARD_RESOURCES = ("cpu", "memory", "ephemeral-storage")
-
-
-class _Model(BaseModel):
-    # no .inf or .nan (YAML has both): a wait of .inf never ends, a bound of .nan compares false
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid",
-                              validate_assignment=True, use_enum_values=True, strict=True, allow_inf_nan=False)
-
-    def to_dict(self) -> dict[str, Any]:
-        """The camelCase document this model loads from (the YAML / CR shape)."""
-        return self.model_dump(by_alias=True, mode="json")
-
-    @field_validator("*", mode="before")
-    @classmethod
-    def _no_truth_values_as_numbers(cls, value: Any, info: ValidationInfo) -> Any:
-        # What the lax mode of Python code (TopologyBuilder) would convert and lose: workers=True is 1,
-        # suspended="no" is False. Documents are strict, and refuse them anyway.
-        kinds = set(get_args(cls.model_fields[info.field_name].annotation)) or {
-            cls.model_fields[info.field_name].annotation}
-        if isinstance(value, bool) and bool not in kinds and kinds & {int, float} and str not in kinds:
-            raise ValueError("must be a whole number" if int in kinds else "must be a number")
-        if isinstance(value, str) and bool in kinds:
-            raise ValueError("must be true or false")
-        return value
 
 
 class GroupingType(StrEnum):
@@ -98,7 +42,7 @@ class GroupingType(StrEnum):
     CUSTOM = "custom"
 
 
-class Grouping(_Model):
+class Grouping(SpecModel):
     """How a stream's tuples are spread over the consuming component's tasks."""
 
     type: Annotated[GroupingType, Field(strict=False)]  # a str in YAML
@@ -118,7 +62,7 @@ class Grouping(_Model):
         return self
 
 
-class Input(_Model):
+class Input(SpecModel):
     """A subscription of a bolt to one stream of another component."""
 
     component: str
@@ -163,7 +107,7 @@ def _no_storm_keys(config: dict[str, Any]) -> dict[str, Any]:
 Config = Annotated[dict[str, Any], AfterValidator(_no_storm_keys)]
 
 
-class ComponentSpec(_Model):
+class ComponentSpec(SpecModel):
     name: str = Field(pattern=COMPONENT_PATTERN, max_length=63)
     class_name: str = Field(pattern=CLASS_PATTERN, description="'module:Class' of the spout or bolt")
     parallelism: int = Field(default=1, ge=1, description="executors")
@@ -184,7 +128,7 @@ class BoltSpec(ComponentSpec):
     tick_frequency_seconds: float | None = Field(default=None, gt=0)
 
 
-class SpoutWait(_Model):
+class SpoutWait(SpecModel):
     """Storm's progressive wait strategy, for a spout whose ``next_tuple`` emitted nothing.
 
     A spout with a full pending map is not polled at all until a verdict frees a slot: the
@@ -196,7 +140,7 @@ class SpoutWait(_Model):
     level3_sleep_ms: float = Field(default=1.0, ge=0, description="then the wait between calls")
 
 
-class ErrorReporting(_Model):
+class ErrorReporting(SpecModel):
     """Throttling of ``report_error``: at most this many errors are logged and recorded; all are counted."""
 
     max_per_interval: int = Field(default=5, ge=1)
@@ -209,7 +153,7 @@ ACKER_MESSAGE_BYTES = 21  # on the wire: kind 1, root 8, value 8, spout task 4 (
 FRAME_OVERHEAD = 64  # a frame's protobuf tags and lengths, with room to spare
 
 
-class Transfer(_Model):
+class Transfer(SpecModel):
     """Batching of tuples and acker messages between processes."""
 
     batch_size: int = Field(default=1024, ge=1, le=65536, description="items per frame at most")
@@ -242,7 +186,7 @@ class Transfer(_Model):
         return self
 
 
-class LocalityAware(_Model):
+class LocalityAware(SpecModel):
     """Storm 2's locality-aware shuffle: a shuffle grouping sends to the consuming tasks in the
     emitting worker while they keep up, and to every task once they fall behind."""
 
@@ -260,101 +204,7 @@ class LocalityAware(_Model):
         return self
 
 
-JVM_MEMORY = r"^[0-9]+[kmgtKMGT]?$"  # as Spark's spark.*.memory: a whole number with a unit letter
-
-
-class Spark(_Model):
-    """Spark for SparkBolts in Kubernetes: the worker pod is the driver, executors are pods."""
-
-    executor_image: str | None = Field(default=None, description="default: the topology's image")
-    executors: int = Field(default=2, ge=1, description="spark.executor.instances")
-    executor_cores: int = Field(default=1, ge=1)
-    executor_memory: str = Field(default="1g", pattern=JVM_MEMORY)
-    driver_memory: str = Field(default="1g", pattern=JVM_MEMORY)
-    conf: dict[str, str] = Field(default_factory=dict, description="extra spark.* settings")
-
-    @field_validator("conf")
-    @classmethod
-    def _no_pod_settings(cls, conf: dict[str, str]) -> dict[str, str]:
-        # Spark would make its executor pods from these, past the operator's pod template checks: a
-        # hostPath volume of the node's root filesystem, another pod template, another account
-        for key in conf:
-            if _SPARK_POD_SETTINGS.match(key):
-                raise ValueError(f"{key} is not allowed: Spark would make its pods with it, past the pod template "
-                                 "checks (Pod Security Standard restricted); give volumes and other pod settings "
-                                 "in podTemplate.sparkExecutors")
-        return conf
-
-
-_SPARK_POD_SETTINGS = re.compile(r"spark\.kubernetes\.((driver|executor)\.(volumes\.|podTemplate|annotation\."
-                                 r"container\.apparmor)|authenticate\.)")
-
-
-class Resources(_Model):
-    """Kubernetes' core/v1 ResourceRequirements: what a container requests and its limits."""
-
-    requests: dict[str, Quantity] | None = Field(default=None, description="e.g. {cpu: 500m, memory: 1Gi}")
-    limits: dict[str, Quantity] | None = Field(default=None, description="e.g. {memory: 1Gi}")
-
-    @field_validator("requests", "limits")
-    @classmethod
-    def _known_resources(cls, amounts: dict[str, Any] | None) -> dict[str, Any] | None:
-        for name in amounts or ():
-            if not (name in STANDARD_RESOURCES or name.startswith("hugepages-") or "/" in name):
-                raise ValueError(f"{name!r} is not a resource Kubernetes knows: use {', '.join(STANDARD_RESOURCES)}, "
-                                 "hugepages-<size>, or an extended resource named with its domain (example.com/gpu)")
-        return amounts
-
-
-def _int_or_percent(value: Any) -> Any:
-    if isinstance(value, bool) or not isinstance(value, (int, str)):
-        raise ValueError("use a number of pods (1) or a percentage ('25%')")
-    if isinstance(value, int) and value < 1:
-        raise ValueError("at least 1 pod must be allowed to go, or a node could never be drained")
-    if isinstance(value, str) and not re.fullmatch(PERCENT, value):
-        raise ValueError("a percentage is written as '25%', from 1% to 100%")
-    return value
-
-
-PERCENT = r"([1-9][0-9]?|100)%"
-IntOrPercent = Annotated[int | str, BeforeValidator(_int_or_percent), WithJsonSchema(
-    {"anyOf": [{"type": "integer", "minimum": 1}, {"type": "string", "pattern": f"^{PERCENT}$"}]})]
-
-
-class DisruptionBudget(_Model):
-    """A PodDisruptionBudget for each role: how many of its pods voluntary disruptions (drains) may take."""
-
-    max_unavailable: IntOrPercent = Field(default=1, description="pods of one role that may be down at once: "
-                                          "a number, or a percentage such as '25%'")
-
-
-class PodMetadata(_Model):
-    labels: dict[str, str] = Field(default_factory=dict, description="added to the pods' labels")
-    annotations: dict[str, str] = Field(default_factory=dict, description="added to the pods' annotations")
-
-
-class PodTemplate(_Model):
-    """What one role's pods add to, or change in, the pods the operator renders (a strategic merge)."""
-
-    metadata: PodMetadata | None = None
-    spec: dict[str, Any] | None = Field(default=None, description=(
-        "a core/v1 PodSpec fragment merged strategically over the rendered pod: lists of named items "
-        "(containers, env, volumes, volumeMounts, imagePullSecrets) merge by name, other lists replace. "
-        "The container named after the role (worker, acker, spark-kubernetes-executor) is the main one; "
-        "its command, ports, the spec mount and the non-root security context are the operator's"))
-    resources: Resources | None = Field(default=None, description="the main container's resources; "
-                                        "default: spec.resources")
-
-
-class PodTemplates(_Model):
-    """A pod template for each role: worker pods, acker pods and Spark executor pods."""
-
-    workers: PodTemplate | None = None
-    ackers: PodTemplate | None = None
-    spark_executors: PodTemplate | None = Field(default=None, description="Spark executor pods (with spark)")
-
-
-class TopologySpec(_Model):
+class TopologySpec(SpecModel):
     """A whole topology: its components, their wiring and the knobs of guaranteed processing."""
 
     name: str = Field(pattern=NAME_PATTERN, max_length=NAME_MAX)
@@ -371,8 +221,8 @@ class TopologySpec(_Model):
     config: Config = Field(default_factory=dict)
     spouts: list[SpoutSpec] = Field(min_length=1)
     bolts: list[BoltSpec] = Field(default_factory=list)
-    # Deployment fields: what a Topology resource adds. squall run ignores them but suspended, which its
-    # processes follow live from the file, as pods do from their ConfigMap.
+    # Deployment fields: what a Topology resource adds (their models: squall.topology.k8s). squall run ignores
+    # them but suspended, which its processes follow live from the file, as pods do from their ConfigMap.
     image: str | None = Field(default=None, description="container image; default: the operator's")
     image_pull_policy: Literal["Always", "IfNotPresent", "Never"] | None = None
     resources: Resources | None = Field(default=None, description="every role's container resources")
@@ -529,7 +379,7 @@ def _path(loc: tuple[Any, ...]) -> str:
     return out or "(top level)"
 
 
-def _model_at(loc: tuple[Any, ...]) -> type[_Model] | None:
+def _model_at(loc: tuple[Any, ...]) -> type[SpecModel] | None:
     """The model class that holds the key at ``loc`` (for suggesting spellings)."""
     model: Any = TopologySpec
     for part in loc[:-1]:
@@ -540,9 +390,9 @@ def _model_at(loc: tuple[Any, ...]) -> type[_Model] | None:
             return None
         annotation = field.annotation
         for arg in getattr(annotation, "__args__", ()) or (annotation,):
-            if isinstance(arg, type) and issubclass(arg, _Model):
+            if isinstance(arg, type) and issubclass(arg, SpecModel):
                 annotation = arg
-        if not (isinstance(annotation, type) and issubclass(annotation, _Model)):
+        if not (isinstance(annotation, type) and issubclass(annotation, SpecModel)):
             return None
         model = annotation
     return model
