@@ -1,5 +1,6 @@
 # C types for the Transport (transport/__init__.py) where Squall is compiled with Cython (squall/_pure.py).
 cimport cython
+from posix.time cimport CLOCK_MONOTONIC, clock_gettime, nanosleep, timespec
 
 from squall.executor.base cimport Remote
 from squall.transport.ingress cimport Ingress
@@ -39,6 +40,11 @@ cdef class Transport(Remote):
     cdef object _lock, _kick, _flusher
 
     cdef inline _enter(self)
+
+    cdef inline bint _held(self, double now, double interval) noexcept nogil
+
+    @cython.locals(ts=timespec, now=cython.double, wait=cython.double)
+    cdef _wait_held(self, double interval)
 
     @cython.locals(boxes=_Boxes, box=Outbox, size=Py_ssize_t)
     cpdef bint try_send(self, long long task, object item) except -1

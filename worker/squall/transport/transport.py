@@ -21,6 +21,13 @@ from squall.transport.server import Receiver
 from squall.transport.tls import Credentials
 from squall.tuples import Tuple
 
+try:
+    import cython
+
+    _COMPILED = cython.compiled
+except ImportError:  # interpreted, with no Cython installed (a SQUALL_PURE_PYTHON=1 install)
+    _COMPILED = False
+
 # The frames' format (squall.proto). Peers agree on it as on the plan: a process announces its plan as
 # ``<fingerprint>+wire<N>``, so during an upgrade that changes the format, processes of two versions
 # refuse each other's streams (their trees fail and replay once both sides run one version) instead
@@ -445,25 +452,50 @@ class Transport(Remote):
         next_tuple that blocks), what it handed over before and during the callback (emits, acks, fails,
         resets) leaves as it would at the end of a round, once its batch is due: the flusher thread
         flushes for it, as Storm's transfer never waits for its executors. A scheduler whose rounds
-        flush, or that sleeps with nothing due, never meets it: it looks once per flush interval."""
+        flush, or that sleeps with nothing due, never meets it."""
         interval = max(self.flush_interval, FLUSHER_FLOOR)
         while True:
-            now = self.clock()
-            # until the round has lasted an interval and the oldest batch is due; a batch begun meanwhile
-            # is due an interval from now at the soonest
-            self._kick.wait(max(min(max(self._round + interval, self._due) - now, interval), interval / 4))
-            self._kick.clear()
+            self._wait_held(interval)
             if self._closed:
                 return
             now = self.clock()
-            if now - self._round >= interval and (now >= self._due or self.waiting_room):
-                with self._lock:
-                    self._claimed = True
-                    try:
-                        if not self._inside:  # else the scheduler runs a call of its own: not held
-                            self._flush_due(now)
-                    finally:
-                        self._claimed = False
+            if not self._held(now, interval):
+                continue
+            with self._lock:
+                self._claimed = True
+                try:
+                    if not self._inside:  # else the scheduler runs a call of its own: not held
+                        self._flush_due(now)
+                finally:
+                    self._claimed = False
+
+    def _held(self, now: float, interval: float) -> bool:
+        """The scheduler's round has lasted an interval without a flush, and a batch is due or waits for room."""
+        return now - self._round >= interval and (now >= self._due or self.waiting_room)
+
+    def _wait_held(self, interval: float) -> None:
+        """Sleep until the scheduler looks held (see :meth:`_held`), or the transport closes. It looks once
+        per interval at most, and at the oldest batch's due time; compiled, without the GIL, so that a look
+        that finds the scheduler flushing its rounds costs it nothing (with the GIL, the thousand looks a
+        second took 10-15 % more CPU per tree from a busy scheduler)."""
+        if _COMPILED and self.clock is time.monotonic:
+            with cython.nogil:
+                while not self._closed:
+                    clock_gettime(CLOCK_MONOTONIC, cython.address(ts))  # noqa: F821 (transport.pxd)
+                    now = ts.tv_sec + ts.tv_nsec * 1e-9  # noqa: F821
+                    if self._held(now, interval):
+                        break
+                    wait = min(max(max(self._round + interval, self._due) - now, interval / 4), interval)
+                    ts.tv_sec = int(wait)  # noqa: F821
+                    ts.tv_nsec = int((wait - ts.tv_sec) * 1e9)  # noqa: F821
+                    nanosleep(cython.address(ts), cython.NULL)  # noqa: F821
+            return
+        while not self._closed:
+            now = self.clock()
+            if self._held(now, interval):
+                return
+            self._kick.wait(min(max(max(self._round + interval, self._due) - now, interval / 4), interval))
+            self._kick.clear()
 
     def close(self) -> None:
         self._closed = True
