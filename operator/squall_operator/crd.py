@@ -158,10 +158,10 @@ def status_schema() -> dict[str, Any]:
         "readyAckers": count,
         "ready": {"type": "string", "description": "ready pods / wanted pods, workers and ackers together"},
         "selector": {"type": "string", "description": "the worker pods' label selector (for autoscalers)"},
-        "specHash": {"type": "string", "description": "the plan: a hash of what the processes must agree on (the "
-                     "spec without suspended and the pod fields); the processes report it"},
+        "specHash": {"type": "string", "description": "the spec's fingerprint (the plan): a hash of what the processes "
+                     "must agree on (the spec without suspended and the pod fields); the processes report it"},
         "rebalance": {"type": "object", "description": "a spec change in progress (upgradeStrategy)", "properties": {
-            "target": {"type": "string", "description": "the plan the pods are moved to"},
+            "target": {"type": "string", "description": "the fingerprint of the spec the pods are moved to"},
             "strategy": {"type": "string", "enum": ["Drain", "Recreate"]},
             "step": {"type": "string", "enum": ["Draining", "Switching", "Replacing"]},
             "started": {"type": "string", "format": "date-time"},

@@ -90,18 +90,18 @@ def decide(*, spec: TopologySpec, templates: Mapping[str, str], pods: Sequence[P
     def new_template(pod: Pod) -> bool:
         return pod.template != templates.get(pod.role)
 
-    def other_plan(pod: Pod) -> bool:
-        return pod.state is not None and pod.state.member and pod.state.plan != target
+    def other_spec(pod: Pod) -> bool:
+        return pod.state is not None and pod.state.member and pod.state.fingerprint != target
 
     def held() -> tuple[str, ...]:  # the pods whose spouts a rebalance holds, to let go
         return tuple(p.name for p in pods if p.state is not None and p.state.held and p.state.member)
 
-    outdated = [p for p in pods if surplus(p) or new_template(p) or other_plan(p)]
+    outdated = [p for p in pods if surplus(p) or new_template(p) or other_spec(p)]
     current = dict(previous) if previous and previous.get("target") == target else None
     if not outdated:
         # Over once every pod of the new spec answers with its plan; one that stays silent (unreachable:
         # it follows its spec file by itself) is waited for ANSWER_GRACE after the switch at most.
-        answered = [p for p in pods if p.state is not None and p.state.plan == target]
+        answered = [p for p in pods if p.state is not None and p.state.fingerprint == target]
         if current is not None and len(answered) < sum(wanted.values()) and \
                 (now - parse_time(current.get("switched", current["started"]))).total_seconds() < ANSWER_GRACE:
             return Decision(rebalance=current, again=True)
@@ -159,7 +159,7 @@ def decide(*, spec: TopologySpec, templates: Mapping[str, str], pods: Sequence[P
                            "replays from a durable source emits them again)"))
 
     replace = tuple(p.name for p in outdated if new_template(p) and not surplus(p))
-    switch = tuple(p.name for p in outdated if not new_template(p) and not surplus(p) and other_plan(p))
+    switch = tuple(p.name for p in outdated if not new_template(p) and not surplus(p) and other_spec(p))
     return Decision(rebalance=current, delete=replace, switch=switch, again=True, events=tuple(events))
 
 

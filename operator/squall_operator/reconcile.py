@@ -66,7 +66,7 @@ class Operator:
         self.known: set[tuple[str, str]] = set()  # (namespace, name) of the Topologies seen, for the resync
         self._due: dict[tuple[str, str], float] = {}  # Topologies to reconcile again soon: monotonic deadline
         self._due_lock = threading.Lock()
-        # (namespace, name) → (target plan, when this operator first saw that rebalance under way)
+        # (namespace, name) → (the target's fingerprint, when this operator first saw that rebalance under way)
         self._watched: dict[tuple[str, str], tuple[str, datetime]] = {}
         # (namespace, name) → the spec last applied and its generation: what the pods run, which drift repair
         # applies while the latest spec is invalid or refused (after a restart: read from the ConfigMap)

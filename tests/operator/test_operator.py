@@ -335,7 +335,7 @@ async def test_a_switch_the_processes_refuse_stops_the_rebalance_says_why_and_le
             "False", "SwitchRefused")
         await eventually("a Warning Event SwitchRefused", lambda: events(api, "SwitchRefused"))  # after the status
         await eventually("the spouts going again on the old plan", lambda: (s := states()) and all(
-            x.plan == old and not x.held for x in s) and any(x.active for x in s), timeout=20)
+            x.fingerprint == old and not x.held for x in s) and any(x.active for x in s), timeout=20)
         checks = [r for r in caplog.records if "cannot run the new spec, nothing of it is applied" in r.getMessage()]
         assert len(checks) == 1 and not [r for r in caplog.records if "refused the switch" in r.getMessage()]
         assert spec_in_config_map(api, "wc")["bolts"][1]["className"] == SPEC["bolts"][1]["className"]

@@ -15,14 +15,14 @@ TEMPLATES = {"worker": "t1", "acker": "t1"}
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 
-def state(plan: str, *, held: bool = False, pending: int = 0, in_flight: int = 0, member: bool = True,
+def state(fingerprint: str, *, held: bool = False, pending: int = 0, in_flight: int = 0, member: bool = True,
           active: bool | None = None) -> ProcessState:
-    return ProcessState(plan=plan, active=not held if active is None else active, held=held, connected=True,
-                        pending=pending, in_flight=in_flight, member=member)
+    return ProcessState(fingerprint=fingerprint, active=not held if active is None else active, held=held,
+                        connected=True, pending=pending, in_flight=in_flight, member=member)
 
 
 def pods(spec: TopologySpec, *, template: str = "t1", **kwargs) -> list[Pod]:
-    """The pods of ``spec``, each answering with its plan (``kwargs``: the state's other fields)."""
+    """The pods of ``spec``, each answering with its fingerprint (``kwargs``: the state's other fields)."""
     return [Pod(f"wc-{role}-{i}", role, i, template, state(spec.fingerprint(), **kwargs))
             for role, n in (("worker", spec.workers), ("acker", spec.num_ackers)) for i in range(n)]
 

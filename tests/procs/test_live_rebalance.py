@@ -56,14 +56,14 @@ def poll(sup: Supervisor, condition, *, what: str, timeout: float = 60):
 
 def switched(sup: Supervisor, target: TopologySpec) -> bool:
     """Every process of the new spec runs its plan, is connected to every peer and not held."""
-    plan = target.fingerprint()
+    fingerprint = target.fingerprint()
     for child in sup.children:
         with sup.control(child) as client:
             try:
                 state = client.status()
             except Exception:  # noqa: BLE001 - a process still starting or switching does not answer yet
                 return False
-        if state.plan != plan or not state.connected or state.held:
+        if state.fingerprint != fingerprint or not state.connected or state.held:
             return False
     return True
 
@@ -145,7 +145,7 @@ def test_a_switch_holds_while_the_spec_file_lags_and_a_process_restarted_on_the_
         poll(sup, lambda: victim.restarts == 1, what="worker-1 restarted")  # on the file: the old plan
         with sup.control(victim) as client:
             state = poll(sup, lambda: _status(client), what="worker-1 answering")
-        assert state.plan == before.fingerprint() and not state.connected
+        assert state.fingerprint == before.fingerprint() and not state.connected
         path.write_text(yaml.safe_dump(after.to_dict()))  # the kubelet catches up
         poll(sup, lambda: switched(sup, after), what="worker-1 following its spec file to the others' plan")
     finally:

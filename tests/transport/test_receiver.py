@@ -48,7 +48,7 @@ def test_an_acker_takes_the_streams_of_every_worker_and_still_answers_commands(p
 
     from squall.process.control import ControlClient, ProcessState
 
-    state = ProcessState(plan="p1", active=True, held=False, connected=True, pending=0, in_flight=0, member=True)
+    state = ProcessState(fingerprint="p1", active=True, held=False, connected=True, pending=0, in_flight=0, member=True)
     common = {"plan": "p1", "decoder": decoder(plan), "ackers": frozenset(), "bind": "127.0.0.1:0",
               "batch_size": 1, "flush_interval": 0.001, "max_frame": 1 << 20}
     workers = [f"worker-{i}" for i in range(5)]

@@ -57,7 +57,7 @@ class Snapshot:
     up: int = 0
     topology: str = ""
     counters: dict[str, defaultdict[str, defaultdict[str, float]]] = field(default_factory=dict)
-    #: per URL, its process's start time and plan: counters start from 0 when either changes
+    #: per URL, its process's start time and spec's fingerprint: counters start from 0 when either changes
     identity: dict[str, tuple[float, str]] = field(default_factory=dict)
     spouts: set[str] = field(default_factory=set)
     busy: dict[tuple[str, str, str], float] = field(default_factory=dict)  # (url, component, executor) → s
@@ -73,7 +73,7 @@ class Snapshot:
                 self.last_error[e["component"]] = (e["time"], e["error"])
 
     def add(self, url: str, text: str) -> None:
-        counters, started, plan = _counts(), 0.0, ""
+        counters, started, fingerprint = _counts(), 0.0, ""
         for family in text_string_to_metric_families(text):
             for s in family.samples:
                 comp = s.labels.get("component", "")
@@ -91,11 +91,11 @@ class Snapshot:
                 elif s.name == "process_start_time_seconds":
                     started = s.value
                 elif s.name == "squall_process_info":
-                    plan = s.labels.get("plan", "")
+                    fingerprint = s.labels.get("plan", "")
                 elif s.name == "squall_process_state" and s.value == 1:
                     self.states[s.labels["state"]] += 1
         self.up += 1
-        self.counters[url], self.identity[url] = counters, (started, plan)
+        self.counters[url], self.identity[url] = counters, (started, fingerprint)
 
     def components(self) -> list[str]:
         return sorted({comp for counters in self.counters.values() for comp in counters})

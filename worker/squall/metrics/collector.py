@@ -56,7 +56,7 @@ class RuntimeCollector:
         self.state, self.states = state, states
         self.role, self.index = role, index
         self.topology = runtime.plan.spec.name
-        self.plan = runtime.plan.spec.fingerprint()
+        self.fingerprint = runtime.plan.spec.fingerprint()
 
     def describe(self) -> list[Metric]:
         return []  # unchecked collector: families are built at scrape time
@@ -69,7 +69,7 @@ class RuntimeCollector:
         yield from self._last_errors()
         info = GaugeMetricFamily("squall_process_info", "This process's role in the topology, and the plan it runs",
                                  labels=["topology", "role", "index", "plan"])
-        info.add_metric([self.topology, self.role, str(self.index), self.plan], 1)
+        info.add_metric([self.topology, self.role, str(self.index), self.fingerprint], 1)
         spec = self.runtime.plan.spec
         expected = GaugeMetricFamily("squall_expected_processes", "Worker and acker processes the topology "
                                      "runs (its spec's workers and ackers)", labels=["topology", "role"])

@@ -29,7 +29,7 @@ class Totals:
     pending: defaultdict[str, float] = field(default_factory=lambda: defaultdict(float))
     latency: Histogram = field(default_factory=Histogram)
     recorded: HdrHistogram = field(default_factory=HdrHistogram)
-    plan: str | None = None  # the plan of the process scraped (not summed)
+    fingerprint: str | None = None  # of the spec the process scraped runs (not summed)
 
     def add(self, other: Totals) -> None:
         for name in ("acked", "failed", "timed_out", "emitted", "executed", "errors", "pending"):
@@ -78,7 +78,7 @@ def parse(text: str) -> Totals:
             elif s.name == "squall_complete_latency_seconds_sum":
                 totals.latency.sum += s.value
             elif s.name == "squall_process_info":
-                totals.plan = s.labels.get("plan")
+                totals.fingerprint = s.labels.get("plan")
     if buckets:
         cumulative = [buckets.get(repr(b), 0.0) for b in LATENCY_BUCKETS] + [buckets.get("+Inf", 0.0)]
         totals.latency.counts = [int(c - p) for c, p in zip(cumulative, [0.0, *cumulative[:-1]], strict=True)]

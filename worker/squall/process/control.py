@@ -38,7 +38,7 @@ MAX_MESSAGE = 16 << 20  # a spec is small; this only bounds what a command may c
 class ProcessState:
     """What a process says of itself (``squall.v1.ProcessState``)."""
 
-    plan: str  # the fingerprint of the spec it runs
+    fingerprint: str  # of the spec it runs
     active: bool  # its spouts emit
     held: bool  # deactivated for a rebalance
     connected: bool  # streams to and from every peer are open
@@ -54,14 +54,14 @@ class ProcessState:
 
     @classmethod
     def of(cls, message: ProcessStateMessage) -> ProcessState:
-        return cls(plan=message.plan, active=message.active, held=message.held, connected=message.connected,
-                   pending=message.pending, in_flight=message.in_flight, member=message.member,
-                   suspended=message.suspended)
+        return cls(fingerprint=message.fingerprint, active=message.active, held=message.held,
+                   connected=message.connected, pending=message.pending, in_flight=message.in_flight,
+                   member=message.member, suspended=message.suspended)
 
     def message(self) -> ProcessStateMessage:
-        return ProcessStateMessage(plan=self.plan, active=self.active, held=self.held, connected=self.connected,
-                                   pending=self.pending, in_flight=self.in_flight, member=self.member,
-                                   suspended=self.suspended)
+        return ProcessStateMessage(fingerprint=self.fingerprint, active=self.active, held=self.held,
+                                   connected=self.connected, pending=self.pending, in_flight=self.in_flight,
+                                   member=self.member, suspended=self.suspended)
 
 
 def drained(states: Iterable[ProcessState]) -> bool:

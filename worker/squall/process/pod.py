@@ -163,7 +163,7 @@ class Process:
         """``switched``: built by a rebalance's switch, not at the pod's start."""
         self.cfg = cfg
         self.switched = switched
-        self.plan = cfg.spec.fingerprint()
+        self.fingerprint = cfg.spec.fingerprint()
         plan = Plan(cfg.spec)
         wiring = assign(plan.layout).wiring(cfg.role, cfg.index)
         addresses = {contract.process_name(WORKER, i): a for i, a in enumerate(cfg.worker_addresses)}
@@ -171,7 +171,7 @@ class Process:
         decoder = Decoder(plan, bolt_tasks=wiring.bolt_tasks, spout_tasks=wiring.spout_tasks,
                           acker_tasks=frozenset(wiring.acker_tasks), forwards=wiring.forwards)
         t = cfg.spec.transfer
-        self.transport = Transport(name=cfg.name, plan=self.plan, owner=wiring.owner,
+        self.transport = Transport(name=cfg.name, plan=self.fingerprint, owner=wiring.owner,
                                    ackers=wiring.ackers, acker_via=wiring.acker_via, forwards=wiring.forwards,
                                    addresses=addresses,
                                    senders=wiring.senders,
@@ -324,7 +324,7 @@ class Process:
         self._spec_stamp = stamp
         self._suspend(spec.suspended, generation, why="the spec file")
         stuck = self.started and not self.transport.all_connected() and self.draining_since is None
-        if stuck and spec.fingerprint() != self.plan and self.member:
+        if stuck and spec.fingerprint() != self.fingerprint and self.member:
             try:
                 self._switch(spec, why="its peers run the spec file's new plan")
             except CommandError as exc:
@@ -408,7 +408,7 @@ class Process:
         process holds its spouts until it is removed; the same plan only lets the spouts go again."""
         if self.terminated:  # a switch would leave its drain, dropping what it drains
             raise CommandError(f"{self.cfg.name} is draining to exit (SIGTERM): it takes no other plan", refused=False)
-        if spec.fingerprint() == self.plan:  # back to its own plan: in it again, if a switch left it out
+        if spec.fingerprint() == self.fingerprint:  # back to its own plan: in it again, if a switch left it out
             self.held, self.member = False, True
             self._set_spouts()
             return
@@ -426,13 +426,13 @@ class Process:
             return
         log.info("%s: %s: switching from plan %s to plan %s (%d tree(s) pending here are dropped, with the "
                  "spouts' state: a spout that replays from a durable source emits them again)", self.cfg.name,
-                 why, self.plan, spec.fingerprint(), self.runtime.pending_trees())
+                 why, self.fingerprint, spec.fingerprint(), self.runtime.pending_trees())
         self.switch_to = cfg
         self.runtime.request_stop()
 
     def _state(self) -> ProcessState:
         rt = self.runtime
-        return ProcessState(plan=self.plan, active=any(s.active for s in rt.spouts), held=self.held,
+        return ProcessState(fingerprint=self.fingerprint, active=any(s.active for s in rt.spouts), held=self.held,
                             connected=self.transport.all_connected(), pending=rt.pending_trees(),
                             in_flight=rt.queued() + rt.held() + self.transport.unsent() + self.transport.undelivered(),
                             member=self.member, suspended=self.suspended)
@@ -509,7 +509,7 @@ class Process:
         if self.cfg.parent_pid is not None:
             rt.every(1.0, self._watch_parent)
         log.info("%s of topology %r: grpc :%d, metrics :%d, plan %s, tasks %s", self.cfg.name, self.cfg.spec.name,
-                 self.cfg.grpc_port, self.metrics.port, self.plan,
+                 self.cfg.grpc_port, self.metrics.port, self.fingerprint,
                  sorted(rt.stats) or sorted(a.task_ids[0] for a in rt.ackers))
         try:
             rt.start(active=False)  # opens spouts and prepares bolts: user code that may raise

@@ -279,7 +279,7 @@ class Supervisor:
             if not done and stopping():
                 return Rebalanced(drained=False, seconds=drain_seconds, pending=pending, left=left, abandoned=True)
             switching = True
-            if _plan_in(self.spec_path) != spec.fingerprint():  # not the user's own edit, kept as written
+            if _fingerprint_in(self.spec_path) != spec.fingerprint():  # not the user's own edit, kept as written
                 self.spec_path.write_text(yaml.safe_dump(spec.to_dict(), sort_keys=False))
             self.spec = spec
             kept, self.children = self.children, members
@@ -342,7 +342,7 @@ class Supervisor:
             try:
                 last = parse(fetch(child.url(contract.METRICS_PATH)))
                 last.recorded = parse_latency(fetch(child.url(contract.LATENCY_PATH)))
-                if child.last.plan not in (None, last.plan):  # switched: its counters start again
+                if child.last.fingerprint not in (None, last.fingerprint):  # switched: its counters start again
                     child.carry()
                 child.last = last
             except OSError:
@@ -435,8 +435,8 @@ def _lock(run_dir: Path) -> IO[str]:
     return lock
 
 
-def _plan_in(path: Path) -> str | None:
-    """The plan of the spec file at ``path``, or None when it does not load."""
+def _fingerprint_in(path: Path) -> str | None:
+    """The fingerprint of the spec file at ``path``, or None when it does not load."""
     try:
         return load_spec(path).fingerprint()
     except SquallError:
