@@ -16,6 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 import aiohttp
+from yarl import URL
 
 from squall.contract import ERRORS_PATH, GRPC_PORT_NAME, METRICS_PORT_NAME, WORKER
 from squall.errors import CommandError
@@ -169,10 +170,12 @@ async def _errors_of(session: aiohttp.ClientSession, at: str) -> Any:
 
     A deadline on the whole exchange, not on each read: an answer that drips a byte at a time would
     never miss a per-read timeout (urllib3's and httpx's timeouts are per read)."""
+    host, _, port = at.rpartition(":")  # the last colon: an IPv6 address has its own
     try:
         async with asyncio.timeout(ERRORS_TIMEOUT):
-            for path in (f"{ERRORS_PATH}?last={status.KEEP_ERRORS}", ERRORS_PATH):
-                async with session.get(f"http://{at}{path}", allow_redirects=False) as response:
+            for query in (f"last={status.KEEP_ERRORS}", ""):
+                url = URL.build(scheme="http", host=host, port=int(port), path=ERRORS_PATH, query_string=query)
+                async with session.get(url, allow_redirects=False) as response:
                     if response.status == 404:
                         continue
                     if response.status != 200:
