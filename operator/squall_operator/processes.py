@@ -143,12 +143,13 @@ def reported_errors(pods: Sequence[Manifest]) -> list[dict[str, Any]]:
     """The components' recent errors, from ``GET /errors`` on the metrics port of each running pod,
     :data:`ASKING` pods at a time (one pod that does not answer costs its timeout once, not per pod)."""
     found = asyncio.run(_errors_of_each([address(pod, METRICS_PORT_NAME) for pod in pods]))
-    return status.component_errors({pod["metadata"]["name"]: [e for e in errors[-status.KEEP_ERRORS:]
-                                                               if isinstance(e, dict)]
-                                    for pod, errors in zip(pods, found, strict=True) if isinstance(errors, list)})
+    recent = {pod["metadata"]["name"]: [e for e in errors[-status.KEEP_ERRORS:] if isinstance(e, dict)]
+              for pod, errors in zip(pods, found, strict=True) if isinstance(errors, list)}
+    return status.component_errors(recent)
 
 
 async def _errors_of_each(addresses: list[str | None]) -> list[Any]:
+    """:func:`_errors_of` each address (None: a pod not running, not asked), :data:`ASKING` at a time."""
     room = asyncio.Semaphore(ASKING)
     # Nothing is decompressed: a small answer must not unpack into a large one.
     async with aiohttp.ClientSession(auto_decompress=False, skip_auto_headers=("Accept-Encoding",)) as session:
