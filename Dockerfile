@@ -27,7 +27,7 @@ RUN pip wheel --no-deps --wheel-dir /wheels .
 # The operator's own virtualenv holds only what it needs: no PySpark, no Kafka client.
 RUN python -m venv /opt/squall \
     && /opt/squall/bin/pip install --no-index --find-links /wheels --constraint requirements.lock \
-        "squall[kafka,operator]" pyspark \
+        "squall[kafka,operator,redis]" pyspark \
     && /opt/squall/bin/pip check \
     && python -m venv /opt/squall-operator \
     && /opt/squall-operator/bin/pip install --no-index --find-links /wheels --constraint requirements.lock \

@@ -3,7 +3,7 @@ VENV ?= .venv
 PYTHON ?= python3
 BIN := $(VENV)/bin
 
-.PHONY: install prometheus run test lint bench clean e2e image crd proto
+.PHONY: install system-packages run test lint bench clean e2e image crd proto
 
 install: $(VENV)/.compiled
 
@@ -22,14 +22,17 @@ $(VENV)/.compiled: $(VENV)/.installed $(shell find worker -name '*.py' -o -name 
 	$(BIN)/python setup.py --quiet build_ext --inplace
 	touch $@
 
-# Prometheus and promtool, which the dashboard and alert-rule tests run: Debian's package where apt-get
-# and root are available; elsewhere install them yourself (those tests fail, not skip, without them).
-prometheus:
-	@if command -v prometheus >/dev/null && command -v promtool >/dev/null; then :; \
+# Debian packages the tests run for real: Prometheus and promtool (the dashboard and alert-rule tests) and
+# redis-server (the Redis state store's tests), where apt-get and root are available; elsewhere install
+# them yourself (those tests fail, not skip, without them).
+SYSTEM_PACKAGES := prometheus:prometheus promtool:prometheus redis-server:redis-server
+system-packages:
+	@missing=$$(for pair in $(SYSTEM_PACKAGES); do command -v $${pair%%:*} >/dev/null || echo $${pair#*:}; done | sort -u); \
+	if [ -z "$$missing" ]; then :; \
 	elif command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ]; then \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus; \
-	else echo "make: no prometheus/promtool and no apt-get as root to install them: the dashboard and alert" \
-	  "tests will fail; install Prometheus (https://prometheus.io/download/)" >&2; fi
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
+	else echo "make: missing $$missing and no apt-get as root to install them: the tests that run them will" \
+	  "fail; install them yourself (Prometheus: https://prometheus.io/download/, Redis: https://redis.io)" >&2; fi
 
 run: install
 	$(BIN)/squall run examples/wordcount.yaml --duration 30
@@ -42,7 +45,7 @@ run: install
 # machine sets): without it each pytest process rewrote every test module again (6.5 s of CPU to
 # collect instead of 3.0) and each of the hundreds of processes the suite starts compiled Squall's
 # modules again (0.29 s of CPU to import a pod instead of 0.26).
-test: install prometheus
+test: install system-packages
 	$(BIN)/ruff check --no-cache worker operator tests examples bench e2e
 	PYTHONDONTWRITEBYTECODE= $(BIN)/pytest -n 6 --dist worksteal
 

@@ -15,6 +15,7 @@ from squall.api import (
     OutputStream,
     Spout,
     SpoutOutputCollector,
+    StatefulBolt,
     TopologyContext,
     direct,
 )
@@ -32,6 +33,6 @@ from squall.tuples import Fields, Tuple
 __all__ = [
     "BasicBolt", "BasicOutputCollector", "Bolt", "ConfigError", "EmitError", "FailedException", "Fields",
     "OutputCollector", "OutputStream", "ReportedFailedException", "Spout", "SpoutOutputCollector",
-    "SquallError", "TopologyBuilder", "TopologyContext", "TopologyError", "TopologySpec", "Tuple", "direct",
-    "load_spec", "validate",
+    "SquallError", "StatefulBolt", "TopologyBuilder", "TopologyContext", "TopologyError", "TopologySpec", "Tuple",
+    "direct", "load_spec", "validate",
 ]

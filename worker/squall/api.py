@@ -20,13 +20,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from squall.system import DEFAULT_STREAM
 from squall.tuples import Tuple
 
+if TYPE_CHECKING:
+    from squall.state.kv import KeyValueState
+
 __all__ = ["DEFAULT_STREAM", "Anchors", "BasicBolt", "BasicOutputCollector", "Bolt", "Component", "OutputCollector",
-           "OutputStream", "Spout", "SpoutOutputCollector", "TopologyContext", "direct"]
+           "OutputStream", "Spout", "SpoutOutputCollector", "StatefulBolt", "TopologyContext", "direct"]
 
 #: What ``OutputCollector.emit(anchors=...)`` takes: one input tuple, several, or None (unanchored).
 Anchors = Tuple | Sequence[Tuple] | None
@@ -232,6 +235,38 @@ class Bolt(Component):
 
     def cleanup(self) -> None:
         """Called at shutdown (not guaranteed when the process is killed)."""
+
+
+class StatefulBolt(Bolt):
+    """A bolt whose state survives its process (Storm's ``IStatefulBolt``): Squall checkpoints it.
+
+    :meth:`init_state` is called after ``prepare`` and before any tuple, with the task's state as the
+    last checkpoint committed it (empty the first time). Its emits are anchored to the input being
+    executed, and its inputs are acked when the checkpoint that holds their effect commits (every
+    ``topology.state.checkpoint.interval.ms``, 1 s by default), so a crash replays exactly what the
+    committed state lacks; ``collector.ack`` only says the bolt is done with a tuple, ``fail`` fails
+    it at once. Declare it ``stateful: true`` in a YAML topology (``TopologyBuilder`` does it)::
+
+        >>> class WordCount(StatefulBolt):
+        ...     outputs = ["word", "count"]
+        ...     def execute(self, tup):
+        ...         count = self.state.get(tup["word"], 0) + 1
+        ...         self.state.put(tup["word"], count)
+        ...         self.collector.emit([tup["word"], count])
+    """
+
+    def init_state(self, state: KeyValueState) -> None:
+        """The task's state, as last committed; keeps it as ``self.state``."""
+        self.state = state
+
+    def pre_prepare(self, txid: int) -> None:
+        """Before the state's changes are frozen for checkpoint ``txid``."""
+
+    def pre_commit(self, txid: int) -> None:
+        """Before checkpoint ``txid`` is written to the store."""
+
+    def pre_rollback(self) -> None:
+        """Before the state goes back to its last commit (a checkpoint failed, or a task restarted)."""
 
 
 class BasicBolt(Component):

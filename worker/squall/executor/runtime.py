@@ -20,15 +20,18 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from squall.acker.acker import FAIL, Notification
-from squall.api import BasicBolt
+from squall.api import BasicBolt, StatefulBolt
 from squall.executor.acker import AckerExecutor
 from squall.executor.base import Executor, Transfer
 from squall.executor.bolt import BoltExecutor, BoltTask
+from squall.executor.checkpointing import CheckpointedTask, CheckpointingBoltExecutor
 from squall.executor.collectors import AckerRoute, BasicCollector, BoltCollector, HeldCount, SpoutCollector
 from squall.executor.reporting import ErrorLog, ErrorReporter
 from squall.executor.routing import Router
 from squall.executor.spout import SpoutExecutor, SpoutTask, WaitStrategy
 from squall.executor.stats import TaskStats
+from squall.state.checkpoint import Barrier
+from squall.state.stores import open_store
 from squall.system import SYSTEM_COMPONENT, TICK_STREAM
 from squall.topology.assignment import ExecutorPlan
 from squall.topology.context import TaskContext
@@ -158,10 +161,13 @@ class Runtime:
 
     def _bolt(self, plan_ex: ExecutorPlan) -> BoltExecutor:
         report = self._reporter(plan_ex.component)
-        ex = BoltExecutor(component=plan_ex.component, tasks=plan_ex.tasks, transfer=self.transfer,
-                          held=self._held, clock=self.clock, report=report)
-        cls = self.plan.classes[plan_ex.component]
-        conf = self.plan.component_config(plan_ex.component)
+        plan = self.plan
+        checkpointing = plan.spec.checkpointing
+        ex = (CheckpointingBoltExecutor if checkpointing else BoltExecutor)(
+            component=plan_ex.component, tasks=plan_ex.tasks, transfer=self.transfer, held=self._held,
+            clock=self.clock, report=report)
+        cls = plan.classes[plan_ex.component]
+        conf = plan.component_config(plan_ex.component)
         for task_id in plan_ex.tasks:
             stats, context, router = self._task(task_id)
             collector = BoltCollector(executor=ex, router=router, stats=stats,
@@ -174,8 +180,29 @@ class Runtime:
                 prepare = lambda b=bolt, c=context, o=collector: b.prepare(dict(conf), c, o)  # noqa: E731
             else:
                 prepare = lambda b=bolt, c=context: b.prepare(dict(conf), c)  # noqa: E731
+            if checkpointing:
+                prepare = self._checkpointed(ex, task, conf, context, prepare)
             ex.add_task(task, prepare)
         return ex
+
+    def _checkpointed(self, ex: CheckpointingBoltExecutor, task: BoltTask, conf: dict[str, Any],
+                      context: TaskContext, prepare: Callable[[], None]) -> Callable[[], None]:
+        """The task's side of the checkpoint protocol; for a stateful bolt, the prepare that opens its store
+        and hands the bolt its anchoring collector."""
+        barrier = Barrier(self.plan.checkpoint_inputs[task.task_id])
+        if not isinstance(task.bolt, StatefulBolt):
+            ex.checkpointed[task.task_id] = CheckpointedTask(barrier=barrier, collector=task.collector, bolt=task.bolt)
+            return prepare
+        store = functools.partial(open_store, conf, topology=self.plan.spec.name, component=ex.component,
+                                  task=task.task_id)
+        checkpointed = ex.checkpointed[task.task_id] = CheckpointedTask(
+            barrier=barrier, collector=task.collector, bolt=task.bolt, open_store=store,
+            run=functools.partial(BoltExecutor._execute, ex, task))
+
+        def prepare_stateful() -> None:
+            checkpointed.open()
+            task.bolt.prepare(dict(conf), context, checkpointed.collector)
+        return prepare_stateful
 
     # -- timers and cross-thread work -------------------------------------------------------
 

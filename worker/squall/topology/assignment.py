@@ -28,7 +28,7 @@ from functools import cached_property
 from squall.acker.table import MAX_TASK
 from squall.contract import ACKER, WORKER, process_name
 from squall.errors import TopologyError
-from squall.system import ACKER_COMPONENT
+from squall.system import ACKER_COMPONENT, CHECKPOINT_COMPONENT
 from squall.topology.spec import TopologySpec
 
 
@@ -129,9 +129,15 @@ def layout(spec: TopologySpec) -> Layout:
         ids = component_tasks[comp.name] = tuple(range(next_id, next_id + comp.num_tasks))
         next_id += comp.num_tasks
         executors += [ExecutorPlan(comp.name, chunk) for chunk in _split(ids, comp.parallelism)]
+    spouts = {s.name for s in spec.spouts}
+    if spec.checkpointing:  # after the user's components: their task ids are the same with or without it
+        component_tasks[CHECKPOINT_COMPONENT] = (next_id,)
+        executors.append(ExecutorPlan(CHECKPOINT_COMPONENT, (next_id,)))
+        spouts.add(CHECKPOINT_COMPONENT)
+        next_id += 1
     acker_tasks = component_tasks[ACKER_COMPONENT] = tuple(range(next_id, next_id + spec.num_ackers))
     return Layout(component_tasks=component_tasks, executors=tuple(executors), acker_tasks=acker_tasks,
-                  spouts=frozenset(s.name for s in spec.spouts), workers=spec.workers)
+                  spouts=frozenset(spouts), workers=spec.workers)
 
 
 def _split(tasks: tuple[int, ...], parts: int) -> list[tuple[int, ...]]:

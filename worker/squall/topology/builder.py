@@ -22,6 +22,7 @@ from typing import Any
 
 from pydantic.alias_generators import to_camel
 
+from squall.api import StatefulBolt
 from squall.system import DEFAULT_STREAM
 from squall.topology.spec import TopologySpec
 
@@ -92,6 +93,8 @@ class TopologyBuilder:
                  config: dict[str, Any] | None = None, tick_frequency_seconds: float | None = None) -> BoltDeclarer:
         doc = _component(name, cls, parallelism, tasks, config)
         doc["inputs"] = []
+        if isinstance(cls, type) and issubclass(cls, StatefulBolt):
+            doc["stateful"] = True
         if tick_frequency_seconds is not None:
             doc["tickFrequencySeconds"] = tick_frequency_seconds
         self._bolts.append(doc)

@@ -9,11 +9,12 @@ import importlib
 from dataclasses import dataclass
 from typing import Any
 
-from squall.api import BasicBolt, Bolt, Component, OutputStream, Spout
+from squall.api import BasicBolt, Bolt, Component, OutputStream, Spout, StatefulBolt
 from squall.errors import TopologyError
-from squall.system import SYSTEM_COMPONENT, TICK_STREAM
+from squall.state.checkpoint import FIELDS, CheckpointSpout
+from squall.system import CHECKPOINT_COMPONENT, CHECKPOINT_STREAM, SYSTEM_COMPONENT, TICK_STREAM
 from squall.topology.assignment import invalid, layout
-from squall.topology.spec import GroupingType, Input, TopologySpec
+from squall.topology.spec import Grouping, GroupingType, Input, TopologySpec
 from squall.tuples import NO_FIELDS, Fields
 
 
@@ -67,12 +68,23 @@ class Plan:
         for comp in spec.spouts:
             self.classes[comp.name] = self._resolve(comp.name, comp.class_name, Spout, "Spout")
         for comp in spec.bolts:
-            self.classes[comp.name] = self._resolve(comp.name, comp.class_name, (Bolt, BasicBolt), "Bolt or BasicBolt")
+            if comp.stateful:
+                self.classes[comp.name] = self._resolve(comp.name, comp.class_name, StatefulBolt, "StatefulBolt")
+                continue
+            cls = self._resolve(comp.name, comp.class_name, (Bolt, BasicBolt), "Bolt or BasicBolt")
+            if issubclass(cls, StatefulBolt):
+                raise TopologyError(f"bolt {comp.name!r}: {cls.__name__} is a StatefulBolt; declare the bolt with "
+                                    "stateful: true, so that the topology checkpoints its state")
+            self.classes[comp.name] = cls
         for name, cls in self.classes.items():
             try:
                 self.outputs[name] = cls.declared_streams()
             except TypeError as exc:
                 raise TopologyError(f"component {name!r}: {exc}") from None
+        #: bolt task → the tasks that send it the checkpoint stream (all of them, before it acts on a checkpoint)
+        self.checkpoint_inputs: dict[int, frozenset[int]] = {}
+        if spec.checkpointing:
+            self._checkpoint_stream()
         for name, cls in self.classes.items():
             cls.check_config(name, self.component_config(name), message_timeout_seconds=spec.message_timeout_seconds)
         self._fields = {(c, s): Fields(o.fields) for c, streams in self.outputs.items() for s, o in streams.items()}
@@ -90,6 +102,30 @@ class Plan:
                 self.subscribers.setdefault((inp.component, inp.stream), []).append(sub)
         if errors:
             raise invalid(spec, errors)
+        for bolt in spec.bolts if spec.checkpointing else ():
+            # Storm's checkpoint stream follows the topology: from the checkpoint spout to the bolts that
+            # read spouts, from each bolt to the bolts that read it
+            sources = sorted({CHECKPOINT_COMPONENT if i.component in self.spout_names else i.component
+                              for i in bolt.inputs})
+            tasks = self.component_tasks[bolt.name]
+            for source in sources:
+                checkpoint = Input(component=source, stream=CHECKPOINT_STREAM,
+                                   grouping=Grouping(type=GroupingType.ALL))
+                self.subscribers.setdefault((source, CHECKPOINT_STREAM), []).append(
+                    Subscriber(bolt.name, checkpoint, tasks))
+            inputs = frozenset(t for source in sources for t in self.component_tasks[source])
+            self.checkpoint_inputs.update(dict.fromkeys(tasks, inputs))
+
+    def _checkpoint_stream(self) -> None:
+        """The checkpoint spout, and the checkpoint stream every bolt declares (it forwards checkpoints)."""
+        self.classes[CHECKPOINT_COMPONENT] = CheckpointSpout
+        stream = OutputStream(FIELDS)
+        self.outputs[CHECKPOINT_COMPONENT] = {CHECKPOINT_STREAM: stream}
+        for bolt in self.spec.bolts:
+            if CHECKPOINT_STREAM in self.outputs[bolt.name]:
+                raise TopologyError(f"bolt {bolt.name!r} declares stream {CHECKPOINT_STREAM!r}, which Squall "
+                                    "reserves for checkpoints; rename it")
+            self.outputs[bolt.name] = {**self.outputs[bolt.name], CHECKPOINT_STREAM: stream}
 
     def _resolve(self, name: str, class_name: str, base: type | tuple[type, ...], kind: str) -> type[Component]:
         cls = self.spec._classes.get(name) or import_class(class_name, what=f"component {name!r} className")
@@ -139,7 +175,7 @@ class Plan:
     def component_config(self, component: str) -> dict[str, Any]:
         """The topology config with the component's own config merged over it."""
         conf = dict(self.spec.config)
-        if component in self.classes:
+        if component in self.classes and component != CHECKPOINT_COMPONENT:
             conf.update(self.spec.component(component).config)
         return conf
 

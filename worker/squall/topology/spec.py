@@ -17,6 +17,9 @@ import yaml
 from pydantic import AfterValidator, Field, PrivateAttr, ValidationError, model_validator
 
 from squall.errors import TopologyError
+from squall.state.config import CHECKPOINT_INTERVAL_KEY, DEFAULT_CHECKPOINT_INTERVAL_MS
+from squall.state.config import PROVIDER_KEY as STATE_PROVIDER_KEY
+from squall.state.config import PROVIDERS as STATE_PROVIDERS
 from squall.system import DEFAULT_STREAM
 from squall.topology.k8s import JVM_MEMORY, DisruptionBudget, PodTemplates, Resources, Spark
 from squall.topology.model import SpecModel
@@ -126,6 +129,8 @@ class SpoutSpec(ComponentSpec):
 class BoltSpec(ComponentSpec):
     inputs: list[Input] = Field(min_length=1)
     tick_frequency_seconds: float | None = Field(default=None, gt=0)
+    stateful: bool = Field(default=False, description=(
+        "true: a squall.StatefulBolt, whose state is checkpointed (the topology gets a checkpoint spout)"))
 
 
 class SpoutWait(SpecModel):
@@ -272,6 +277,11 @@ class TopologySpec(SpecModel):
     def components(self) -> list[ComponentSpec]:
         return [*self.spouts, *self.bolts]
 
+    @property
+    def checkpointing(self) -> bool:
+        """A bolt is stateful: the topology runs Storm's checkpoint protocol (``squall.state``)."""
+        return any(bolt.stateful for bolt in self.bolts)
+
     def component(self, name: str) -> ComponentSpec:
         for comp in self.components():
             if comp.name == name:
@@ -286,6 +296,31 @@ class TopologySpec(SpecModel):
                              f"of messageTimeoutSeconds ({self.message_timeout_seconds} s): every hop between "
                              "processes may wait that long, and trees would time out; lower it, or raise "
                              "messageTimeoutSeconds")
+        return self
+
+    @model_validator(mode="after")
+    def _state_can_be_checkpointed(self) -> Self:
+        if not self.checkpointing:
+            return self
+        stateful = ", ".join(repr(b.name) for b in self.bolts if b.stateful)
+        if self.num_ackers == 0:
+            raise ValueError(f"stateful bolt(s) {stateful} need ackers: their inputs are acked when the checkpoint "
+                             "holding their effect commits, and checkpoints are tuple trees the ackers track; set "
+                             "ackers to 1 or more (or leave it out: one per worker)")
+        interval = self.config.get(CHECKPOINT_INTERVAL_KEY, DEFAULT_CHECKPOINT_INTERVAL_MS)
+        if not isinstance(interval, (int, float)) or isinstance(interval, bool) or interval <= 0:
+            raise ValueError(f"config {CHECKPOINT_INTERVAL_KEY}: {interval!r} is not a number of milliseconds "
+                             "above 0 (default 1000)")
+        if interval * 2 >= self.message_timeout_seconds * 1000:
+            raise ValueError(f"config {CHECKPOINT_INTERVAL_KEY} ({interval:g} ms) must be under half of "
+                             f"messageTimeoutSeconds ({self.message_timeout_seconds} s): a stateful bolt's input is "
+                             "acked at the commit after it, up to two intervals later, and would time out first; "
+                             "lower the interval or raise messageTimeoutSeconds")
+        chosen = self.config.get(STATE_PROVIDER_KEY)
+        if chosen is not None and chosen not in STATE_PROVIDERS:
+            raise ValueError(f"config {STATE_PROVIDER_KEY}: {chosen!r} is not a state provider; use one of "
+                             f"{', '.join(STATE_PROVIDERS)} (default: embedded where a state directory is set, else "
+                             "memory)")
         return self
 
     @classmethod
