@@ -58,6 +58,8 @@ LOG_LEVEL = "SQUALL_LOG_LEVEL"  # without --log-level: DEBUG, INFO (the default)
 PARENT_PID = "SQUALL_PARENT_PID"  # squall run: its pid; a process whose parent it no longer is stops
 POD_NAME = "SQUALL_POD_NAME"  # a Spark driver's own pod, for its executors' owner
 SPARK_CONF = "SQUALL_SPARK_CONF"  # JSON of spark.* properties for a worker that is a Spark driver
+STATE_DIR = "SQUALL_STATE_DIR"  # the embedded state store's directory (squall run's, a worker pod's volume)
+STATE_REDIS_URL = "SQUALL_STATE_REDIS_URL"  # the Redis state store's URL (a pod's, from a Secret)
 
 
 # What every Squall process runs with, the ``squall`` command too: see role_env.

@@ -199,6 +199,9 @@ class Supervisor:
             contract.TOPOLOGY: str(self.spec_path),
             contract.BIND_HOST: "127.0.0.1",
             contract.PARENT_PID: str(os.getpid()),
+            # stateful bolts keep their state under the run directory, where every process of the run finds a
+            # task's store wherever the task runs (a rebalance moves tasks), and the next run resumes it
+            contract.STATE_DIR: os.environ.get(contract.STATE_DIR) or str((self.run_dir / "state").resolve()),
             **{contract.peers_var(role): ",".join(f"127.0.0.1:{c.grpc_port}" for c in self.slots if c.role == role)
                for role in contract.ROLES},
         }
