@@ -15,18 +15,10 @@ from typing import Any, Protocol
 
 import msgpack
 
+from squall.contract import STATE_DIR as DIR_ENV
+from squall.contract import STATE_REDIS_URL as REDIS_URL_ENV
 from squall.errors import ConfigError
-from squall.state.config import (
-    DIR_ENV,
-    DIR_KEY,
-    EMBEDDED,
-    MEMORY,
-    PROVIDER_KEY,
-    PROVIDERS,
-    REDIS,
-    REDIS_URL_ENV,
-    REDIS_URL_KEY,
-)
+from squall.state.config import DIR_KEY, EMBEDDED, MEMORY, PROVIDER_KEY, PROVIDERS, REDIS, REDIS_URL_KEY
 
 #: A change that removes its key (in the changes a commit writes).
 DELETED: Any = object()
