@@ -5,9 +5,11 @@ from __future__ import annotations
 import os
 
 import pytest
+import yaml
 from procs_support import COMPONENTS, topology
 
 from squall.process.supervisor import Supervisor
+from squall.topology import TopologySpec
 
 
 @pytest.fixture
@@ -28,3 +30,34 @@ def cluster(tmp_path, monkeypatch):
             sup.stop(timeout=10)
 
 
+
+
+@pytest.fixture
+def run(tmp_path, monkeypatch):
+    """Start a topology of test components: the spout ``a-src`` and ``bolts``, each a bolt spec whose
+    className is a class of squall_test_components and whose inputs default to a shuffle of ``a-src``
+    (round-robin assignment in component name order places them over the workers)."""
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(COMPONENTS), os.environ.get("PYTHONPATH", "")]))
+    started: list[Supervisor] = []
+
+    def start(*, spout: str, bolts: list[dict], config: dict, timeout: int, workers: int = 2,
+              ackers: int = 1) -> Supervisor:
+        doc = {
+            "name": "proc-test", "workers": workers, "ackers": ackers, "messageTimeoutSeconds": timeout,
+            "config": {"test.report": str(tmp_path / "spout.json"), **config},
+            "spouts": [{"name": "a-src", "className": f"squall_test_components:{spout}"}],
+            "bolts": [{**bolt, "className": f"squall_test_components:{bolt['className']}",
+                       "inputs": bolt.get("inputs", [{"component": "a-src", "grouping": {"type": "shuffle"}}])}
+                      for bolt in bolts],
+        }
+        path = tmp_path / "topology.yaml"
+        path.write_text(yaml.safe_dump(doc))
+        sup = Supervisor(spec_path=path, spec=TopologySpec.from_dict(doc), run_dir=tmp_path / "run")
+        sup.start()
+        started.append(sup)
+        return sup
+
+    yield start
+    for sup in started:
+        if not sup.stopping:
+            sup.stop(timeout=10)

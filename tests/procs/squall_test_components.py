@@ -13,7 +13,7 @@ import sys
 import threading
 import time
 
-from squall import BasicBolt, Bolt
+from squall import BasicBolt, Bolt, StatefulBolt
 from squall.testing import TestingSpout
 
 
@@ -251,3 +251,14 @@ class EmitThenWaitSpout(NumberSpout):
         if self.emitted == 1 and not getattr(self, "waited", False):
             self.waited = True
             _wait_for_file(self.conf["test.release"])
+
+
+class CountByTen(StatefulBolt):
+    """Counts its inputs by ``n % 10`` in its durable state (a stateful word count of ten words)."""
+
+    outputs = ["key", "count"]
+
+    def execute(self, tup):
+        key = str(tup["n"] % 10)
+        self.state.put(key, self.state.get(key, 0) + 1)
+        self.collector.emit([key, self.state.get(key)])

@@ -8,51 +8,13 @@ assignment in component name order), so everything the callback hands over must 
 
 from __future__ import annotations
 
-import os
-
-import pytest
-import yaml
-from procs_support import COMPONENTS, spout_report, wait_for
-
-from squall.process.supervisor import Supervisor
-from squall.topology import TopologySpec
-
-COMPONENT = "squall_test_components:{}"
-
-
-@pytest.fixture
-def run(tmp_path, monkeypatch):
-    """Start a topology of ``spout`` (a-src, worker-0) and ``bolts`` ((name, class, inputs) in worker order)."""
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(COMPONENTS), os.environ.get("PYTHONPATH", "")]))
-    started: list[Supervisor] = []
-
-    def start(*, spout: str, bolts: list[tuple[str, str, str]], config: dict, timeout: int,
-              workers: int = 2) -> Supervisor:
-        doc = {
-            "name": "long-callbacks", "workers": workers, "ackers": 1, "messageTimeoutSeconds": timeout,
-            "config": {"test.report": str(tmp_path / "spout.json"), **config},
-            "spouts": [{"name": "a-src", "className": COMPONENT.format(spout)}],
-            "bolts": [{"name": name, "className": COMPONENT.format(cls),
-                       "inputs": [{"component": source, "grouping": {"type": "shuffle"}}]}
-                      for name, cls, source in bolts],
-        }
-        path = tmp_path / "topology.yaml"
-        path.write_text(yaml.safe_dump(doc))
-        sup = Supervisor(spec_path=path, spec=TopologySpec.from_dict(doc), run_dir=tmp_path / "run")
-        sup.start()
-        started.append(sup)
-        return sup
-
-    yield start
-    for sup in started:
-        if not sup.stopping:
-            sup.stop(timeout=10)
+from procs_support import spout_report, wait_for
 
 
 def test_a_bolt_that_resets_its_tuple_through_a_long_execute_keeps_its_tree_from_timing_out(run, tmp_path):
     """The issue's case: T = 1 s, each tuple held 3 s in execute with a reset every 0.3 s, the spout in
     another worker. The resets reached the acker only when execute returned, and every tree timed out."""
-    sup = run(spout="NumberSpout", bolts=[("b-slow", "Resetter", "a-src")], timeout=1,
+    sup = run(spout="NumberSpout", bolts=[{"name": "b-slow", "className": "Resetter"}], timeout=1,
               config={"test.count": 3, "test.rate": 0.25, "test.hold": 3})
     totals = wait_for(lambda t: t.acked["a-src"] + t.failed["a-src"] + t.timed_out["a-src"] >= 3, timeout=60,
                       sup=sup, what="the three trees decided")
@@ -63,7 +25,7 @@ def test_a_bolt_that_resets_its_tuple_through_a_long_execute_keeps_its_tree_from
 
 def test_an_ack_made_during_a_long_execute_reaches_the_acker_while_execute_runs(run, tmp_path):
     release = tmp_path / "release"
-    sup = run(spout="NumberSpout", bolts=[("b-hold", "AckThenWait", "a-src")], timeout=30,
+    sup = run(spout="NumberSpout", bolts=[{"name": "b-hold", "className": "AckThenWait"}], timeout=30,
               config={"test.count": 1, "test.release": str(release)})
     try:
         wait_for(lambda t: t.acked["a-src"] == 1, timeout=20, sup=sup, what="the tree acked while execute waits")
@@ -77,7 +39,8 @@ def test_an_ack_made_during_a_long_execute_reaches_the_acker_while_execute_runs(
 def test_an_emit_made_during_a_long_execute_reaches_the_next_bolt_while_execute_runs(run, tmp_path):
     """b-hold (worker-1) emits, then waits; c-sink runs on worker-0 (round-robin: a-src, b-hold, c-sink)."""
     release = tmp_path / "release"
-    sup = run(spout="NumberSpout", bolts=[("b-hold", "EmitThenWait", "a-src"), ("c-sink", "Sink", "b-hold")],
+    sup = run(spout="NumberSpout", bolts=[{"name": "b-hold", "className": "EmitThenWait"},
+                     {"name": "c-sink", "className": "Sink", "inputs": [{"component": "b-hold"}]}],
               timeout=30, config={"test.count": 1, "test.release": str(release)})
     try:
         wait_for(lambda t: t.executed["c-sink"] == 1, timeout=20, sup=sup, what="the emit executed downstream")
@@ -93,7 +56,7 @@ def test_a_tuple_a_spout_emits_before_its_next_tuple_blocks_reaches_its_bolt_mea
     """A spout's next_tuple emits, then blocks: its tuple is executed by a bolt of another worker, and
     acked there (its ACK goes to the acker through the spout's worker, the acker's home, once it runs)."""
     release = tmp_path / "release"
-    sup = run(spout="EmitThenWaitSpout", bolts=[("b-sink", "Sink", "a-src")], timeout=30,
+    sup = run(spout="EmitThenWaitSpout", bolts=[{"name": "b-sink", "className": "Sink"}], timeout=30,
               config={"test.count": 1, "test.release": str(release)})
     try:
         wait_for(lambda t: t.executed["b-sink"] == 1, timeout=20, sup=sup, what="the spout's tuple executed")
