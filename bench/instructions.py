@@ -61,7 +61,7 @@ def lone_worker(clock: Callable[[], float] = time.monotonic, flush_interval: flo
     plan = Plan(topology)
     wiring = assign(plan.layout).wiring("worker", 0)
     [port] = free_ports(1)  # nobody listens there: the acker never runs
-    transport = Transport(name="worker-0", plan=topology.fingerprint(), owner=wiring.owner, ackers=wiring.ackers,
+    transport = Transport(name="worker-0", fingerprint=topology.fingerprint(), owner=wiring.owner, ackers=wiring.ackers,
                           senders=wiring.senders, addresses={"acker-0": f"127.0.0.1:{port}"}, bind="127.0.0.1:0",
                           decoder=Decoder(plan, bolt_tasks=wiring.bolt_tasks, spout_tasks=wiring.spout_tasks,
                                           acker_tasks=frozenset()),

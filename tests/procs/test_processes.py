@@ -19,7 +19,7 @@ from squall.contract import TLS_DIR
 from squall.metrics.scrape import fetch
 from squall.process.pod import DRAIN_QUIET
 from squall.process.thread_names import native_name
-from squall.transport.transport import wire_plan
+from squall.transport.transport import wire_fingerprint
 
 
 def environ(pid: int) -> list[str]:
@@ -523,7 +523,7 @@ def test_a_peer_without_the_certificate_is_refused_and_a_bad_frame_closes_only_i
     sup = cluster(count=-1, workers=1, ackers=1, config={"test.rate": 500})
     wait_for(lambda t: t.acked["a-numbers"] >= 100, timeout=60, sup=sup, what="the topology to run")
     worker = sup.child("worker-0")
-    plan = wire_plan(sup.spec.fingerprint())
+    plan = wire_fingerprint(sup.spec.fingerprint())
     frame = b"\x0a\x05garbage-that-is-not-msgpack"
     # Without a certificate of this topology's CA (none, or another topology's), the TLS handshake
     # fails: nothing reaches the decoder.
@@ -574,7 +574,7 @@ def test_an_acker_refuses_an_init_for_a_bolt_task_and_keeps_serving(cluster):
     acker = sup.child("acker-0")
     bolt_task = layout(sup.spec).component_tasks["b-double"][0]
     frame = encode_acker([AckerMessage(INIT, 12345, 1, bolt_task)])
-    refused = _send_raw(acker.grpc_port, [frame], wire_plan(sup.spec.fingerprint()), lane="control",
+    refused = _send_raw(acker.grpc_port, [frame], wire_fingerprint(sup.spec.fingerprint()), lane="control",
                         sender="worker-0", tls=Credentials.load(sup.env[TLS_DIR]))
     assert refused.code() == grpc.StatusCode.INVALID_ARGUMENT and "not a spout task" in refused.details()
     before = sup.scrape().acked["a-numbers"]
@@ -596,7 +596,7 @@ def test_an_acker_that_exits_counts_only_the_trees_it_could_still_decide(cluster
     wait_for(lambda t: t.acked["a-numbers"] >= 100, timeout=60, sup=sup, what="the topology to run")
     acker = sup.child("acker-0")
     summary = _send(acker.grpc_port, [encode_acker([AckerMessage(FAIL, 12345, 0, -1)])],
-                    wire_plan(sup.spec.fingerprint()),
+                    wire_fingerprint(sup.spec.fingerprint()),
                     lane="control", sender="worker-0", tls=Credentials.load(sup.env[TLS_DIR]))
     assert summary.batches == 1
     assert sup.stop(timeout=30) == {c.name: 0 for c in sup.children}

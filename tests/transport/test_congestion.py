@@ -173,8 +173,8 @@ def test_a_peer_sends_nothing_to_a_congested_task_until_it_is_told_the_task_has_
     bolt_task, spout_task = plan.component_tasks["upper"][0], plan.component_tasks["words"][0]
     ports = free_ports(2)
     addresses = {"worker-0": f"127.0.0.1:{ports[0]}", "worker-1": f"127.0.0.1:{ports[1]}"}
-    common = {"plan": "p1", "ackers": frozenset(), "addresses": addresses, "batch_size": 1, "flush_interval": 0.0,
-              "max_frame": 1 << 20}
+    common = {"fingerprint": "p1", "ackers": frozenset(), "addresses": addresses, "batch_size": 1,
+              "flush_interval": 0.0, "max_frame": 1 << 20}
     transfer = Transfer(capacity=2)
     inbox: deque = deque()
     transfer.register(bolt_task, inbox)
@@ -280,7 +280,7 @@ def test_the_other_workers_hold_their_messages_for_an_acker_whose_home_says_it_i
     ports = free_ports(3)  # the acker's port: nothing listens there; neither worker needs it here
     addresses = {"worker-0": f"127.0.0.1:{ports[0]}", "worker-1": f"127.0.0.1:{ports[1]}",
                  "acker-0": f"127.0.0.1:{ports[2]}"}
-    common = {"plan": "p1", "ackers": frozenset({"acker-0"}), "addresses": addresses, "batch_size": 1,
+    common = {"fingerprint": "p1", "ackers": frozenset({"acker-0"}), "addresses": addresses, "batch_size": 1,
               "flush_interval": 0.0, "max_frame": 1 << 20}
     refused = [True]
     taken: list = []

@@ -32,14 +32,14 @@ def test_refused_streams_never_steal_the_frames_of_the_stream_that_is_accepted(p
               "max_frame": 1 << 20}
 
     def receiver_of(plan_id: str, bind: str) -> Transport:
-        receiver = Transport(name="worker-1", plan=plan_id, owner={}, addresses={},
+        receiver = Transport(name="worker-1", fingerprint=plan_id, owner={}, addresses={},
                              senders=frozenset({"worker-0"}), bind=bind, **common)
         receiver.attach(transfer=Taking(lambda task, item: got.append(item) or True), wake=woke.set, frames=8)
         return receiver
 
     [port] = free_ports(1)  # bound again below, after the old receiver closes: not from the ephemeral range
     old = receiver_of("old-plan", f"127.0.0.1:{port}")
-    sender = Transport(name="worker-0", plan="new-plan", owner={bolt_task: "worker-1"}, senders=frozenset(),
+    sender = Transport(name="worker-0", fingerprint="new-plan", owner={bolt_task: "worker-1"}, senders=frozenset(),
                        addresses={"worker-1": f"127.0.0.1:{port}"}, bind="127.0.0.1:0", **common)
     sender.attach(transfer=Taking(), wake=lambda: None, frames=8)
     link = sender.links[("worker-1", "data")]
@@ -87,7 +87,7 @@ def test_the_iterator_of_a_call_that_ended_takes_no_frame_meant_for_the_next_cal
     from squall.transport import links
 
     reported: list[bytes] = []
-    link = links.PeerLink(peer="worker-1", address="127.0.0.1:1", lane=links.DATA, sender="worker-0", plan="p1",
+    link = links.PeerLink(peer="worker-1", address="127.0.0.1:1", lane=links.DATA, sender="worker-0", fingerprint="p1",
                           max_frame=1 << 20, wake=lambda: None, dropped=reported.append)
     ended = links.InFlight()
     taken: list[bytes] = []
@@ -157,7 +157,7 @@ def test_refused_attempts_back_off_with_jitter_within_the_bounds(plan, monkeypat
     from squall.transport import links
 
     monkeypatch.setattr(links, "random", random.Random(13))
-    peer = Transport(name="worker-1", plan="old-plan", owner={}, addresses={}, senders=frozenset(),
+    peer = Transport(name="worker-1", fingerprint="old-plan", owner={}, addresses={}, senders=frozenset(),
                      decoder=decoder(plan), ackers=frozenset(), bind="127.0.0.1:0", batch_size=10,
                      flush_interval=0.001, max_frame=1 << 20)
     peer.attach(transfer=Taking(), wake=lambda: None, frames=8)
@@ -165,7 +165,7 @@ def test_refused_attempts_back_off_with_jitter_within_the_bounds(plan, monkeypat
     try:
         for _ in range(2):
             link = links.PeerLink(peer="worker-1", address=f"127.0.0.1:{peer.receiver.port}", lane=links.DATA,
-                                  sender="worker-0", plan="new-plan", max_frame=1 << 20, wake=lambda: None,
+                                  sender="worker-0", fingerprint="new-plan", max_frame=1 << 20, wake=lambda: None,
                                   dropped=lambda frame: None)
             link._closed = backoffs = _Backoffs(20)
             link._run()  # on this thread, until 20 refusals (its channel is left to the garbage collector: closed
@@ -196,7 +196,7 @@ class _Peers:
 
         self.bolt_task, self.spout_task = plan.component_tasks["upper"][0], plan.component_tasks["words"][0]
         self.gate, self.got, self.room, self.arrived = threading.Event(), [], threading.Event(), threading.Event()
-        common = {"plan": "p1", "decoder": decoder(plan), "ackers": frozenset(), "bind": "127.0.0.1:0",
+        common = {"fingerprint": "p1", "decoder": decoder(plan), "ackers": frozenset(), "bind": "127.0.0.1:0",
                   "batch_size": 1, "flush_interval": 0.001, "max_frame": 1 << 20}
         self.receiver = Transport(name="worker-1", owner={}, addresses={}, senders=frozenset({"worker-0"}), **common)
         self.receiver.attach(transfer=Taking(lambda task, item: self.gate.is_set() and (self.got.append(item) or True)),
@@ -311,7 +311,7 @@ def test_a_link_that_is_down_holds_a_bounded_amount_of_what_it_is_offered(monkey
 
     monkeypatch.setattr(links, "HELD_BYTES", 1000)
     reported: list[bytes] = []
-    link = links.PeerLink(peer="worker-1", address="127.0.0.1:1", lane=links.DATA, sender="worker-0", plan="p1",
+    link = links.PeerLink(peer="worker-1", address="127.0.0.1:1", lane=links.DATA, sender="worker-0", fingerprint="p1",
                           max_frame=1 << 20, wake=lambda: None, dropped=reported.append)
     link.ever_connected = True  # it had been up: frames are taken, not waited for
     link.start()
@@ -332,7 +332,7 @@ def test_a_link_of_a_draining_process_fails_what_it_cannot_deliver_at_once(monke
     from squall.transport import links
 
     reported: list[bytes] = []
-    link = links.PeerLink(peer="worker-1", address="127.0.0.1:1", lane=links.DATA, sender="worker-0", plan="p1",
+    link = links.PeerLink(peer="worker-1", address="127.0.0.1:1", lane=links.DATA, sender="worker-0", fingerprint="p1",
                           max_frame=1 << 20, wake=lambda: None, dropped=reported.append)
     link.ever_connected = True  # it had been up: the peer left
     link.start()

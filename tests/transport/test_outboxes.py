@@ -39,8 +39,8 @@ def test_a_batch_flushed_by_a_send_starts_the_next_one_afresh(plan):
         return True
 
     bolt_task = plan.component_tasks["upper"][0]
-    common = {"plan": "p1", "decoder": decoder(plan), "ackers": frozenset(), "bind": "127.0.0.1:0", "batch_size": 1000,
-              "flush_interval": 0.001, "max_frame": 1 << 20}
+    common = {"fingerprint": "p1", "decoder": decoder(plan), "ackers": frozenset(), "bind": "127.0.0.1:0",
+              "batch_size": 1000, "flush_interval": 0.001, "max_frame": 1 << 20}
     receiver = Transport(name="worker-1", owner={}, addresses={}, senders=frozenset({"worker-0"}), **common)
     receiver.attach(transfer=Taking(deliver), wake=woke.set, frames=8)
     sender = Transport(name="worker-0", owner={bolt_task: "worker-1"}, senders=frozenset(),
@@ -131,7 +131,7 @@ def test_a_link_that_makes_room_wakes_the_loop_only_while_a_batch_waits_for_it(p
     bolt_task, spout_task = plan.component_tasks["upper"][0], plan.component_tasks["words"][0]
     [port] = free_ports(1)  # nobody listens there: the link never connects, so it has no room
     wakes: list[int] = []
-    sender = Transport(name="worker-0", plan="p1", owner={bolt_task: "worker-1"}, ackers=frozenset(),
+    sender = Transport(name="worker-0", fingerprint="p1", owner={bolt_task: "worker-1"}, ackers=frozenset(),
                        senders=frozenset(), addresses={"worker-1": f"127.0.0.1:{port}"}, decoder=decoder(plan),
                        bind="127.0.0.1:0", batch_size=100, flush_interval=0.0, max_frame=1 << 20)
     sender.attach(transfer=Taking(), wake=lambda: wakes.append(1), frames=8)
@@ -375,7 +375,7 @@ def test_fails_for_lost_trees_that_find_their_batch_full_wait_for_a_later_round(
     plan, fingerprint = Plan(topology), topology.fingerprint()
     assignment = assign(plan.layout)
     [port] = free_ports(1)  # for acker-0, which starts only later
-    common = {"plan": fingerprint, "batch_size": 1, "flush_interval": 0.001, "max_frame": 1 << 20}
+    common = {"fingerprint": fingerprint, "batch_size": 1, "flush_interval": 0.001, "max_frame": 1 << 20}
     worker = assignment.wiring("worker", 0)
     sender = Transport(name="worker-0", owner=worker.owner, ackers=worker.ackers, senders=worker.senders,
                        addresses={"acker-0": f"127.0.0.1:{port}"}, bind="127.0.0.1:0",
@@ -452,10 +452,10 @@ def test_a_batch_too_large_for_one_frame_goes_out_in_frames_that_fit_and_a_tuple
     got: list[Any] = []
     woke = threading.Event()
     common = {"ackers": frozenset(), "batch_size": 16, "flush_interval": 0.001, "max_frame": 65_536}
-    receiver = Transport(name="worker-1", plan="p", owner={}, addresses={}, senders=frozenset({"worker-0"}),
+    receiver = Transport(name="worker-1", fingerprint="p", owner={}, addresses={}, senders=frozenset({"worker-0"}),
                          bind="127.0.0.1:0", decoder=decoder(plan), **common)
     receiver.attach(transfer=Taking(lambda task, item: got.append(item) or True), wake=woke.set, frames=8)
-    sender = Transport(name="worker-0", plan="p", owner={bolt_task: "worker-1"}, senders=frozenset(),
+    sender = Transport(name="worker-0", fingerprint="p", owner={bolt_task: "worker-1"}, senders=frozenset(),
                        addresses={"worker-1": f"127.0.0.1:{receiver.receiver.port}"}, bind="127.0.0.1:0",
                        decoder=decoder(plan), **common)
     sender.attach(transfer=Taking(), wake=lambda: None, frames=8)

@@ -22,9 +22,9 @@ def test_a_command_the_process_refuses_says_so_and_one_it_never_answered_does_no
     def refuse(request: Any) -> Any:
         raise CommandError("worker-1 cannot run the spec to switch to: no such class")
 
-    process = Transport(name="worker-1", plan="p", owner={}, addresses={}, senders=frozenset(), ackers=frozenset(),
-                        bind="127.0.0.1:0", decoder=decoder(plan), batch_size=10, flush_interval=0.001,
-                        max_frame=1 << 20, control=refuse)
+    process = Transport(name="worker-1", fingerprint="p", owner={}, addresses={}, senders=frozenset(),
+                        ackers=frozenset(), bind="127.0.0.1:0", decoder=decoder(plan), batch_size=10,
+                        flush_interval=0.001, max_frame=1 << 20, control=refuse)
     process.attach(transfer=Taking(), wake=lambda: None, frames=8)
     try:
         with ControlClient(f"127.0.0.1:{process.receiver.port}", timeout=10) as client:
@@ -49,7 +49,7 @@ def test_an_acker_takes_the_streams_of_every_worker_and_still_answers_commands(p
     from squall.process.control import ControlClient, ProcessState
 
     state = ProcessState(fingerprint="p1", active=True, held=False, connected=True, pending=0, in_flight=0, member=True)
-    common = {"plan": "p1", "decoder": decoder(plan), "ackers": frozenset(), "bind": "127.0.0.1:0",
+    common = {"fingerprint": "p1", "decoder": decoder(plan), "ackers": frozenset(), "bind": "127.0.0.1:0",
               "batch_size": 1, "flush_interval": 0.001, "max_frame": 1 << 20}
     workers = [f"worker-{i}" for i in range(5)]
     acker = Transport(name="acker-0", owner={}, addresses={}, senders=frozenset(workers),
@@ -83,7 +83,7 @@ def test_a_stream_from_a_name_that_is_no_sender_of_the_plan_is_refused_and_leave
     from squall.proto.squall_pb2 import TransferSummary
     from squall.transport.links import PLAN_KEY
 
-    receiver = Transport(name="worker-1", plan="p1", owner={}, addresses={}, senders=frozenset({"worker-0"}),
+    receiver = Transport(name="worker-1", fingerprint="p1", owner={}, addresses={}, senders=frozenset({"worker-0"}),
                          decoder=decoder(plan), ackers=frozenset(), bind="127.0.0.1:0", batch_size=1,
                          flush_interval=0.001, max_frame=1 << 20)
     receiver.attach(transfer=Taking(), wake=lambda: None, frames=8)
@@ -93,7 +93,7 @@ def test_a_stream_from_a_name_that_is_no_sender_of_the_plan_is_refused_and_leave
                                         response_deserializer=TransferSummary.FromString)
 
             def send(sender: str) -> TransferSummary:
-                metadata = (("squall-lane", "data"), ("squall-sender", sender), (PLAN_KEY, receiver.plan))
+                metadata = (("squall-lane", "data"), ("squall-sender", sender), (PLAN_KEY, receiver.fingerprint))
                 return call(iter([Batch().SerializeToString()]), metadata=metadata, timeout=10)
 
             with pytest.raises(grpc.RpcError) as refused:
@@ -121,11 +121,11 @@ def test_a_senders_old_stream_that_ends_after_its_new_one_opened_leaves_the_new_
     from squall.proto.squall_pb2 import TransferSummary
     from squall.transport.links import PLAN_KEY
 
-    receiver = Transport(name="worker-1", plan="p1", owner={}, addresses={}, senders=frozenset({"worker-0"}),
+    receiver = Transport(name="worker-1", fingerprint="p1", owner={}, addresses={}, senders=frozenset({"worker-0"}),
                          decoder=decoder(plan), ackers=frozenset(), bind="127.0.0.1:0", batch_size=1,
                          flush_interval=0.001, max_frame=1 << 20)
     receiver.attach(transfer=Taking(), wake=lambda: None, frames=8)
-    metadata = (("squall-lane", "data"), ("squall-sender", "worker-0"), (PLAN_KEY, receiver.plan))
+    metadata = (("squall-lane", "data"), ("squall-sender", "worker-0"), (PLAN_KEY, receiver.fingerprint))
     channels = []
 
     def open_stream() -> tuple[queue.Queue, grpc.Future]:
@@ -162,11 +162,11 @@ def test_a_closed_receiver_leaves_no_thread_behind(plan):
     old plan's receiver threads running (3 more a switch in the lifecycle audit's worker)."""
     import time
 
-    receiver = Transport(name="worker-1", plan="p", owner={}, addresses={}, senders=frozenset({"worker-0"}),
+    receiver = Transport(name="worker-1", fingerprint="p", owner={}, addresses={}, senders=frozenset({"worker-0"}),
                          decoder=decoder(plan), ackers=frozenset(), bind="127.0.0.1:0", batch_size=1,
                          flush_interval=0.001, max_frame=1 << 20)
     receiver.attach(transfer=Taking(), wake=lambda: None, frames=8)
-    sender = Transport(name="worker-0", plan="p", owner={plan.component_tasks["upper"][0]: "worker-1"},
+    sender = Transport(name="worker-0", fingerprint="p", owner={plan.component_tasks["upper"][0]: "worker-1"},
                        senders=frozenset(), addresses={"worker-1": f"127.0.0.1:{receiver.receiver.port}"},
                        bind="127.0.0.1:0", decoder=decoder(plan), ackers=frozenset(), batch_size=1,
                        flush_interval=0.001, max_frame=1 << 20)

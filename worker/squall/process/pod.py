@@ -171,7 +171,7 @@ class Process:
         decoder = Decoder(plan, bolt_tasks=wiring.bolt_tasks, spout_tasks=wiring.spout_tasks,
                           acker_tasks=frozenset(wiring.acker_tasks), forwards=wiring.forwards)
         t = cfg.spec.transfer
-        self.transport = Transport(name=cfg.name, plan=self.fingerprint, owner=wiring.owner,
+        self.transport = Transport(name=cfg.name, fingerprint=self.fingerprint, owner=wiring.owner,
                                    ackers=wiring.ackers, acker_via=wiring.acker_via, forwards=wiring.forwards,
                                    addresses=addresses,
                                    senders=wiring.senders,

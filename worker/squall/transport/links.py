@@ -207,10 +207,10 @@ class Handoff:
 class PeerLink:
     """Streams frames to ``address`` on ``lane``, reconnecting for as long as the process lives."""
 
-    def __init__(self, *, peer: str, address: str, lane: str, sender: str, plan: str, max_frame: int,
+    def __init__(self, *, peer: str, address: str, lane: str, sender: str, fingerprint: str, max_frame: int,
                  wake: Callable[[], None], dropped: Callable[[bytes], None],
                  down: Callable[[str], None] = lambda peer: None, tls: Credentials | None = None) -> None:
-        self.peer, self.address, self.lane, self.sender, self.plan = peer, address, lane, sender, plan
+        self.peer, self.address, self.lane, self.sender, self.fingerprint = peer, address, lane, sender, fingerprint
         self.stats = LinkStats()
         self._handoff = Handoff()
         self._wake = wake
@@ -289,7 +289,7 @@ class PeerLink:
     def _run(self) -> None:
         call = self._channel.stream_unary(METHOD, request_serializer=None,
                                           response_deserializer=TransferSummary.FromString)
-        metadata = (("squall-lane", self.lane), ("squall-sender", self.sender), (PLAN_KEY, self.plan))
+        metadata = (("squall-lane", self.lane), ("squall-sender", self.sender), (PLAN_KEY, self.fingerprint))
         ceiling = BACKOFF[0]
         while not self._closed.is_set():
             ready = grpc.channel_ready_future(self._channel)
@@ -305,8 +305,8 @@ class PeerLink:
             in_flight = InFlight()
             future = call.future(self._stream(in_flight), metadata=metadata)
             future.add_done_callback(lambda _, call=in_flight: self._end_call(call))
-            # The peer answers with its plan id once it has accepted the stream (same plan).
-            accepted = dict(future.initial_metadata() or ()).get(PLAN_KEY) == self.plan
+            # The peer answers with its fingerprint once it has accepted the stream (the same).
+            accepted = dict(future.initial_metadata() or ()).get(PLAN_KEY) == self.fingerprint
             if accepted:
                 ceiling = BACKOFF[0]
                 if self.ever_connected:

@@ -46,11 +46,11 @@ class _Stream:
 
 
 class Receiver:
-    def __init__(self, *, decoder: Decoder, ingress: Ingress, bind: str, plan: str, senders: frozenset[str],
+    def __init__(self, *, decoder: Decoder, ingress: Ingress, bind: str, fingerprint: str, senders: frozenset[str],
                  max_frame: int, streams: int, tls: Credentials | None = None,
                  control: Callable[[ControlRequest], ProcessState] | None = None) -> None:
         self.decoder = decoder
-        self.plan = plan
+        self.fingerprint = fingerprint
         self.senders = senders  # the processes of the plan that stream to this one
         self.ingress = ingress
         self.stats = ReceiveStats()
@@ -100,22 +100,22 @@ class Receiver:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT,
                           f"metadata squall-lane must be data or control, not {lane!r}")
         theirs = meta.get(PLAN_KEY, "")
-        if theirs != self.plan:
+        if theirs != self.fingerprint:
             # A peer routing by another assignment would misdeliver tuples: refuse it until both
             # run the same spec (the end of a rolling update, or a fixed configuration).
             log.info("refusing the %s stream from %s: it runs plan %s, this process plan %s (a rolling "
                      "update in progress, or processes given different specs)", lane, sender, theirs or "?",
-                     self.plan)
+                     self.fingerprint)
             context.abort(grpc.StatusCode.FAILED_PRECONDITION,
-                          f"{sender} runs plan {theirs or '?'} but this process runs plan {self.plan}")
+                          f"{sender} runs plan {theirs or '?'} but this process runs plan {self.fingerprint}")
         if sender not in self.senders:
             # Only the plan's processes that send here may: another name (a stray or misconfigured client
             # holding the topology's certificate, or any client without TLS) would become a metric's
             # label and a key kept for good, one more for each name it made up.
             context.abort(grpc.StatusCode.PERMISSION_DENIED,
-                          f"metadata squall-sender {sender[:64]!r} names no process of plan {self.plan} that "
+                          f"metadata squall-sender {sender[:64]!r} names no process of plan {self.fingerprint} that "
                           f"sends to this one ({', '.join(sorted(self.senders)) or 'none'})")
-        context.send_initial_metadata(((PLAN_KEY, self.plan),))
+        context.send_initial_metadata(((PLAN_KEY, self.fingerprint),))
         key = (sender, lane)
         with self._lock:
             self._open[key] += 1

@@ -12,7 +12,7 @@ cdef class _Boxes:
 
 
 cdef class Transport(Remote):
-    cdef public str name, plan
+    cdef public str name, fingerprint
     cdef set _inbound
     cdef public dict owner, links
     cdef public long long batch_size

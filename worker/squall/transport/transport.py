@@ -28,8 +28,8 @@ try:
 except ImportError:  # interpreted, with no Cython installed (a SQUALL_PURE_PYTHON=1 install)
     _COMPILED = False
 
-# The frames' format (squall.proto). Peers agree on it as on the plan: a process announces its plan as
-# ``<fingerprint>+wire<N>``, so during an upgrade that changes the format, processes of two versions
+# The frames' format (squall.proto). Peers agree on it as on the spec: a process announces its spec's
+# fingerprint as ``<fingerprint>+wire<N>``, so during an upgrade that changes the format, processes of two versions
 # refuse each other's streams (their trees fail and replay once both sides run one version) instead
 # of reading frames they cannot understand.
 WIRE_FORMAT = 3
@@ -43,8 +43,8 @@ FLUSHER_FLOOR = 0.001
 log = logging.getLogger("squall.transport")
 
 
-def wire_plan(fingerprint: str) -> str:
-    """The plan id a process's streams carry: its spec's fingerprint and the frames' format."""
+def wire_fingerprint(fingerprint: str) -> str:
+    """What a process's streams carry to say what they run: its spec's fingerprint and the frames' format."""
     return f"{fingerprint}+wire{WIRE_FORMAT}"
 
 
@@ -63,20 +63,21 @@ class Transport(Remote):
     processes among them; ``acker_via`` maps the acker tasks whose messages go through a worker, their
     home, onto that worker (:attr:`~squall.topology.assignment.Assignment.acker_homes`), and
     ``forwards`` names the acker tasks whose home this worker is; ``addresses``
-    maps process names onto ``host:port``. ``plan`` is the spec's
-    fingerprint: streams are refused between processes of different plans, or of different
+    maps process names onto ``host:port``. ``fingerprint`` is the spec's
+    (:meth:`~squall.topology.spec.TopologySpec.fingerprint`): streams are refused between processes of different
+    fingerprints, or of different
     :data:`WIRE_FORMAT`. ``control`` answers a
     rebalance's commands (:mod:`squall.process.control`), whatever the plan of who sends them.
     """
 
-    def __init__(self, *, name: str, plan: str, owner: dict[int, str], ackers: frozenset[str],
+    def __init__(self, *, name: str, fingerprint: str, owner: dict[int, str], ackers: frozenset[str],
                  addresses: dict[str, str], senders: frozenset[str], decoder: Decoder, bind: str, batch_size: int,
                  flush_interval: float, max_frame: int, tls: Credentials | None = None,
                  control: Callable[[ControlRequest], ProcessState] | None = None,
                  acker_via: dict[int, str] | None = None, forwards: frozenset[int] = frozenset(),
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.name = name
-        plan = self.plan = wire_plan(plan)
+        fingerprint = self.fingerprint = wire_fingerprint(fingerprint)
         # The peers that keep streams open to us: until they all have, what they send may be dropped.
         self._inbound = {(peer, lane) for peer in senders for lane in (DATA, CONTROL)}
         self.owner = owner
@@ -91,7 +92,7 @@ class Transport(Remote):
         self.lost: deque[tuple[int, int]] = deque()
         # Set while a batch waits for room in its link: only then does a link taking a frame wake the loop.
         self.waiting_room = False
-        self.links = {(p, lane): PeerLink(peer=p, address=addresses[p], lane=lane, sender=name, plan=plan,
+        self.links = {(p, lane): PeerLink(peer=p, address=addresses[p], lane=lane, sender=name, fingerprint=fingerprint,
                                           max_frame=max_frame, wake=self._room,
                                           dropped=self._dropped, down=self._down, tls=tls)
                       for p in peers for lane in (DATA, CONTROL)}
@@ -204,9 +205,9 @@ class Transport(Remote):
         self.ingress = Ingress(transfer=transfer, wake=wake, frames=frames, limit=limit)
         for box in self._acker_boxes:
             box.transfer = transfer
-        self.receiver = Receiver(decoder=self._decoder, ingress=self.ingress, bind=self._bind, plan=self.plan,
-                                 senders=self._senders, max_frame=self._max_frame, streams=self._streams, tls=self._tls,
-                                 control=self._control)
+        self.receiver = Receiver(decoder=self._decoder, ingress=self.ingress, bind=self._bind,
+                                 fingerprint=self.fingerprint, senders=self._senders, max_frame=self._max_frame,
+                                 streams=self._streams, tls=self._tls, control=self._control)
         self.receiver.start()
         for link in self.links.values():
             link.start()
