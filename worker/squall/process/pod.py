@@ -540,7 +540,7 @@ def tune_interpreter(switch_interval_ms: float) -> None:
     Every frame between processes passes through threads (a link's, gRPC's, a stream reader's) that
     must each take the GIL from a scheduler that rarely blocks; each waits up to the switch interval
     (CPython's default 5 ms) for it. Under load those waits make a hop, and with max spout pending the
-    trees in flight wait on them (docs/performance-history.md, "The GIL's switch interval, again").
+    trees in flight wait on them (bench/HISTORY.md, "The GIL's switch interval, again").
     """
     gc.collect()
     gc.freeze()
