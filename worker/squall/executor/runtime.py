@@ -32,7 +32,7 @@ from squall.executor.spout import SpoutExecutor, SpoutTask, WaitStrategy
 from squall.executor.stats import TaskStats
 from squall.state.checkpoint import Barrier
 from squall.state.stores import open_store
-from squall.system import SYSTEM_COMPONENT, TICK_STREAM
+from squall.system import CHECKPOINT_COMPONENT, SYSTEM_COMPONENT, TICK_STREAM
 from squall.topology.assignment import ExecutorPlan
 from squall.topology.context import TaskContext
 from squall.topology.plan import Plan
@@ -346,6 +346,13 @@ class Runtime:
 
     def set_active(self, active: bool) -> None:
         for spout in self.spouts:
+            if spout.component == CHECKPOINT_COMPONENT and spout.active:
+                # Deactivated, the checkpoint spout runs on until a last checkpoint has committed what the
+                # stateful bolts hold, so that their inputs are acked and a drain ends (see CheckpointSpout.wind_down)
+                for task in spout.tasks.values():
+                    if task.opened:
+                        task.spout.wind_down(not active)
+                continue
             spout.set_active(active)
 
     def close(self) -> None:

@@ -91,11 +91,16 @@ class CheckpointSpout(Spout):
         self.recovering = True  # a start is a recovery: every bolt gets its committed state first
         self.in_flight: tuple[str, int] | None = None
         self.next_at = 0.0
+        self.last_after: float | None = None  # winding down: the last checkpoint is prepared after this
+        self.prepared_at = 0.0  # when the last PREPARE was emitted
+        self.done = False  # wound down: no checkpoint until the topology is active again
 
     def next_tuple(self) -> None:
-        if self.in_flight is not None or time.monotonic() < self.next_at:
+        if self.done or self.in_flight is not None or time.monotonic() < self.next_at:
             return
         action, txid, progress = self.progress.emit(recovering=self.recovering)
+        if action == PREPARE:
+            self.prepared_at = time.monotonic()
         self._record(progress)
         self.in_flight = (action, txid)
         self.collector.emit([txid, action], stream=CHECKPOINT_STREAM, msg_id=[action, txid])
@@ -109,11 +114,23 @@ class CheckpointSpout(Spout):
         # commits at once, a recovery goes on at once; the next transaction begins an interval later.
         self.recovering = self.recovering and action != INITSTATE
         self.next_at = time.monotonic() + self.interval if action == COMMIT and not self.recovering else 0.0
+        if self.last_after is not None and action == COMMIT and not self.recovering:
+            self.done = self.prepared_at >= self.last_after
 
     def fail(self, msg_id: Any) -> None:
         self.in_flight = None
         self.recovering = True
         self.next_at = time.monotonic() + self.interval  # a bolt that cannot act now is not asked again at once
+
+    def wind_down(self, down: bool) -> None:
+        """The topology is deactivated (a drain, a suspend) or active again. Deactivated, this spout runs one
+        more checkpoint, prepared an interval from now, when what the other spouts emitted last has reached
+        the stateful bolts; its commit acks what they hold, and it stops there. (Deactivated at once, it would
+        leave those inputs held until their trees time out, and every drain would last the message timeout.)"""
+        self.done = False
+        self.last_after = time.monotonic() + self.interval if down else None
+        if down:
+            self.next_at = max(self.next_at, self.last_after)
 
     def close(self) -> None:
         self._state.close()
