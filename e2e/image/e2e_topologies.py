@@ -1,6 +1,7 @@
 """Components of the end-to-end suite's ``logcount`` Topology: numbered log lines → their level → a
 count per level. A finite, paced spout keeps every line until it is acked and replays it on fail, so
-after a worker pod dies the spout still acks exactly ``logcount.lines`` lines.
+after a worker pod dies the spout still acks exactly ``logcount.lines`` lines. And the split of the
+``statefulwc`` Topology, whose sentences come from the embedded log (its records' values).
 
 (examples/logcount.yaml reads the embedded log, a SQLite file that every pod would need on shared,
 writable storage, which kind does not have; this one needs nothing but the image.)
@@ -50,3 +51,13 @@ class CountLevels(Bolt):
         self.counts[level] = self.counts.get(level, 0) + 1
         self.collector.emit([level, self.counts[level]], anchors=tup)
         self.collector.ack(tup)
+
+
+class SplitValue(BasicBolt):
+    """A record's value (a sentence) → its words."""
+
+    outputs = ["word"]
+
+    def execute(self, tup, collector):
+        for word in tup["value"].split():
+            collector.emit([word])

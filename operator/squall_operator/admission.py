@@ -30,7 +30,9 @@ from kubernetes.client.exceptions import ApiException
 
 from squall.backoff import Backoff
 from squall.errors import TopologyError
+from squall.topology.assignment import check_state_kept
 from squall.topology.k8s import DNS_LABEL
+from squall.topology.spec import TopologySpec
 from squall.transport.tls import self_signed
 from squall_operator import resource
 from squall_operator.settings import Settings
@@ -170,14 +172,27 @@ def configure(kopf_settings: kopf.OperatorSettings, settings: Settings, api: cli
 
 def check(*, name: str | None, namespace: str | None, spec: Any, old: Any) -> None:
     """Refuse (:class:`kopf.AdmissionError`, HTTP 422) a Topology whose new spec does not pass ``squall
-    validate`` without imports. An update that leaves the spec as it was passes: kopf's and other
+    validate`` without imports, or that changes the tasks of a bolt that is stateful in the old spec and
+    the new (``check_state_kept``). An update that leaves the spec as it was passes: kopf's and other
     controllers' metadata writes go through even on a Topology stored before the webhook existed."""
     if old is not None and (old.get("spec") or {}) == (dict(spec) if spec is not None else {}):
         return
     try:
-        resource.check_spec(name or "topology", dict(spec) if spec is not None else None, namespace=namespace)
+        new = resource.check_spec(name or "topology", dict(spec) if spec is not None else None, namespace=namespace)
+        if old is not None and new.checkpointing:
+            running = _valid(name or "topology", old.get("spec"), namespace=namespace)
+            if running is not None:
+                check_state_kept(running, new)
     except TopologyError as exc:
         raise kopf.AdmissionError(str(exc), code=422) from None
+
+
+def _valid(name: str, spec: Any, *, namespace: str | None) -> TopologySpec | None:
+    """The spec as the operator reads it, or None where it is not valid (stored before the webhook was)."""
+    try:
+        return resource.check_spec(name, spec, namespace=namespace)
+    except TopologyError:
+        return None
 
 
 def register(registry: kopf.OperatorRegistry, on_review: Callable[..., None] = lambda *, allowed: None) -> None:

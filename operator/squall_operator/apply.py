@@ -46,6 +46,7 @@ _TYPED: dict[tuple[str, str], tuple[type, str]] = {
     ("v1", "Service"): (client.CoreV1Api, "service"),
     ("v1", "ServiceAccount"): (client.CoreV1Api, "service_account"),
     ("v1", "Pod"): (client.CoreV1Api, "pod"),
+    ("v1", "PersistentVolumeClaim"): (client.CoreV1Api, "persistent_volume_claim"),
     ("apps/v1", "StatefulSet"): (client.AppsV1Api, "stateful_set"),
     ("rbac.authorization.k8s.io/v1", "Role"): (client.RbacAuthorizationV1Api, "role"),
     ("rbac.authorization.k8s.io/v1", "RoleBinding"): (client.RbacAuthorizationV1Api, "role_binding"),

@@ -19,7 +19,7 @@ import difflib
 import logging
 from typing import Any
 
-from squall.contract import ACKER, LOG_LEVEL, SPEC_DIR, TLS_MOUNT, WORKER
+from squall.contract import ACKER, LOG_LEVEL, SPEC_DIR, STATE_MOUNT, TLS_MOUNT, WORKER
 from squall.errors import TopologyError
 from squall.topology.k8s import PodTemplate, Resources
 from squall.topology.spec import TopologySpec
@@ -27,8 +27,8 @@ from squall.topology.spec import TopologySpec
 WORKERS, ACKERS, SPARK_EXECUTORS = "workers", "ackers", "sparkExecutors"
 # the main container of each role's pods, the one the template's same-named container merges into
 MAIN_CONTAINER = {WORKERS: WORKER, ACKERS: ACKER, SPARK_EXECUTORS: "spark-kubernetes-executor"}
-OWNED_VOLUMES = ("spec", "tmp", "tls")
-OWNED_MOUNTS = (SPEC_DIR, TLS_MOUNT, "/tmp")  # the main container's volumeMounts merge by mountPath
+OWNED_VOLUMES = ("spec", "tmp", "tls", "state")
+OWNED_MOUNTS = (SPEC_DIR, TLS_MOUNT, STATE_MOUNT, "/tmp")  # the main container's volumeMounts merge by mountPath
 ENV_PREFIX = "SQUALL_"
 USER_VARS = {LOG_LEVEL}  # of the process contract's variables, those a template may set
 # Kubernetes' patchMergeKey of the PodSpec lists that merge item by item (the others replace)
@@ -190,7 +190,8 @@ def _owned(pod: dict[str, Any], role: str, path: str) -> list[str]:
                 if isinstance(mount, dict) and (mount.get("mountPath") in OWNED_MOUNTS
                                                 or mount.get("name") in OWNED_VOLUMES):
                     problems.append(f"{where}.volumeMounts[{j}]: the spec mount ({SPEC_DIR}), the TLS mount "
-                                    f"({TLS_MOUNT}) and /tmp are the operator's; mount yours elsewhere")
+                                    f"({TLS_MOUNT}), the state mount ({STATE_MOUNT}) and /tmp are the "
+                                    "operator's; mount yours elsewhere")
             for j, var in enumerate(container.get("env") or ()):
                 name = str(var.get("name", "")) if isinstance(var, dict) else ""
                 if name.startswith(ENV_PREFIX) and name not in USER_VARS:

@@ -25,9 +25,10 @@ from urllib3.exceptions import HTTPError
 
 from squall.contract import ACKER, GENERATION_FILE, SPEC_FILE, WORKER, process_count
 from squall.errors import TopologyError
+from squall.topology.assignment import check_state_kept
 from squall.topology.spec import TopologySpec
 from squall.transport.tls import Credentials
-from squall_operator import processes, rebalance, resource, status
+from squall_operator import claims, processes, rebalance, resource, status
 from squall_operator.apply import ApplyError, Kube, Manifest, Ref, apply
 from squall_operator.certificates import Certificates, TopologyCredentials
 from squall_operator.cluster import Features, install_cel
@@ -42,6 +43,8 @@ from squall_operator.render import (
     instance,
     render,
     resolve_image,
+    state_claim,
+    state_claimed,
     template_hash,
 )
 from squall_operator.settings import Settings
@@ -186,6 +189,7 @@ class Operator:
             try:
                 spec = resource.check_spec(name, topology.get("spec"), namespace=namespace)
                 image = resolve_image(spec, self.settings.image)
+                self._check_state_kept(namespace, name, spec)
             except TopologyError as exc:
                 logger.warning("invalid spec, nothing of it applied: %s", exc)
                 self._write(topology, previous, status.failed(previous, str(exc), generation=generation,
@@ -216,6 +220,8 @@ class Operator:
                     decision = dataclasses.replace(decision, rebalance=stopped, apply=False, switch=(), delete=())
             if decision.apply:
                 try:
+                    claimed = claims.ensure(self.kube, state_claim(spec, namespace=namespace), spec=spec,
+                                            topology=topology) if state_claimed(spec) else claims.Claimed()
                     prune = [Ref(v, k, namespace, n) for v, k, n in child_refs(name, pdb_api=self.features.pdb_api)]
                     applied = apply(self.kube, manifests, prune=prune, owned=lambda live: _owned(live, topology))
                 except ApplyError as exc:  # the Warning Event ApplyFailed comes with the Degraded condition
@@ -226,9 +232,13 @@ class Operator:
                 self._ran(namespace, name, spec, generation or 0)
                 if certificates is not None:
                     self.certificates.written(_key(topology), certificates.rendered)
+                applied.created[:0] = [claimed.created] if claimed.created else []
+                applied.patched[:0] = [claimed.patched] if claimed.patched else []
                 logger.info("reconciled: %s", applied.summary())
                 if applied.changed:
                     self._event(topology, "Normal", "Applied", applied.summary())
+                    if claimed.differs:  # said when the spec changes, not at every resync
+                        self._event(topology, "Warning", "StateClaimDiffers", claimed.differs)
                 live = {role: applied.live.get(("StatefulSet", getattr(names, role))) for role in ROLES}
                 # Only now that their StatefulSets carry the new template: deleted before, a pod was made
                 # again from the old one, and was deleted for nothing when the check or the write was refused.
@@ -255,15 +265,25 @@ class Operator:
                                    rebalancing=decision.rebalance)
             self._write(topology, previous, current)
 
+    def _check_state_kept(self, namespace: str, name: str, spec: TopologySpec) -> None:
+        """:class:`TopologyError` if ``spec`` changes the tasks of a bolt stateful in the spec the pods run
+        (``check_state_kept``): the admission webhook refuses it, but not where it is not installed."""
+        if not spec.checkpointing:
+            return
+        running = self._applied.get((namespace, name)) or self._applied_before(namespace, name)
+        if running is not None:
+            check_state_kept(running[0], spec)
+
     def _render(self, topology: Manifest, spec: TopologySpec, *, image: str,
                 certificates: TopologyCredentials | None, generation: int | None) -> list[Manifest]:
-        """The children of ``topology`` for ``spec``, owned by it."""
+        """The children of ``topology`` for ``spec``, owned by it: all but the state claim (claims.ensure)."""
         own = (self.settings.own_namespace,) if self.settings.own_namespace else ()
         manifests = render(spec, namespace=topology["metadata"]["namespace"], image=image,
                            podmonitor=self._podmonitor(), monitor_labels=dict(self.settings.podmonitor_labels),
                            pdb_api=self.features.pdb_api, tls=certificates.rendered if certificates else None,
                            metrics_from=self.settings.metrics_from, control_from=own, generation=generation or 0,
                            evict_unhealthy=self.features.unhealthy_eviction)
+        manifests = [m for m in manifests if m["kind"] != "PersistentVolumeClaim"]
         kopf.adopt(manifests, owner=topology)
         return manifests
 

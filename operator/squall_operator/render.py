@@ -29,10 +29,13 @@ from squall.contract import (
     READY_PATH,
     SPEC_DIR,
     SPEC_FILE,
+    STATE_MOUNT,
     TLS_MOUNT,
     WORKER,
 )
 from squall.errors import TopologyError
+from squall.state.config import DIR_KEY, EMBEDDED, PROVIDER_KEY, REDIS
+from squall.topology.k8s import READ_WRITE_ONCE
 from squall.topology.spec import TopologySpec
 from squall.transport.tls import CA_FILE, CERT_FILE, KEY_FILE, Credentials
 from squall_operator import pods
@@ -94,6 +97,10 @@ class Names:
     def network_policy(self) -> str:
         return self.topology
 
+    @property
+    def state_claim(self) -> str:
+        return f"{self.topology}-state"
+
 
 def labels(topology: str, *, component: str) -> dict[str, str]:
     """The standard ``app.kubernetes.io/*`` labels of every object of a topology."""
@@ -136,7 +143,8 @@ def render(spec: TopologySpec, *, namespace: str, image: str, podmonitor: bool =
            tls: Credentials | None = None, metrics_from: Collection[str] | None = None,
            control_from: Collection[str] = (), generation: int = 0,
            evict_unhealthy: bool = False) -> list[Manifest]:
-    """Every object of the topology, in the order they are applied.
+    """Every object of the topology, in the order they are applied (the state claim among them, which the
+    operator creates but does not own unless asked: :mod:`squall_operator.claims`).
 
     ``spec`` must be valid (:func:`squall_operator.resource.check_spec`); ``image`` comes from
     :func:`resolve_image`; ``podmonitor`` adds a prometheus-operator PodMonitor, with ``monitor_labels``
@@ -149,6 +157,8 @@ def render(spec: TopologySpec, *, namespace: str, image: str, podmonitor: bool =
     commands. ``generation``: the Topology's ``metadata.generation``, written beside the spec file.
     """
     out = [config_map(spec, namespace=namespace, generation=generation), service_account(spec, namespace=namespace)]
+    if state_claimed(spec):
+        out.append(state_claim(spec, namespace=namespace))
     if tls is not None:
         out.append(tls_secret(spec, namespace=namespace, tls=tls))
     if metrics_from is not None:
@@ -224,6 +234,37 @@ def service_account(spec: TopologySpec, *, namespace: str) -> Manifest:
     return {"apiVersion": "v1", "kind": "ServiceAccount",
             "metadata": _meta(Names(spec.name).service_account, namespace=namespace, topology=spec.name,
                               component="identity")}
+
+
+def state_providers(spec: TopologySpec) -> set[str | None]:
+    """The state providers the stateful bolts' config picks (None: the default, the embedded store where
+    the pods are given a directory), less the embedded stores given a directory of their own."""
+    picked = set()
+    for bolt in spec.bolts:
+        conf = {**spec.config, **bolt.config}
+        if bolt.stateful and not (conf.get(PROVIDER_KEY) in (None, EMBEDDED) and conf.get(DIR_KEY)):
+            picked.add(conf.get(PROVIDER_KEY))
+    return picked
+
+
+def state_claimed(spec: TopologySpec) -> bool:
+    """Whether the worker pods mount the topology's state claim: a stateful bolt keeps its state in the
+    embedded store (the default provider) in the directory the pods are given (``SQUALL_STATE_DIR``)."""
+    return bool(state_providers(spec) & {None, EMBEDDED})
+
+
+def state_claim(spec: TopologySpec, *, namespace: str) -> Manifest:
+    """The PersistentVolumeClaim every worker pod mounts at ``SQUALL_STATE_DIR``: one per topology, so that a
+    task finds its store (``<topology>/<component>-<task>.db``) on whichever pod a rescale moves it to."""
+    state = spec.state
+    claim: dict[str, Any] = {"accessModes": [state.access_mode],
+                             "resources": {"requests": {"storage": str(state.size)}}}
+    if state.storage_class_name is not None:
+        claim["storageClassName"] = state.storage_class_name
+    return {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+            "metadata": _meta(Names(spec.name).state_claim, namespace=namespace, topology=spec.name,
+                              component="state"),
+            "spec": claim}
 
 
 def spark_role(spec: TopologySpec, *, namespace: str) -> Manifest:
@@ -352,6 +393,12 @@ def environment(spec: TopologySpec, role: str, *, namespace: str, image: str,
     ]
     if tls:
         env.append({"name": contract.TLS_DIR, "value": TLS_MOUNT})
+    if role == WORKER and state_claimed(spec):
+        env.append({"name": contract.STATE_DIR, "value": STATE_MOUNT})
+    secret = spec.state.redis_secret
+    if role == WORKER and secret is not None and REDIS in state_providers(spec):
+        env.append({"name": contract.STATE_REDIS_URL,
+                    "valueFrom": {"secretKeyRef": {"name": secret.name, "key": secret.key}}})
     env += [{"name": name, "value": value} for name, value in contract.role_env(role).items()]
     if role == WORKER and spec.spark is not None:
         env += [{"name": contract.POD_NAME, "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
@@ -413,6 +460,10 @@ def stateful_set(spec: TopologySpec, role: str, *, namespace: str, image: str,
         container["volumeMounts"].append({"name": "tls", "mountPath": TLS_MOUNT, "readOnly": True})
         volumes.append({"name": "tls", "secret": {"secretName": names.tls, "defaultMode": 0o440}})
         annotations[TLS_CA] = tls.fingerprint()
+    claimed = role == WORKER and state_claimed(spec)
+    if claimed:
+        container["volumeMounts"].append({"name": "state", "mountPath": STATE_MOUNT})
+        volumes.append({"name": "state", "persistentVolumeClaim": {"claimName": names.state_claim}})
     if spec.image_pull_policy:
         container["imagePullPolicy"] = spec.image_pull_policy
     template = pods.customise({
@@ -426,7 +477,7 @@ def stateful_set(spec: TopologySpec, role: str, *, namespace: str, image: str,
             "securityContext": {"runAsNonRoot": True, "runAsUser": RUN_AS, "runAsGroup": RUN_AS,
                                 "fsGroup": RUN_AS, "seccompProfile": {"type": "RuntimeDefault"}},
             "containers": [container],
-            **spreading(spec.name, role=role),
+            **spreading(spec.name, role=role, together=claimed and spec.state.access_mode == READ_WRITE_ONCE),
             "volumes": volumes,
         },
     }, pods.templates(spec).get(ROLES[role]))
@@ -476,10 +527,15 @@ def disruption_budget(spec: TopologySpec, role: str, *, namespace: str, api_vers
             "spec": budget}
 
 
-def spreading(topology: str, *, role: str) -> dict[str, Any]:
+def spreading(topology: str, *, role: str, together: bool = False) -> dict[str, Any]:
     """Soft anti-affinity and a soft spread across nodes: one node's loss takes as few of a role's pods
-    as the cluster allows, and a small cluster still schedules them all."""
+    as the cluster allows, and a small cluster still schedules them all. ``together``: the pods mount a
+    ReadWriteOnce volume, which one node at a time can mount, so they all go to one node instead (a
+    required affinity to each other: the first goes anywhere, the others where it is)."""
     match = {"matchLabels": selector(topology, component=role)}
+    if together:
+        return {"affinity": {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+            {"labelSelector": match, "topologyKey": NODE}]}}}
     return {
         "affinity": {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
             {"weight": 100, "podAffinityTerm": {"labelSelector": match, "topologyKey": NODE}}]}},

@@ -10,6 +10,7 @@ import re
 from typing import Any
 
 from squall.errors import TopologyError
+from squall.state.config import PROVIDER_KEY, REDIS, REDIS_URL_KEY
 from squall.topology.plan import validate
 from squall.topology.spec import NAME_MAX, NAME_PATTERN, NAME_RULE, TopologySpec
 from squall_operator import pods
@@ -52,7 +53,20 @@ def check_spec(name: str, spec: Any, *, namespace: str | None = None) -> Topolog
     importing user code."""
     parsed = parse_spec(name, spec, namespace=namespace)
     check(parsed, imports=False)
+    check_redis_url(parsed, where=f"Topology {namespace}/{name}" if namespace else f"Topology {name}")
     return parsed
+
+
+def check_redis_url(spec: TopologySpec, *, where: str) -> None:
+    """Refuse a stateful bolt kept in Redis with no URL: in a cluster the pods' environment is the
+    operator's, so the URL comes from the config or from ``state.redisSecret``."""
+    for bolt in spec.bolts:
+        conf = {**spec.config, **bolt.config}
+        if bolt.stateful and conf.get(PROVIDER_KEY) == REDIS and not conf.get(REDIS_URL_KEY) and \
+                spec.state.redis_secret is None:
+            raise TopologyError(f"{where}: stateful bolt {bolt.name!r} keeps its state in Redis ({PROVIDER_KEY}: "
+                                f"{REDIS}) and nothing gives its URL: set spec.state.redisSecret (the name and key "
+                                f"of a Secret holding redis://...) or config {REDIS_URL_KEY}")
 
 
 def check(spec: TopologySpec, *, imports: bool) -> None:

@@ -165,12 +165,23 @@ def operator_calls(monkeypatch) -> set[Permission]:
     with_monitors.reconcile(NAMESPACE, "wordcount", log)  # draining
     with_monitors.reconcile(NAMESPACE, "wordcount", log)  # drained: the pod is deleted
     assert pod not in api.objects
+    # stateful bolts: the state claim is made, then owned by the Topology when asked (its owner reference patched)
+    stateful = copy.deepcopy(spec)
+    stateful["bolts"][-1]["stateful"] = True
+    api.objects[path]["spec"] = stateful
+    with_monitors.reconcile(NAMESPACE, "wordcount", log)
+    claim = f"/api/v1/namespaces/{NAMESPACE}/persistentvolumeclaims/wordcount-state"
+    assert "ownerReferences" not in api.objects[claim]["metadata"]
+    api.objects[path]["spec"] = {**stateful, "state": {"deleteClaimWithTopology": True}}
+    with_monitors.reconcile(NAMESPACE, "wordcount", log)
+    assert api.objects[claim]["metadata"]["ownerReferences"][0]["uid"] == "topology-uid"
     api.objects[path]["spec"] = {**spec, "ackers": 0}
     without = reconcile.Operator(settings=Settings(image="squall:test", podmonitor="false", tls=False,
                                                   network_policy=False), kube=Kube(api))
     without.reconcile(NAMESPACE, "wordcount", log)  # prunes Spark's RBAC, the ackers, the PodMonitor, TLS, policy
+    kept = {"Event", "PersistentVolumeClaim"}  # the state claim is never pruned
     assert {obj["kind"] for obj in api.objects.values()} == kinds - {"Role", "RoleBinding", "PodMonitor", "Secret",
-                                                                     "NetworkPolicy"} | {"Event"}
+                                                                     "NetworkPolicy"} | kept
     without.refresh(NAMESPACE, "wordcount")
     api.objects[path]["spec"] = {**spec, "workers": 0}
     without.reconcile(NAMESPACE, "wordcount", log)  # invalid: only the status is written

@@ -43,6 +43,7 @@ SPEC_PATH = f"{SPEC_DIR}/{SPEC_FILE}"
 # mounted ConfigMap's files together, so a process reading both knows how new the spec it reads is.
 GENERATION_FILE = "generation"
 TLS_MOUNT = "/etc/squall-tls"  # where pods mount the topology's TLS Secret (squall.transport.tls)
+STATE_MOUNT = "/var/lib/squall/state"  # where worker pods mount their topology's state claim (STATE_DIR)
 
 # The environment of a process. The spec file is the only carrier of the topology's own values.
 TOPOLOGY = "SQUALL_TOPOLOGY"  # path of the spec file (required)

@@ -131,6 +131,11 @@ needs it (operator/squall_operator/); tests/chart/test_chart_rbac.py checks them
 - apiGroups: [""]
   resources: [secrets]
   verbs: [get, list, watch, create, patch, delete]
+# claims.ensure of render.state_claim (a topology with stateful bolts): made once, never deleted (kept
+# with the Topology unless state.deleteClaimWithTopology: its owner reference, patched in or out)
+- apiGroups: [""]
+  resources: [persistentvolumeclaims]
+  verbs: [get, create, patch]
 # apply.apply of render.network_policy (pruned when networkPolicy.enabled is false)
 - apiGroups: [networking.k8s.io]
   resources: [networkpolicies]

@@ -20,6 +20,7 @@ from squall.metrics.scrape import Totals
 from squall.process.supervisor import Supervisor
 from squall.testing import LocalCluster
 from squall.topology import load_spec, validate
+from squall.topology.assignment import check_state_kept
 from squall.topology.spec import TopologySpec, file_stamp
 
 
@@ -149,8 +150,9 @@ class SpecFile:
 
     ``suspended`` alone the processes follow themselves (they re-read the file every second); any
     other change :meth:`follow` applies as the operator applies a changed Topology, with the
-    supervisor's drain-and-switch (Storm's ``rebalance -w``). A file that does not load, or a plan
-    this run has no room for, is reported and the run goes on with the plan it has."""
+    supervisor's drain-and-switch (Storm's ``rebalance -w``). A file that does not load, a plan
+    this run has no room for, or one that changes a stateful bolt's tasks (its state is kept per task),
+    is reported and the run goes on with the plan it has."""
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
@@ -164,6 +166,7 @@ class SpecFile:
         try:
             spec = load_spec(self.path)
             validate(spec)
+            check_state_kept(sup.spec, spec)
         except SquallError as exc:
             progress.say(f"{self.path} changed but is not applied (the run goes on with its plan): {exc}")
             return

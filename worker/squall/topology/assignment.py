@@ -253,3 +253,34 @@ def assign(layout: Layout) -> Assignment:
         per_worker[i % layout.workers].append(ex)
     return Assignment(layout=layout, executors=tuple(tuple(w) for w in per_worker),
                       acker_tasks=tuple((t,) for t in layout.acker_tasks))
+
+
+def check_state_kept(running: TopologySpec, new: TopologySpec) -> None:
+    """Raise :class:`TopologyError` if moving from ``running`` to ``new`` (a rebalance) would change the
+    tasks of a bolt that is stateful in both: its state is kept per task, by task id (a store per task),
+    and a fields grouping sends each key to one task by the task count, so neither may change (Storm
+    refuses it too). Task ids are numbered over the components in name order, so a task count changed
+    in a component named before the bolt moves the bolt's ids as well."""
+    before, after = layout(running).component_tasks, layout(new).component_tasks
+    stateful = {b.name for b in running.bolts if b.stateful} & {b.name for b in new.bolts if b.stateful}
+    problems = []
+    for name in sorted(stateful):
+        was, now = before[name], after[name]
+        if len(was) != len(now):
+            problems.append(f"stateful bolt {name!r} runs {len(was)} task(s) and the new spec gives it {len(now)}: "
+                            f"its state is kept per task, and a fields grouping sends each key to the task its "
+                            f"count picks, so its task count cannot change; set its tasks to {len(was)} (its "
+                            "parallelism, the executors, may still change, up to that)")
+        elif was != now:
+            user = {c for c in set(before) | set(after) if c < name and not c.startswith("__")}  # numbered first
+            moved = sorted(c for c in user if c in before and c in after and len(before[c]) != len(after[c]))
+            added = sorted(c for c in user if (c in before) != (c in after))
+            why = "; ".join(part for part in (
+                f"the task count of {', '.join(map(repr, moved))} changed" if moved else "",
+                f"{', '.join(map(repr, added))} came or went" if added else "") if part)
+            problems.append(f"the tasks of stateful bolt {name!r} would be numbered {now[0]}-{now[-1]} instead of "
+                            f"{was[0]}-{was[-1]}: tasks are numbered over the components in name order, and before "
+                            f"it {why}; its state is kept per task id, so keep the components named before it "
+                            "as they are (set their tasks)")
+    if problems:
+        raise TopologyError(f"topology {new.name!r} cannot be rebalanced to this spec:\n  " + "\n  ".join(problems))

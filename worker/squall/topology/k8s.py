@@ -7,7 +7,7 @@ them as its deployment fields.
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field, WithJsonSchema, field_validator
 
@@ -128,3 +128,36 @@ class PodTemplates(SpecModel):
     workers: PodTemplate | None = None
     ackers: PodTemplate | None = None
     spark_executors: PodTemplate | None = Field(default=None, description="Spark executor pods (with spark)")
+
+
+READ_WRITE_ONCE, READ_WRITE_MANY = "ReadWriteOnce", "ReadWriteMany"
+# a Secret's name (a DNS-1123 subdomain) and a key of its data
+DNS_SUBDOMAIN = rf"^{DNS_LABEL}(\.{DNS_LABEL})*$"
+SECRET_KEY = r"^[-._a-zA-Z0-9]+$"
+
+
+class SecretKey(SpecModel):
+    """A key of a Secret in the Topology's namespace."""
+
+    name: str = Field(pattern=DNS_SUBDOMAIN, max_length=253, description="the Secret's name")
+    key: str = Field(default="url", pattern=SECRET_KEY, max_length=253, description="the key of its data")
+
+
+class State(SpecModel):
+    """Where stateful bolts keep their state in Kubernetes: one PersistentVolumeClaim per topology,
+    ``<topology>-state``, mounted by every worker pod (the embedded store's SQLite files: a rescale moves
+    tasks between pods, and a task finds its file wherever it goes), or a Redis URL from a Secret."""
+
+    size: Quantity = Field(default="1Gi", description="the claim's storage request")
+    storage_class_name: str | None = Field(default=None, max_length=253, description=(
+        "the claim's StorageClass; default: the cluster's default class"))
+    access_mode: Literal["ReadWriteOnce", "ReadWriteMany"] = Field(default=READ_WRITE_ONCE, description=(
+        "ReadWriteOnce: any storage class can give it, and the worker pods are placed together on one node "
+        "(required pod affinity), the one that mounts the volume. ReadWriteMany: the worker pods spread over "
+        "nodes; needs a class that gives it (NFS, CephFS, EFS, Filestore, Azure Files)"))
+    delete_claim_with_topology: bool = Field(default=False, description=(
+        "true: the claim is the Topology's child, deleted with it. false: it is kept, and a Topology applied "
+        "again under the same name resumes its state (kubectl delete pvc <topology>-state drops it)"))
+    redis_secret: SecretKey | None = Field(default=None, description=(
+        "with topology.state.provider redis: the Secret key holding the Redis URL, given to the worker pods as "
+        "SQUALL_STATE_REDIS_URL"))

@@ -21,7 +21,7 @@ from squall.state.config import CHECKPOINT_INTERVAL_KEY, DEFAULT_CHECKPOINT_INTE
 from squall.state.config import PROVIDER_KEY as STATE_PROVIDER_KEY
 from squall.state.config import PROVIDERS as STATE_PROVIDERS
 from squall.system import DEFAULT_STREAM
-from squall.topology.k8s import JVM_MEMORY, DisruptionBudget, PodTemplates, Resources, Spark
+from squall.topology.k8s import JVM_MEMORY, DisruptionBudget, PodTemplates, Resources, Spark, State
 from squall.topology.model import SpecModel
 from squall.values import HEADER_BYTES, tuple_budget
 
@@ -244,6 +244,9 @@ class TopologySpec(SpecModel):
         "how long a pod may take to start (imports, prepare() loading a model) before Kubernetes restarts it: "
         "the startupProbe's budget; liveness is checked only after it"))
     spark: Spark | None = Field(default=None, description="Spark on Kubernetes for SparkBolts")
+    state: State = Field(default_factory=State, description=(
+        "where stateful bolts keep their state in Kubernetes (the claim every worker pod mounts, or Redis's "
+        "Secret); squall run keeps it under its run directory"))
 
     # Classes handed to TopologyBuilder directly, so a topology built in Python (even from
     # classes defined in a test function) runs in-process without importing them by name.
@@ -255,7 +258,7 @@ class TopologySpec(SpecModel):
     #: pods (their template changes) but not the plan they agree on.
     POD_FIELDS: ClassVar[frozenset[str]] = frozenset({
         "image", "image_pull_policy", "resources", "pod_template", "disruption_budget", "startup_timeout_seconds",
-        "upgrade_strategy"})
+        "upgrade_strategy", "state"})
 
     @property
     def num_ackers(self) -> int:
