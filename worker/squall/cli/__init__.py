@@ -14,7 +14,7 @@ from squall.contract import EVERY_PROCESS
 from squall.errors import SquallError
 
 # Modules under squall.cli that each register subcommands, in the order --help lists them.
-MODULES = ["run", "top", "process", "validate", "log", "k8s", "executor"]
+MODULES = ["run", "top", "process", "validate", "state", "log", "k8s", "executor"]
 
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
