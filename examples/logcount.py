@@ -29,6 +29,7 @@ from pathlib import Path
 
 import yaml
 
+from squall import StatefulBolt
 from squall.testing import DurableSink
 
 SCHEMA = ("CREATE TABLE IF NOT EXISTS counted (partition INTEGER NOT NULL, off INTEGER NOT NULL,"
@@ -53,6 +54,29 @@ class CountSink(DurableSink):
 
     def row(self, tup):
         return tup["partition"], tup["offset"]
+
+
+#: How many keys StatefulCount counts the records by (a word count's vocabulary)
+KEYS = 1000
+
+
+class StatefulCount(StatefulBolt):
+    """Counts the records by key (``n % KEYS``, as a word count counts words) in its checkpointed state: a
+    record's count is committed at the checkpoint after it, and only then is the record acked."""
+
+    outputs = []
+
+    def execute(self, tup):
+        key = str(tup["value"]["n"] % KEYS)
+        self.state.put(key, self.state.get(key, 0) + 1)
+
+
+def true_counts(records: int) -> dict[str, int]:
+    """What StatefulCount's counts are, with each of ``records`` records counted once."""
+    counts = dict.fromkeys(map(str, range(min(KEYS, records))), records // KEYS)
+    for n in range(records // KEYS * KEYS, records):
+        counts[str(n % KEYS)] += 1
+    return counts
 
 
 def read_counts(directory: Path) -> tuple[int, int]:

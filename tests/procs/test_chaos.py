@@ -18,3 +18,13 @@ def test_chaos_loses_nothing_at_least_once_and_duplicates_nothing_at_most_once(t
         assert result.lost == 0, result
     else:
         assert result.twice == 0, result
+
+
+@pytest.mark.long
+def test_chaos_leaves_no_key_of_a_stateful_count_under_its_true_count(tmp_path):
+    """The same chaos over a stateful count (its state in the embedded store): once every record is
+    acked, every key's committed count is at least its true count (at least once)."""
+    result = chaos.run(directory=tmp_path, records=20_000, seconds=30, guarantee="at_least_once", kill_every=3,
+                       cut=10, finish_within=120, state="embedded")
+    assert result.kills >= 5 and result.stops == 1 and result.cuts == 1
+    assert result.lost == 0, result

@@ -20,7 +20,10 @@ it acked, for tests that kill processes::
 
 from __future__ import annotations
 
+import shutil
+import socket
 import sqlite3
+import subprocess
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
@@ -342,3 +345,54 @@ class LocalCluster:
             self._closed = True
             self.runtime.set_active(False)
             self.runtime.close()
+
+
+class RedisServer:
+    """A real Redis (``redis-server`` from PATH) on a free port of loopback, for tests of the Redis state
+    store (``topology.state.provider: redis``); ``url`` is what ``topology.state.redis.url`` takes::
+
+        with RedisServer(tmp_path) as redis:
+            spec = builder.build(config={"topology.state.provider": "redis", "topology.state.redis.url": redis.url})
+
+    It keeps nothing on disk (no snapshots, no append-only file) and stops when the block ends.
+    """
+
+    def __init__(self, directory: str | Path, *, start_within: float = 20.0) -> None:
+        self.directory = Path(directory)
+        self.start_within = start_within
+        self.url = ""
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    def __enter__(self) -> RedisServer:
+        server = shutil.which("redis-server")
+        if server is None:
+            raise FileNotFoundError("redis-server is not on PATH: install Redis (Debian: apt-get install "
+                                    "redis-server; `make test` does it)")
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self._proc = subprocess.Popen([server, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(self.directory),
+                                       "--save", "", "--appendonly", "no"],
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + self.start_within
+        while True:  # a new process has no event to wait on: ask until it answers
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=1) as conn:
+                    conn.sendall(b"PING\r\n")
+                    if conn.recv(16).startswith(b"+PONG"):
+                        break
+            except OSError:
+                pass
+            if time.monotonic() > deadline or self._proc.poll() is not None:
+                self.__exit__()
+                raise RuntimeError(f"redis-server did not start on port {port} within {self.start_within:g} s")
+            time.sleep(0.05)
+        self.url = f"redis://127.0.0.1:{port}/0"
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._proc is not None:
+            self._proc.terminate()
+            self._proc.wait(timeout=10)
+            self._proc = None
