@@ -34,7 +34,7 @@ from squall.topology.assignment import check_state_kept
 from squall.topology.k8s import DNS_LABEL
 from squall.topology.spec import TopologySpec
 from squall.transport.tls import self_signed
-from squall_operator import resource
+from squall_operator import resource, status
 from squall_operator.settings import Settings
 
 CONFIGURATION = resource.GROUP  # the ValidatingWebhookConfiguration's name: the chart creates it
@@ -179,7 +179,9 @@ def check(*, name: str | None, namespace: str | None, spec: Any, old: Any) -> No
         return
     try:
         new = resource.check_spec(name or "topology", dict(spec) if spec is not None else None, namespace=namespace)
-        if old is not None and new.checkpointing:
+        # against the old spec, unless the operator refused it (Failed): the pods run another, which the
+        # operator compares the new one with, and a change back to it must go through
+        if old is not None and new.checkpointing and (old.get("status") or {}).get("phase") != status.FAILED:
             running = _valid(name or "topology", old.get("spec"), namespace=namespace)
             if running is not None:
                 check_state_kept(running, new)
