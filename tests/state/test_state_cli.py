@@ -156,6 +156,14 @@ def test_topologies_that_keep_no_state_readable_here_exit_2(tmp_path, capsys):
     assert code == 2 and "set topology.state.redis.url" in err and STATE_REDIS_URL in err
 
 
+def test_a_file_that_is_not_a_store_exits_2_naming_it(tmp_path, capsys):
+    conf = {"topology.state.dir": str(tmp_path / "state")}
+    (tmp_path / "state" / "tally").mkdir(parents=True)
+    (tmp_path / "state" / "tally" / "tally-3.db").write_text("not a database")
+    code, _, err = show(topology(tmp_path, **conf), "--task", 3, capsys=capsys)
+    assert code == 2 and f"cannot read the state of 'tally' task 3 from {tmp_path}/state/tally/tally-3.db" in err
+
+
 def test_sum_refuses_values_it_cannot_add(tmp_path, capsys):
     conf = {"topology.state.dir": str(tmp_path / "state")}
     commit(conf, "tally", "tally", 3, 0, {"k": "text"})

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sqlite3
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -148,11 +149,14 @@ def read(spec: TopologySpec, component: str, task: int, *, run_dir: Path) -> Tas
     looked = f"{path.parent}/ (the embedded store, in {why})"
     if not path.exists():  # opening it would make it
         return TaskState(component, task, str(path), -1, {}, looked, missing=f"no {path}")
-    store = open_store(conf, topology=spec.name, component=component, task=task)
     try:
-        txid, items = store.load()
-    finally:
-        store.close()
+        store = open_store(conf, topology=spec.name, component=component, task=task)
+        try:
+            txid, items = store.load()
+        finally:
+            store.close()
+    except sqlite3.Error as exc:
+        raise SquallError(f"cannot read the state of {component!r} task {task} from {path}: {exc}") from None
     if txid < 0:
         return TaskState(component, task, str(path), txid, items, looked,
                          missing=f"{path} holds no checkpoint: the task started, its first commit is to come")
