@@ -17,6 +17,7 @@ from squall import TopologySpec, load_spec, validate
 from squall.cli.state import read, stateful_tasks, summed
 from squall.testing import LocalCluster
 from squall.topology.spec import BoltSpec, ErrorReporting, LocalityAware, SpoutSpec, SpoutWait, Transfer
+from squall.topology.window import WindowExtent, WindowSpec
 
 REPO = Path(__file__).resolve().parents[1]
 YAML = REPO / "examples" / "wordcount.yaml"
@@ -129,7 +130,7 @@ def test_the_configuration_references_complete_example_is_valid_and_spells_out_e
 
     deployment = TopologySpec.POD_FIELDS | TopologySpec.LIVE_FIELDS | {"spark"}
     engine = aliases(TopologySpec, deployment)
-    for section in (SpoutWait, ErrorReporting, Transfer, LocalityAware, SpoutSpec, BoltSpec):
+    for section in (SpoutWait, ErrorReporting, Transfer, LocalityAware, SpoutSpec, BoltSpec, WindowSpec, WindowExtent):
         engine |= aliases(section)
     assert engine - _keys(doc) == set()
 

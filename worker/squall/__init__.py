@@ -29,10 +29,11 @@ from squall.errors import (
 )
 from squall.topology import TopologyBuilder, TopologySpec, load_spec, validate
 from squall.tuples import Fields, Tuple
+from squall.windows import Count, Duration, Window, WindowedBolt
 
 __all__ = [
-    "BasicBolt", "BasicOutputCollector", "Bolt", "ConfigError", "EmitError", "FailedException", "Fields",
-    "OutputCollector", "OutputStream", "ReportedFailedException", "Spout", "SpoutOutputCollector",
+    "BasicBolt", "BasicOutputCollector", "Bolt", "ConfigError", "Count", "Duration", "EmitError", "FailedException",
+    "Fields", "OutputCollector", "OutputStream", "ReportedFailedException", "Spout", "SpoutOutputCollector",
     "SquallError", "StatefulBolt", "TopologyBuilder", "TopologyContext", "TopologyError", "TopologySpec", "Tuple",
-    "direct", "load_spec", "validate",
+    "Window", "WindowedBolt", "direct", "load_spec", "validate",
 ]

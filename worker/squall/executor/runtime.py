@@ -30,6 +30,7 @@ from squall.executor.reporting import ErrorLog, ErrorReporter
 from squall.executor.routing import Router
 from squall.executor.spout import SpoutExecutor, SpoutTask, WaitStrategy
 from squall.executor.stats import TaskStats
+from squall.executor.windowing import WindowedBoltExecutor
 from squall.state.checkpoint import Barrier
 from squall.state.stores import open_store
 from squall.system import CHECKPOINT_COMPONENT, SYSTEM_COMPONENT, TICK_STREAM
@@ -114,8 +115,9 @@ class Runtime:
             self.every(spec.message_timeout_seconds, self._rotate)
         for bolt in spec.bolts:
             bolt_execs = [e for e in self.executors if e.component == bolt.name]
-            if bolt.tick_frequency_seconds and bolt_execs:
-                self.every(bolt.tick_frequency_seconds, functools.partial(self._tick, bolt_execs))
+            ticks = bolt.tick_frequency_seconds or (bolt.window.timer_seconds if bolt.window else None)
+            if ticks and bolt_execs:
+                self.every(ticks, functools.partial(self._tick, bolt_execs))
         if remote is not None:
             remote.attach(transfer=self.transfer, wake=self.wake, frames=INGRESS_FRAMES,
                           flusher=len(self.executors) > len(self.ackers))
@@ -163,7 +165,9 @@ class Runtime:
         report = self._reporter(plan_ex.component)
         plan = self.plan
         checkpointing = plan.spec.checkpointing
-        ex = (CheckpointingBoltExecutor if checkpointing else BoltExecutor)(
+        window = plan.spec.component(plan_ex.component).window
+        kind = WindowedBoltExecutor if window else CheckpointingBoltExecutor if checkpointing else BoltExecutor
+        ex = kind(
             component=plan_ex.component, tasks=plan_ex.tasks, transfer=self.transfer, held=self._held,
             clock=self.clock, report=report)
         cls = plan.classes[plan_ex.component]
@@ -180,6 +184,9 @@ class Runtime:
                 prepare = lambda b=bolt, c=context, o=collector: b.prepare(dict(conf), c, o)  # noqa: E731
             else:
                 prepare = lambda b=bolt, c=context: b.prepare(dict(conf), c)  # noqa: E731
+            if window:
+                inputs = [(i.component, i.stream) for i in plan.spec.component(plan_ex.component).inputs]
+                prepare = ex.add_windowed(task, window=window, inputs=inputs, conf=conf, context=context)
             if checkpointing:
                 prepare = self._checkpointed(ex, task, conf, context, prepare)
             ex.add_task(task, prepare)

@@ -25,6 +25,7 @@ from pydantic.alias_generators import to_camel
 from squall.api import StatefulBolt
 from squall.system import DEFAULT_STREAM
 from squall.topology.spec import TopologySpec
+from squall.windows.api import Count, Duration
 
 
 def class_path(cls: type) -> str:
@@ -73,6 +74,41 @@ class BoltDeclarer:
 
     def custom_grouping(self, component: str, grouping_cls: type, stream: str = DEFAULT_STREAM) -> BoltDeclarer:
         return self.grouping(component, {"type": "custom", "customClass": class_path(grouping_cls)}, stream)
+
+    # A windowed bolt's window (Storm's BaseWindowedBolt.withWindow and the rest): lengths and intervals
+    # are squall.windows.Count or Duration.
+
+    def _window(self, **keys: Any) -> BoltDeclarer:
+        self.doc.setdefault("window", {}).update(keys)
+        return self
+
+    def with_window(self, length: Count | Duration, sliding_interval: Count | Duration) -> BoltDeclarer:
+        """A sliding window: ``with_window(Duration(minutes=5), Duration(minutes=1))``."""
+        return self._window(length=length.to_dict(), slidingInterval=sliding_interval.to_dict())
+
+    def with_tumbling_window(self, length: Count | Duration) -> BoltDeclarer:
+        """A tumbling window: each tuple in exactly one window."""
+        return self._window(length=length.to_dict(), slidingInterval=None)
+
+    def with_timestamp_field(self, name: str) -> BoltDeclarer:
+        """Event time: each tuple's timestamp (ms) is this field of it."""
+        return self._window(timestampField=name)
+
+    def with_lag(self, lag: Duration) -> BoltDeclarer:
+        """Event time: how far behind the latest timestamp of its stream a tuple may be and not be late."""
+        return self._window(lagSeconds=lag.seconds)
+
+    def with_watermark_interval(self, interval: Duration) -> BoltDeclarer:
+        """How often the watermark is computed (processing time: the clock read between tuples)."""
+        return self._window(watermarkIntervalSeconds=interval.seconds)
+
+    def with_late_tuple_stream(self, stream: str) -> BoltDeclarer:
+        """Event time: late tuples are emitted on this stream of the bolt (with their own fields)."""
+        return self._window(lateTupleStream=stream)
+
+    def with_max_anchors(self, n: int) -> BoltDeclarer:
+        """An emit of ``execute`` is anchored to at most the newest ``n`` tuples of the window."""
+        return self._window(maxAnchors=n)
 
 
 class TopologyBuilder:

@@ -14,8 +14,9 @@ from squall.errors import TopologyError
 from squall.state.checkpoint import FIELDS, CheckpointSpout
 from squall.system import CHECKPOINT_COMPONENT, CHECKPOINT_STREAM, SYSTEM_COMPONENT, TICK_STREAM
 from squall.topology.assignment import invalid, layout
-from squall.topology.spec import Grouping, GroupingType, Input, TopologySpec
+from squall.topology.spec import BoltSpec, Grouping, GroupingType, Input, TopologySpec
 from squall.tuples import NO_FIELDS, Fields
+from squall.windows.api import WindowedBolt
 
 
 @dataclass(frozen=True)
@@ -68,10 +69,16 @@ class Plan:
         for comp in spec.spouts:
             self.classes[comp.name] = self._resolve(comp.name, comp.class_name, Spout, "Spout")
         for comp in spec.bolts:
+            if comp.window is not None:
+                self.classes[comp.name] = self._resolve(comp.name, comp.class_name, WindowedBolt, "WindowedBolt")
+                continue
             if comp.stateful:
                 self.classes[comp.name] = self._resolve(comp.name, comp.class_name, StatefulBolt, "StatefulBolt")
                 continue
-            cls = self._resolve(comp.name, comp.class_name, (Bolt, BasicBolt), "Bolt or BasicBolt")
+            cls = self._resolve(comp.name, comp.class_name, (Bolt, BasicBolt, WindowedBolt), "Bolt or BasicBolt")
+            if issubclass(cls, WindowedBolt):
+                raise TopologyError(f"bolt {comp.name!r}: {cls.__name__} is a WindowedBolt; declare its window "
+                                    "(window: in YAML, with_window(...) in TopologyBuilder)")
             if issubclass(cls, StatefulBolt):
                 raise TopologyError(f"bolt {comp.name!r}: {cls.__name__} is a StatefulBolt; declare the bolt with "
                                     "stateful: true, so that the topology checkpoints its state")
@@ -81,6 +88,9 @@ class Plan:
                 self.outputs[name] = cls.declared_streams()
             except TypeError as exc:
                 raise TopologyError(f"component {name!r}: {exc}") from None
+        for comp in spec.bolts:
+            if comp.window is not None:
+                self._window_streams(comp)
         #: bolt task → the tasks that send it the checkpoint stream (all of them, before it acts on a checkpoint)
         self.checkpoint_inputs: dict[int, frozenset[int]] = {}
         if spec.checkpointing:
@@ -126,6 +136,32 @@ class Plan:
                 raise TopologyError(f"bolt {bolt.name!r} declares stream {CHECKPOINT_STREAM!r}, which Squall "
                                     "reserves for checkpoints; rename it")
             self.outputs[bolt.name] = {**self.outputs[bolt.name], CHECKPOINT_STREAM: stream}
+
+    def _window_streams(self, bolt: BoltSpec) -> None:
+        """A windowed bolt's timestamp field is a field of every input, and its late-tuple stream carries
+        their fields."""
+        window = bolt.window
+        assert window is not None
+        declared = {(i.component, i.stream): self.outputs[i.component].get(i.stream) for i in bolt.inputs}
+        fields = {key: out.fields for key, out in declared.items() if out is not None}  # else _check_input says
+        field = window.timestamp_field
+        for (component, stream), names in fields.items():
+            if field is not None and field not in names:
+                raise TopologyError(f"bolt {bolt.name!r} window: timestampField {field!r} is not a field of its input "
+                                    f"{component}/{stream} (declared: {', '.join(names) or 'none'})")
+        late = window.late_tuple_stream
+        if late is None:
+            return
+        if late in self.outputs[bolt.name]:
+            raise TopologyError(f"bolt {bolt.name!r} window: lateTupleStream {late!r} is a stream the bolt declares "
+                                "itself; name another (Squall declares it, with the late tuples' fields)")
+        kinds = set(fields.values())
+        if len(kinds) > 1:
+            raise TopologyError(f"bolt {bolt.name!r} window: lateTupleStream {late!r} carries the late tuples with "
+                                "their fields, but the bolt's inputs declare different ones ("
+                                + "; ".join(f"{c}/{s}: {', '.join(f)}" for (c, s), f in fields.items())
+                                + "); give them the same fields, or drop lateTupleStream")
+        self.outputs[bolt.name] = {**self.outputs[bolt.name], late: OutputStream(kinds.pop() if kinds else ())}
 
     def _resolve(self, name: str, class_name: str, base: type | tuple[type, ...], kind: str) -> type[Component]:
         cls = self.spec._classes.get(name) or import_class(class_name, what=f"component {name!r} className")

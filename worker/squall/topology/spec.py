@@ -23,6 +23,7 @@ from squall.state.config import PROVIDERS as STATE_PROVIDERS
 from squall.system import DEFAULT_STREAM
 from squall.topology.k8s import JVM_MEMORY, DisruptionBudget, PodTemplates, Resources, Spark, State
 from squall.topology.model import SpecModel
+from squall.topology.window import WindowSpec, window_errors
 from squall.values import HEADER_BYTES, tuple_budget
 
 # a DNS-1035 label (Services are named after it), within 40 characters (the names derived from it fit 63)
@@ -131,6 +132,8 @@ class BoltSpec(ComponentSpec):
     tick_frequency_seconds: float | None = Field(default=None, gt=0)
     stateful: bool = Field(default=False, description=(
         "true: a squall.StatefulBolt, whose state is checkpointed (the topology gets a checkpoint spout)"))
+    window: WindowSpec | None = Field(default=None, description=(
+        "a squall.WindowedBolt's windows: by count or duration, sliding or tumbling, on processing or event time"))
 
 
 class SpoutWait(SpecModel):
@@ -299,6 +302,16 @@ class TopologySpec(SpecModel):
                              f"of messageTimeoutSeconds ({self.message_timeout_seconds} s): every hop between "
                              "processes may wait that long, and trees would time out; lower it, or raise "
                              "messageTimeoutSeconds")
+        return self
+
+    @model_validator(mode="after")
+    def _windows_fit(self) -> Self:
+        errors = window_errors(self.bolts, message_timeout_seconds=self.message_timeout_seconds,
+                               max_spout_pending=self.max_spout_pending,
+                               spout_tasks=sum(s.num_tasks for s in self.spouts),
+                               max_frame_bytes=self.transfer.max_frame_bytes)
+        if errors:
+            raise ValueError("; ".join(errors))
         return self
 
     @model_validator(mode="after")

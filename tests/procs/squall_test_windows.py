@@ -1,0 +1,42 @@
+"""The windowed components of the multi-process tests (on PYTHONPATH for the processes: tests/procs)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+from squall import Bolt, WindowedBolt
+
+
+class Summer(WindowedBolt):
+    """Emits each window's sum, size and bounds, anchored to its tuples."""
+
+    outputs = ["sum", "size", "start", "end"]
+
+    def execute(self, window):
+        self.collector.emit([sum(t["n"] for t in window), len(window), window.start_timestamp,
+                             window.end_timestamp])
+
+
+class SumSink(Bolt):
+    """Adds up the windows it gets, and the anchors (trees) each came with; writes them at cleanup to
+    ``test.sums``-<task>.json."""
+
+    outputs = []
+
+    def prepare(self, conf, context, collector):
+        super().prepare(conf, context, collector)
+        self.total = self.size = self.windows = self.anchors = 0
+
+    def execute(self, tup):
+        self.total += tup["sum"]
+        self.size += tup["size"]
+        self.windows += 1
+        self.anchors += len(tup.anchors)
+        self.collector.ack(tup)
+
+    def cleanup(self):
+        path = f"{self.conf['test.sums']}-{self.context.task_id}.json"
+        with open(f"{path}.tmp", "w") as out:
+            json.dump({"total": self.total, "size": self.size, "windows": self.windows, "anchors": self.anchors}, out)
+        os.replace(f"{path}.tmp", path)

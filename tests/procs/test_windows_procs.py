@@ -1,0 +1,51 @@
+"""A windowed bolt across processes: its tasks in two workers, the windows' outputs (anchored to every tuple
+of the window) crossing to a sink in the other worker, every tree acked once its window was computed."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import yaml
+from procs_support import COMPONENTS, spout_report, wait_for
+
+from squall.process.supervisor import Supervisor
+from squall.topology import TopologySpec
+
+N = 1500
+
+
+def test_windows_across_processes_ack_every_tree_once_its_window_was_computed(tmp_path, monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(COMPONENTS), os.environ.get("PYTHONPATH", "")]))
+    doc = {
+        "name": "proc-windows", "workers": 2, "ackers": 2, "messageTimeoutSeconds": 10,
+        "config": {"test.count": N, "test.rate": 1000, "test.report": str(tmp_path / "spout.json"),
+                   "test.sums": str(tmp_path / "sums")},
+        # names sort a < b < c: the spout on worker-0, a window task and a sink task on each worker
+        "spouts": [{"name": "a-numbers", "className": "squall_test_components:NumberSpout"}],
+        "bolts": [
+            {"name": "b-window", "className": "squall_test_windows:Summer", "parallelism": 2,
+             "window": {"length": {"seconds": 0.25}, "watermarkIntervalSeconds": 0.05},
+             "inputs": [{"component": "a-numbers", "grouping": {"type": "fields", "fields": ["n"]}}]},
+            {"name": "c-sink", "className": "squall_test_windows:SumSink", "parallelism": 2,
+             "inputs": [{"component": "b-window", "grouping": {"type": "fields", "fields": ["end"]}}]},
+        ],
+    }
+    path = tmp_path / "topology.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    sup = Supervisor(spec_path=path, spec=TopologySpec.from_dict(doc), run_dir=tmp_path / "run")
+    sup.start()
+    try:
+        wait_for(lambda t: t.acked["a-numbers"] >= N, timeout=60, sup=sup, what=f"{N} trees acked")
+    finally:
+        codes = sup.stop(timeout=20)
+    assert set(codes.values()) == {0}
+    report = spout_report(tmp_path)
+    assert report["acked"] == list(range(N)) and report["failed"] == 0
+    sums = [json.loads(p.read_text()) for p in tmp_path.glob("sums-*.json")]
+    assert len(sums) == 2 and all(s["windows"] for s in sums)  # windows reached the sink in both workers
+    # tumbling windows: each number in exactly one, each window's output anchored to its every tuple
+    assert sum(s["size"] for s in sums) == N and sum(s["total"] for s in sums) == N * (N - 1) // 2
+    assert sum(s["anchors"] for s in sums) == N
+    final = sup.final_totals()
+    assert final.timed_out["a-numbers"] == 0
