@@ -362,6 +362,10 @@ class Runtime:
                 continue
             spout.set_active(active)
 
+    def active(self) -> bool:
+        """The spouts emit here (the checkpoint spout, which runs on while the topology winds down, aside)."""
+        return any(spout.active for spout in self.spouts if spout.component != CHECKPOINT_COMPONENT)
+
     def close(self) -> None:
         """Close spouts and clean up bolts."""
         for ex in self.executors:

@@ -432,7 +432,7 @@ class Process:
 
     def _state(self) -> ProcessState:
         rt = self.runtime
-        return ProcessState(fingerprint=self.fingerprint, active=any(s.active for s in rt.spouts), held=self.held,
+        return ProcessState(fingerprint=self.fingerprint, active=rt.active(), held=self.held,
                             connected=self.transport.all_connected(), pending=rt.pending_trees(),
                             in_flight=rt.queued() + rt.held() + self.transport.unsent() + self.transport.undelivered(),
                             member=self.member, suspended=self.suspended)
