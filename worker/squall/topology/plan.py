@@ -112,6 +112,8 @@ class Plan:
                 self.subscribers.setdefault((inp.component, inp.stream), []).append(sub)
         if errors:
             raise invalid(spec, errors)
+        if spec.checkpointing:
+            self._refuse_cycles()
         for bolt in spec.bolts if spec.checkpointing else ():
             # Storm's checkpoint stream follows the topology: from the checkpoint spout to the bolts that
             # read spouts, from each bolt to the bolts that read it
@@ -125,6 +127,31 @@ class Plan:
                     Subscriber(bolt.name, checkpoint, tasks))
             inputs = frozenset(t for source in sources for t in self.component_tasks[source])
             self.checkpoint_inputs.update(dict.fromkeys(tasks, inputs))
+
+    def _refuse_cycles(self) -> None:
+        """A checkpoint reaches a bolt once every input task sent it: in a cycle of bolts, each would wait
+        for the others for ever (Storm refuses such a topology's checkpoints too)."""
+        inputs = {bolt.name: {i.component for i in bolt.inputs if i.component not in self.spout_names}
+                  for bolt in self.spec.bolts}
+        visiting: list[str] = []
+        done: set[str] = set()
+
+        def visit(name: str) -> None:
+            if name in done:
+                return
+            if name in visiting:
+                cycle = visiting[visiting.index(name):] + [name]
+                raise TopologyError(f"bolts {' -> '.join(reversed(cycle))} form a cycle, which a topology with "
+                                    "stateful bolts cannot have (a checkpoint would wait for itself); break the "
+                                    "cycle, or make no bolt stateful")
+            visiting.append(name)
+            for source in sorted(inputs[name]):
+                visit(source)
+            visiting.pop()
+            done.add(name)
+
+        for name in sorted(inputs):
+            visit(name)
 
     def _checkpoint_stream(self) -> None:
         """The checkpoint spout, and the checkpoint stream every bolt declares (it forwards checkpoints)."""
