@@ -9,7 +9,9 @@ shuffle → split → fields → count. Cases, measured one after another in one
   behind it (no ids, no acking, no routing, no queues; ``bench/api_floor.pyx``): the least any
   engine of this API can cost in CPython for this user code, so the most ``in-process ÷ ceiling``
   could reach;
-- in-process (``LocalCluster``); 1 worker + 1 acker, and throttled to 80 % of the maximum it just
+- in-process (``LocalCluster``), and with the count a stateful bolt whose counts are written to the
+  embedded store at each checkpoint (every 200 ms; with the checkpoint trees' latency); 1 worker + 1
+  acker, and throttled to 80 % of the maximum it just
   measured (for latency); 2 workers + 2 ackers (``squall run``'s processes), also with plaintext
   gRPC, with no word crossing workers (split → count local-or-shuffle: what the crossing tuples
   cost), pinned (``squall run --pin``), and throttled to 10,000 trees/s (far below its maximum,
@@ -26,7 +28,8 @@ tree: the bytes of acker messages and verdicts that crossed processes, from the 
 counters.
 
     python bench/wordcount.py [--seconds 10] [--rounds 3]
-                              [--cases ceiling,floor,local,1w1a,80pct,2w2a,2w2a-plain,2w2a-local,2w2a-pin,2w2a-light]
+                              [--cases ceiling,floor,local,local-stateful,1w1a,80pct,2w2a,2w2a-plain,2w2a-local,
+                                       2w2a-pin,2w2a-light]
                               [--pin]
 """
 
@@ -55,11 +58,12 @@ from prometheus_client.parser import text_string_to_metric_families
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from squall import BasicBolt, Bolt, Spout  # noqa: E402
+from squall import BasicBolt, Bolt, Spout, StatefulBolt  # noqa: E402
 from squall.acker import Acker  # noqa: E402
 from squall.executor.hdr import HdrHistogram  # noqa: E402
 from squall.metrics.scrape import fetch  # noqa: E402
 from squall.process.supervisor import Supervisor  # noqa: E402
+from squall.system import CHECKPOINT_COMPONENT  # noqa: E402
 from squall.testing import LocalCluster  # noqa: E402
 from squall.topology import TopologySpec  # noqa: E402
 
@@ -109,13 +113,28 @@ class Count(Bolt):
         self.collector.ack(tup)
 
 
+class StatefulCount(StatefulBolt):
+    """:class:`Count` with its counts in a checkpointed state (acked at each checkpoint's commit)."""
+
+    outputs = ["word", "count"]
+
+    def execute(self, tup):
+        word = tup.values[0]
+        self.state.put(word, self.state.get(word, 0) + 1)
+
+
+#: The stateful cases: checkpoints every 200 ms, and room for the trees in flight until their commit
+STATEFUL = {"config": {"topology.state.checkpoint.interval.ms": 200}, "maxSpoutPending": 50_000}
+
+
 def spec(*, workers: int, ackers: int, rate: float | None = None, cross: bool = True,
-         flush_ms: float | None = None, max_pending: int = MAX_PENDING) -> dict:
+         flush_ms: float | None = None, max_pending: int = MAX_PENDING, stateful: bool = False) -> dict:
     """The word count; ``cross`` False gives every word to a count task of its own worker (local or
     shuffle instead of fields: no longer a word count, but the same work without tuples crossing);
-    ``flush_ms`` sets ``transfer.flushIntervalMs``, ``max_pending`` ``maxSpoutPending``."""
+    ``flush_ms`` sets ``transfer.flushIntervalMs``, ``max_pending`` ``maxSpoutPending``; ``stateful``
+    counts in a :class:`StatefulCount` (:data:`STATEFUL`'s settings; its state where the run puts it)."""
     count_grouping = {"type": "fields", "fields": ["word"]} if cross else {"type": "localOrShuffle"}
-    return {
+    doc = {
         **({"transfer": {"flushIntervalMs": flush_ms}} if flush_ms is not None else {}),
         "name": "bench", "workers": workers, "ackers": ackers, "maxSpoutPending": max_pending,
         "config": {"bench.rate": rate} if rate else {},
@@ -127,6 +146,11 @@ def spec(*, workers: int, ackers: int, rate: float | None = None, cross: bool = 
              "inputs": [{"component": "split", "grouping": count_grouping}]},
         ],
     }
+    if stateful:
+        doc["bolts"][1].update(className="bench.wordcount:StatefulCount", stateful=True)
+        doc["config"].update(STATEFUL["config"])
+        doc["maxSpoutPending"] = STATEFUL["maxSpoutPending"]
+    return doc
 
 
 @dataclass
@@ -141,6 +165,7 @@ class Result:
     frames: float | None = None  # frames sent between processes per tree
     asked: float | None = None  # the trees/s a throttled case was asked for
     probe: float | None = None  # CPU µs/tree of the ceiling on every core at once, just before
+    checkpoints: HdrHistogram | None = None  # a stateful case: the checkpoint trees' complete latency
 
     @property
     def rate(self) -> float:
@@ -251,15 +276,25 @@ def every_core(seconds: float = 2.0) -> float:
         return sum(pool.map(_ceiling_cost, [seconds] * cores)) / cores
 
 
-def in_process(seconds: float) -> Result:
-    with LocalCluster(TopologySpec.from_dict(spec(workers=1, ackers=1))) as cluster:
-        cluster.run(seconds=1)  # warm up
-        before, lat0 = cluster.trees_acked(), cluster.recorded_latency("sentences")
-        cpu0, t0 = cpu_seconds([os.getpid()]), time.monotonic()
-        cluster.run(seconds=seconds)
-        t1, cpu1 = time.monotonic(), cpu_seconds([os.getpid()])
-        return Result("in-process (LocalCluster)", cluster.trees_acked() - before, t1 - t0, cpu1 - cpu0,
-                      cluster.recorded_latency("sentences").minus(lat0))
+def in_process(seconds: float, *, stateful: bool = False) -> Result:
+    """The word count in this process; ``stateful``: its counts in the embedded store, in a temporary
+    directory (a SQLite file per task, written at each commit)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        doc = spec(workers=1, ackers=1, stateful=stateful)
+        if stateful:
+            doc["config"]["topology.state.dir"] = tmp
+        with LocalCluster(TopologySpec.from_dict(doc)) as cluster:
+            cluster.run(seconds=1)  # warm up
+            before, lat0 = cluster.trees_acked(), cluster.recorded_latency("sentences")
+            cpu0, t0 = cpu_seconds([os.getpid()]), time.monotonic()
+            cluster.run(seconds=seconds)
+            t1, cpu1 = time.monotonic(), cpu_seconds([os.getpid()])
+            label = "in-process, stateful count" if stateful else "in-process (LocalCluster)"
+            result = Result(label, cluster.trees_acked() - before, t1 - t0, cpu1 - cpu0,
+                            cluster.recorded_latency("sentences").minus(lat0))
+            if stateful:  # a checkpoint's trees: its PREPARE's and its COMMIT's
+                result.checkpoints = cluster.recorded_latency(CHECKPOINT_COMPONENT)
+            return result
 
 
 def transport_counts(sup: Supervisor) -> np.ndarray:
@@ -384,6 +419,12 @@ TARGETS: list[tuple[str, tuple[str, ...], Callable[[dict[str, Result]], float], 
      lambda by: by["80pct"].latency.quantile(0.99) * 1000, "≤ 20", lambda v: v <= 20),
     ("p50 ms at 80 % of 1 worker + 1 acker's maximum", ("80pct",),
      lambda by: by["80pct"].latency.quantile(0.5) * 1000, "≤ 5", lambda v: v <= 5),
+    ("CPU µs/tree: stateful count ÷ count, in-process", ("local-stateful", "local"),
+     lambda by: by["local-stateful"].cpu_us / by["local"].cpu_us, "(what durable state costs)", lambda v: True),
+    ("checkpoint tree p50 ms, in-process stateful count", ("local-stateful",),
+     lambda by: by["local-stateful"].checkpoints.quantile(0.5) * 1000, "(PREPARE or COMMIT)", lambda v: True),
+    ("checkpoint tree p99 ms, in-process stateful count", ("local-stateful",),
+     lambda by: by["local-stateful"].checkpoints.quantile(0.99) * 1000, "(PREPARE or COMMIT)", lambda v: True),
 ]
 
 
@@ -418,6 +459,8 @@ def run_round(cases: list[str], args: argparse.Namespace, index: int) -> dict[st
         by["floor"] = api_floor(args.seconds / 2)
     if "local" in cases:
         by["local"] = in_process(args.seconds)
+    if "local-stateful" in cases:
+        by["local-stateful"] = in_process(args.seconds, stateful=True)
     if "1w1a" in cases:
         by["1w1a"] = processes("1 worker + 1 acker", args.seconds, workers=1, ackers=1, pin=args.pin,
                                profile=args.profile and args.profile / f"round{index + 1}")
@@ -448,7 +491,8 @@ def run_round(cases: list[str], args: argparse.Namespace, index: int) -> dict[st
 
 
 LIGHT = 10_000  # trees/s of the light-load case, over both spout tasks
-CASES = ("ceiling", "floor", "local", "1w1a", "80pct", "2w2a", "2w2a-plain", "2w2a-local", "2w2a-pin", "2w2a-light")
+CASES = ("ceiling", "floor", "local", "local-stateful", "1w1a", "80pct", "2w2a", "2w2a-plain", "2w2a-local",
+         "2w2a-pin", "2w2a-light")
 
 
 def main() -> None:

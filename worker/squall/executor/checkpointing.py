@@ -76,6 +76,7 @@ class CheckpointedTask:
         self.bolt = bolt
         self._open_store = open_store
         self._run = run
+        self.stateful = open_store is not None
         self.collector = StatefulCollector(collector)  # what a stateful bolt is prepared with
         self.state: KeyValueState | None = None
         self.initialized = False  # init_state was called
@@ -83,9 +84,6 @@ class CheckpointedTask:
         self.pending: list[Tuple] = []  # executed since the last PREPARE
         self.prepared: list[Tuple] = []  # executed before the last PREPARE: acked at its COMMIT
 
-    @property
-    def stateful(self) -> bool:
-        return self._open_store is not None
 
     def open(self) -> None:
         """At prepare: the task's state as last committed (Storm opens it there too, so that a COMMIT retried

@@ -13,7 +13,7 @@ from typing import Any
 
 from squall.errors import SquallError
 from squall.state.stores import DELETED, Store
-from squall.values import SUPPORTED, unsupported
+from squall.values import INT_MAX, INT_MIN, SUPPORTED, unsupported
 
 #: What a key may be: it is encoded by value (msgpack) in every store, so only these keep their identity.
 KEY_TYPES = (str, int, bytes)
@@ -115,8 +115,17 @@ class KeyValueState:
 
 
 def _check(key: Any, value: Any) -> None:
-    if type(key) not in KEY_TYPES:
-        raise StateError(f"state key {key!r}: a key is a str, an int or bytes, not {type(key).__name__}")
+    kind = type(key)
+    if kind not in KEY_TYPES:
+        raise StateError(f"state key {key!r}: a key is a str, an int or bytes, not {kind.__name__}")
+    # the common puts (an ASCII word, a count) checked without the walk: a put per input is the state's hot path
+    if kind is str and key.isascii() or kind is bytes:
+        kind = type(value)
+        if kind is int and INT_MIN <= value <= INT_MAX or kind in _PLAIN or kind is str and value.isascii():
+            return
     reason = unsupported(key) or unsupported(value)
     if reason:
         raise StateError(f"state value for key {key!r}: {reason}; a state keeps {SUPPORTED}")
+
+
+_PLAIN = frozenset((float, bool, bytes, type(None)))  # values any store keeps as they are
