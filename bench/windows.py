@@ -6,10 +6,11 @@
    codec), and how long from the window's execute until the N trees were complete at their spout.
 2. **Cost per tuple** (``--cases``): in-process (``LocalCluster``), words from a 1,000-word vocabulary with
    message ids; ``plain``: a bolt counting each word and acking it; ``windowed``: a ``WindowedBolt`` over a window
-   of 10,000 words sliding every 1,000 counting the window's words and emitting its top word. CPU µs (this
-   process's utime + stime) per acked tuple, best of ``--rounds``.
+   of 10,000 words sliding every 1,000 counting the window's words and emitting its top word; ``bare``: the same
+   window emitting only its size (the windowing alone). CPU µs (this process's utime + stime) per acked tuple,
+   best of ``--rounds``.
 
-    python bench/windows.py [--anchors 1000,10000,100000] [--seconds 8] [--rounds 3] [--cases plain,windowed]
+    python bench/windows.py [--anchors 1000,10000,100000] [--seconds 8] [--rounds 3] [--cases plain,windowed,bare]
 """
 
 from __future__ import annotations
@@ -120,6 +121,15 @@ class WindowCount(WindowedBolt):
         self.collector.emit([word, count])
 
 
+class WindowSize(WindowedBolt):
+    """The windowing alone: emits each window's size, computing nothing over it."""
+
+    outputs = ["word", "count"]
+
+    def execute(self, window):
+        self.collector.emit(["", len(window)])
+
+
 class Drain(Bolt):
     outputs = []
 
@@ -133,7 +143,8 @@ def per_tuple(case: str, seconds: float) -> tuple[float, int]:
     if case == "plain":
         builder.set_bolt("count", PlainCount).shuffle_grouping("words")
     else:
-        builder.set_bolt("count", WindowCount).with_window(Count(10_000), Count(1_000)).shuffle_grouping("words")
+        bolt = WindowCount if case == "windowed" else WindowSize
+        builder.set_bolt("count", bolt).with_window(Count(10_000), Count(1_000)).shuffle_grouping("words")
         builder.set_bolt("drain", Drain).shuffle_grouping("count")
     with LocalCluster(builder.build(max_spout_pending=12_000, message_timeout_seconds=60)) as cluster:
         cluster.run(seconds=1.0)  # warm up: a windowed count's first windows are partial
@@ -148,7 +159,7 @@ def per_tuple(case: str, seconds: float) -> tuple[float, int]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--anchors", default="1000,10000,100000", help="window sizes to anchor to; '' skips")
-    parser.add_argument("--cases", default="plain,windowed", help="'' skips")
+    parser.add_argument("--cases", default="plain,windowed,bare", help="'' skips")
     parser.add_argument("--seconds", type=float, default=8.0)
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
@@ -170,6 +181,8 @@ def main() -> None:
         if {"plain", "windowed"} <= best.keys():
             print(f"windowed ÷ plain: {best['windowed'] / best['plain']:.2f} ({best['windowed']:.2f} against "
                   f"{best['plain']:.2f} µs per tuple)")
+        if {"plain", "bare"} <= best.keys():
+            print(f"the windowing alone (bare) ÷ plain: {best['bare'] / best['plain']:.2f}")
 
 
 if __name__ == "__main__":

@@ -292,3 +292,10 @@ def test_the_toppages_example_computes_each_users_top_pages_of_each_window():
         assert count == sum(views.values())
         assert top == sorted(views, key=lambda page: (-views[page], page))[:TOP_PAGES]
     assert not spout.failed
+
+
+def test_the_example_that_opens_docs_windows_runs(capsys):
+    text = (Path(__file__).resolve().parents[1] / "docs" / "windows.md").read_text()
+    code = text.split("```python\n", 1)[1].split("```", 1)[0]
+    exec(compile(code, "docs/windows.md", "exec"), {"__name__": "docs_windows"})  # noqa: S102 - our own docs
+    assert capsys.readouterr().out.startswith("[[4.5, 10], [9.5, 20], [19.5, 20], [29.5, 20]")

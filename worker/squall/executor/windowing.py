@@ -98,8 +98,10 @@ class WindowedTask:
         event = self.event
         if event is None:
             now = self.now_ms()
-            self.manager.release(tup, now)
-            self._fire(now - 1)  # a window ending now may still get tuples of this millisecond
+            manager = self.manager
+            manager.release(tup, now)
+            if manager.due(now - 1):  # a window ending now may still get tuples of this millisecond
+                self._fire(now - 1)
             return
         ts = tup[self.field]
         if type(ts) is float:
@@ -157,6 +159,8 @@ class WindowedTask:
         self._ack(self.manager.take_expired())
 
     def _ack(self, tuples: list[Tuple]) -> None:
+        if not tuples:
+            return
         ack = self.out.ack
         for tup in tuples:
             ack(tup)  # a tuple the bolt failed stays failed

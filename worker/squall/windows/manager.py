@@ -100,6 +100,14 @@ class WindowManager(Generic[T]):
                 self._refs.append(self._released)
         self._released += 1
 
+    def due(self, watermark: int | None) -> bool:
+        """Whether :meth:`next_window` may have a window (or stale tuples) for ``watermark``: a cheap test, for
+        every tuple."""
+        if self.slide.count is not None:
+            return bool(self._refs)
+        end = self._next_end
+        return watermark is not None and len(self._items) > self._lo and (end is None or end <= watermark)
+
     def next_window(self, watermark: int | None) -> Fired[T] | None:
         """The next window due, or None. Tuples before its start expire now (see :meth:`take_expired`)."""
         if self.slide.count is not None:
