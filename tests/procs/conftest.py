@@ -13,12 +13,13 @@ from squall.topology import TopologySpec
 
 
 @pytest.fixture
-def cluster(tmp_path, monkeypatch):
+def supervise(tmp_path, monkeypatch):
+    """``supervise(path, spec, pin=False)``: start a topology's processes with the test components on their
+    PYTHONPATH; every one started is stopped at the test's end."""
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(COMPONENTS), os.environ.get("PYTHONPATH", "")]))
     started: list[Supervisor] = []
 
-    def start(*, pin: bool = False, **kwargs) -> Supervisor:
-        path, spec = topology(tmp_path, **kwargs)
+    def start(path, spec: TopologySpec, *, pin: bool = False) -> Supervisor:
         sup = Supervisor(spec_path=path, spec=spec, run_dir=tmp_path / "run", pin=pin)
         sup.start()
         started.append(sup)
@@ -30,15 +31,21 @@ def cluster(tmp_path, monkeypatch):
             sup.stop(timeout=10)
 
 
+@pytest.fixture
+def cluster(tmp_path, supervise):
+    """Start procs_support.topology's test topology (its keyword arguments)."""
+
+    def start(*, pin: bool = False, **kwargs) -> Supervisor:
+        path, spec = topology(tmp_path, **kwargs)
+        return supervise(path, spec, pin=pin)
+    return start
 
 
 @pytest.fixture
-def run(tmp_path, monkeypatch):
+def run(tmp_path, supervise):
     """Start a topology of test components: the spout ``a-src`` and ``bolts``, each a bolt spec whose
     className is a class of squall_test_components and whose inputs default to a shuffle of ``a-src``
     (round-robin assignment in component name order places them over the workers)."""
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(COMPONENTS), os.environ.get("PYTHONPATH", "")]))
-    started: list[Supervisor] = []
 
     def start(*, spout: str, bolts: list[dict], config: dict, timeout: int, workers: int = 2,
               ackers: int = 1) -> Supervisor:
@@ -52,12 +59,5 @@ def run(tmp_path, monkeypatch):
         }
         path = tmp_path / "topology.yaml"
         path.write_text(yaml.safe_dump(doc))
-        sup = Supervisor(spec_path=path, spec=TopologySpec.from_dict(doc), run_dir=tmp_path / "run")
-        sup.start()
-        started.append(sup)
-        return sup
-
-    yield start
-    for sup in started:
-        if not sup.stopping:
-            sup.stop(timeout=10)
+        return supervise(path, TopologySpec.from_dict(doc))
+    return start
