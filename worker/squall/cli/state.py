@@ -23,7 +23,7 @@ from squall.contract import STATE_DIR as DIR_ENV
 from squall.contract import STATE_REDIS_URL as REDIS_URL_ENV
 from squall.errors import SquallError
 from squall.state.config import DIR_KEY, MEMORY, PROVIDER_KEY, REDIS, REDIS_URL_KEY
-from squall.state.stores import open_store, provider
+from squall.state.stores import embedded_path, open_store, provider, redis_namespace
 from squall.topology import load_spec
 from squall.topology.assignment import layout
 from squall.topology.spec import TopologySpec
@@ -145,7 +145,7 @@ def read(spec: TopologySpec, component: str, task: int, *, run_dir: Path) -> Tas
                           "memory and ends with them; there is nothing to read (pick embedded or redis to keep it)")
     if chosen == REDIS:
         return _read_redis(conf, spec=spec, component=component, task=task)
-    path = Path(where) / spec.name / f"{component}-{task}.db"
+    path = embedded_path(where, topology=spec.name, component=component, task=task)
     looked = f"{path.parent}/ (the embedded store, in {why})"
     if not path.exists():  # opening it would make it
         return TaskState(component, task, str(path), -1, {}, looked, missing=f"no {path}")
@@ -175,7 +175,7 @@ def _read_redis(conf: dict[str, Any], *, spec: TopologySpec, component: str, tas
         raise SquallError(f"config {PROVIDER_KEY} is {REDIS}: reading it needs the redis package "
                           "(pip install 'squall[redis]')") from None
     shown = _redacted(url)
-    keys = f"squall:{spec.name}:{component}:{task}"
+    keys = redis_namespace(topology=spec.name, component=component, task=task)
     where = f"{shown} {keys}:state"
     looked = f"Redis at {shown} (from {REDIS_URL_KEY if conf.get(REDIS_URL_KEY) else '$' + REDIS_URL_ENV})"
     try:

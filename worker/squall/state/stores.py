@@ -142,6 +142,16 @@ def provider(conf: dict[str, Any]) -> str:
     return chosen
 
 
+def embedded_path(directory: str | Path, *, topology: str, component: str, task: int) -> Path:
+    """The embedded store's file of ``task`` of ``component``, under the state directory ``directory``."""
+    return Path(directory) / topology / f"{component}-{task}.db"
+
+
+def redis_namespace(*, topology: str, component: str, task: int) -> str:
+    """The prefix of the Redis store's keys of ``task`` of ``component`` (``:state``, its hash; ``:txid``)."""
+    return f"squall:{topology}:{component}:{task}"
+
+
 def open_store(conf: dict[str, Any], *, topology: str, component: str, task: int) -> Store:
     """The store of ``task`` of ``component`` in ``topology``, as the config picks it (see :func:`provider`).
     A task's store is named by its task id, which rebalances keep: its state follows it."""
@@ -153,9 +163,9 @@ def open_store(conf: dict[str, Any], *, topology: str, component: str, task: int
         if not where:
             raise ConfigError(f"config {PROVIDER_KEY}: {EMBEDDED} needs a durable directory: set {DIR_KEY} "
                               f"(or the environment variable {DIR_ENV})")
-        return SqliteStore(Path(where) / topology / f"{component}-{task}.db")
+        return SqliteStore(embedded_path(where, topology=topology, component=component, task=task))
     url = conf.get(REDIS_URL_KEY) or os.environ.get(REDIS_URL_ENV)
     if not url:
         raise ConfigError(f"config {PROVIDER_KEY}: {REDIS} needs a URL: set {REDIS_URL_KEY} (or the environment "
                           f"variable {REDIS_URL_ENV}), e.g. redis://localhost:6379/0")
-    return RedisStore(url, f"squall:{topology}:{component}:{task}")
+    return RedisStore(url, redis_namespace(topology=topology, component=component, task=task))
