@@ -12,7 +12,17 @@ from pathlib import Path
 import pytest
 import yaml
 
-from squall import Bolt, Count, Duration, TopologyBuilder, TopologyError, TopologySpec, WindowedBolt, validate
+from squall import (
+    Bolt,
+    Count,
+    Duration,
+    StatefulBolt,
+    TopologyBuilder,
+    TopologyError,
+    TopologySpec,
+    WindowedBolt,
+    validate,
+)
 from squall.testing import LocalCluster, TestingSink, TestingSpout
 
 FAR = 10**13  # a timestamp beyond every window: the watermark passes them all
@@ -299,3 +309,54 @@ def test_the_example_that_opens_docs_windows_runs(capsys):
     code = text.split("```python\n", 1)[1].split("```", 1)[0]
     exec(compile(code, "docs/windows.md", "exec"), {"__name__": "docs_windows"})  # noqa: S102 - our own docs
     assert capsys.readouterr().out.startswith("[[4.5, 10], [9.5, 20], [19.5, 20], [29.5, 20]")
+
+
+class Windows(WindowedBolt):
+    """A window of the windows' outputs: each of its inputs is in the trees of a whole window."""
+
+    outputs = ["trees"]
+
+    def execute(self, window):
+        self.collector.emit([sum(len(t.anchors) for t in window)])
+
+
+class Trees(Bolt):
+    outputs = []
+
+    def prepare(self, conf, context, collector):
+        super().prepare(conf, context, collector)
+        self.trees = []
+
+    def execute(self, tup):
+        self.trees.append(len(tup.anchors))
+        self.collector.ack(tup)
+
+
+def test_max_anchors_counts_trees_so_a_window_of_windows_stays_within_it():
+    builder, window = windowed(config={"test.n": 40})
+    window.with_tumbling_window(Count(10))
+    builder.set_bolt("windows", Windows).with_tumbling_window(Count(2)).with_max_anchors(15).shuffle_grouping(
+        "window")
+    builder.set_bolt("sink", Trees).shuffle_grouping("windows")
+    with LocalCluster(builder.build()) as cluster:
+        spout = cluster.instance("source")
+        cluster.run_until(lambda: len(spout.acked) == 40)
+        # each input of "windows" is in 10 trees: two of them are 20, over 15, so an emit anchors to the newest
+        assert cluster.instance("sink").trees == [10, 10]
+
+
+class StatefulTotal(StatefulBolt):
+    outputs = []
+
+    def execute(self, tup):
+        self.state.put("total", self.state.get("total", 0) + len(tup["values"]))
+
+
+def test_a_windowed_bolt_forwards_checkpoints_to_the_stateful_bolts_after_it():
+    builder, window = windowed(config={"test.n": 50})
+    window.with_tumbling_window(Count(5))
+    builder.set_bolt("total", StatefulTotal).shuffle_grouping("window")
+    with LocalCluster(builder.build(config={"topology.state.checkpoint.interval.ms": 50})) as cluster:
+        spout, total = cluster.instance("source"), cluster.instance("total")
+        cluster.run_until(lambda: len(spout.acked) == 50 and total.state.get("total") == 50)
+        assert not spout.failed

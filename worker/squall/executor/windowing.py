@@ -26,7 +26,8 @@ from squall.windows.manager import EventTime, Fired, WindowManager
 
 class WindowCollector:
     """A windowed bolt's :class:`squall.api.OutputCollector`: inside ``execute``, an emit without anchors is
-    anchored to the window's tuples (its newest ``max_anchors``); ``ack`` leaves a tuple to its windows."""
+    anchored to the window's tuples (its newest, in ``max_anchors`` trees); ``ack`` leaves a tuple to its
+    windows."""
 
     def __init__(self, out: BoltCollector) -> None:
         self._out = out
@@ -136,9 +137,8 @@ class WindowedTask:
 
     def _compute(self, fired: Fired[Tuple]) -> None:
         tuples = fired.tuples
-        anchors = tuples if len(tuples) <= self.max_anchors else tuples[-self.max_anchors:]
         collector = self.collector
-        collector.anchors = [t for t in anchors if not t.done]
+        collector.anchors = self._anchors(tuples)
         failed = False
         try:
             self.bolt.execute(Window(tuples, fired.new, fired.expired, fired.start, fired.end))
@@ -157,6 +157,24 @@ class WindowedTask:
             for tup in tuples:
                 out.fail(tup)
         self._ack(self.manager.take_expired())
+
+    def _anchors(self, tuples: list[Tuple]) -> list[Tuple]:
+        """The window's newest tuples, as many as belong to at most ``max_anchors`` trees together (a tuple
+        carries an id per tree into what is anchored to it; most belong to one), those the bolt failed and
+        those no tree tracks left out."""
+        budget = self.max_anchors
+        anchors = []
+        for tup in reversed(tuples):
+            if tup.done:
+                continue
+            trees = 1 if tup.root is not None else len(tup.trees) if tup.trees is not None else 0
+            if trees > budget:
+                break
+            if trees:
+                budget -= trees
+                anchors.append(tup)
+        anchors.reverse()
+        return anchors
 
     def _ack(self, tuples: list[Tuple]) -> None:
         if not tuples:

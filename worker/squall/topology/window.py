@@ -63,8 +63,8 @@ class WindowSpec(SpecModel):
         "event time: the bolt's stream that gets late tuples (with their input's fields); null: they are acked "
         "and dropped"))
     max_anchors: int = Field(default=1000, ge=1, description=(
-        "an emit of execute is anchored to at most this many of the window's tuples, the newest (each anchor "
-        "costs about 1 µs at the emit and at the ack, and 16 bytes on the wire)"))
+        "an emit of execute is anchored to the window's newest tuples, in at most this many spout tuple trees "
+        "(each costs about 1 µs at the emit and at the ack, and 16 bytes on the wire)"))
 
     @model_validator(mode="after")
     def _coherent(self) -> Self:
