@@ -7,6 +7,7 @@ pods run); ``--in-process`` runs everything in this process instead (``LocalClus
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 import time
@@ -17,7 +18,7 @@ from squall import contract
 from squall.cli.options import positive
 from squall.errors import SquallError
 from squall.metrics.scrape import Totals
-from squall.process.supervisor import Supervisor
+from squall.process.supervisor import Supervisor, lock_run_dir
 from squall.testing import LocalCluster
 from squall.topology import load_spec, validate
 from squall.topology.assignment import check_state_kept
@@ -247,6 +248,13 @@ def _in_process(spec: TopologySpec, args: argparse.Namespace, progress: Progress
     if spec.suspended:
         progress.say("suspended: the spouts stay inactive (a run in this process does not follow its file: run it "
                      "with suspended: false)")
+    if spec.checkpointing and not os.environ.get(contract.STATE_DIR):
+        # its stateful bolts keep their state where the processes of a run would: under the run directory,
+        # which the run holds, as theirs (another run in it would share the task files)
+        run_dir = Path(args.run_dir)
+        run_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        held = lock_run_dir(run_dir)  # noqa: F841 - held until this process ends
+        os.environ[contract.STATE_DIR] = str((run_dir / "state").resolve())
     with LocalCluster(spec) as cluster:
         def totals() -> Totals:
             return _totals(cluster)

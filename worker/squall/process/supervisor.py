@@ -182,7 +182,7 @@ class Supervisor:
         self.run_dir = Path(run_dir)
         # its logs may hold what the topology read; one the user gave, made before, is left as it is
         self.run_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-        self._lock = _lock(self.run_dir)
+        self._lock = lock_run_dir(self.run_dir)
         counts = {role: max(room, contract.process_count(spec, role)) for role in contract.ROLES}
         roles = [(role, i) for role in contract.ROLES for i in range(counts[role])]
         self._held = reserve_ports(2 * len(roles))  # until stop: see reserve_ports
@@ -420,9 +420,9 @@ class Supervisor:
         return codes
 
 
-def _lock(run_dir: Path) -> IO[str]:
+def lock_run_dir(run_dir: Path) -> IO[str]:
     """Hold ``run_dir`` for this run (until :meth:`Supervisor.stop`, or this process's end, whatever ends
-    it): two runs in one directory would share logs, certificates and the processes file."""
+    it): two runs in one directory would share logs, certificates, the processes file and state."""
     lock = open(run_dir / LOCK_FILE, "a+")  # noqa: SIM115 - held open for the run
     try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
