@@ -360,3 +360,75 @@ def test_a_windowed_bolt_forwards_checkpoints_to_the_stateful_bolts_after_it():
         spout, total = cluster.instance("source"), cluster.instance("total")
         cluster.run_until(lambda: len(spout.acked) == 50 and total.state.get("total") == 50)
         assert not spout.failed
+
+
+class From(TestingSpout):
+    """``test.from`` .. ``test.to`` - 1."""
+
+    outputs = ["n"]
+
+    def items(self):
+        return [[i] for i in range(self.conf["test.from"], self.conf["test.to"])]
+
+
+def durable(tmp_path, start: int, end: int):
+    builder = TopologyBuilder("durable")
+    builder.set_spout("source", From, config={"test.from": start, "test.to": end})
+    builder.set_bolt("window", Recorder).with_tumbling_window(Count(10)).with_persistence().shuffle_grouping(
+        "source")
+    return builder.build(config={"topology.state.dir": str(tmp_path), "topology.state.checkpoint.interval.ms": 50})
+
+
+def test_durable_windows_ack_at_the_checkpoint_and_a_restarted_task_resumes_its_windows(tmp_path):
+    with LocalCluster(durable(tmp_path, 0, 25)) as cluster:
+        spout = cluster.instance("source")
+        # the last 5 are in no window yet, and acked all the same: the commit after them holds them
+        cluster.run_until(lambda: len(spout.acked) == 25)
+        assert [w[0] for w in cluster.instance("window").windows] == [list(range(10)), list(range(10, 20))]
+    with LocalCluster(durable(tmp_path, 25, 30)) as cluster:  # a new process: the windows come from the store
+        window = cluster.instance("window")
+        cluster.run_until(lambda: len(window.windows) == 1)
+        assert window.windows[0][0] == list(range(20, 30))
+        assert window.windows[0][1] == list(range(20, 30))  # all new: no window held them before
+
+
+def test_durable_windows_may_be_longer_than_the_message_timeout():
+    doc = spec_with({"length": {"seconds": 600}, "slidingInterval": {"seconds": 60}}, stateful=True)
+    validate(TopologySpec.from_dict(doc))
+    doc["bolts"][0]["stateful"] = False
+    with pytest.raises(TopologyError, match="longer than messageTimeoutSeconds"):
+        TopologySpec.from_dict(doc)
+
+
+class FailsOneCheckpoint(StatefulBolt):
+    """Its first prepare raises: that checkpoint fails, and every stateful task rolls back."""
+
+    outputs = []
+
+    def init_state(self, state):
+        super().init_state(state)
+        self.raised = False
+
+    def pre_prepare(self, txid):
+        if not self.raised:
+            self.raised = True
+            raise RuntimeError("this checkpoint fails")
+
+    def execute(self, tup):
+        pass
+
+
+def test_a_rolled_back_durable_window_resumes_from_its_last_commit_and_its_tuples_replay(tmp_path):
+    builder = TopologyBuilder("rollback")
+    builder.set_spout("source", From, config={"test.from": 0, "test.to": 60})
+    builder.set_bolt("window", Recorder).with_tumbling_window(Count(10)).with_persistence().shuffle_grouping(
+        "source")
+    builder.set_bolt("flaky", FailsOneCheckpoint).shuffle_grouping("window")
+    spec = builder.build(config={"topology.state.checkpoint.interval.ms": 50})
+    with LocalCluster(spec) as cluster:
+        spout = cluster.instance("source")
+        cluster.run_until(lambda: len(set(spout.acked)) == 60 and cluster.instance("flaky").raised)
+        windows = [w[0] for w in cluster.instance("window").windows]
+        assert spout.failed  # the rollback failed what the window held since its last commit...
+        assert set().union(*windows) == set(range(60))  # ...and they came again: at least once
+        assert all(len(w) == 10 for w in windows)

@@ -186,7 +186,8 @@ class Runtime:
                 prepare = lambda b=bolt, c=context: b.prepare(dict(conf), c)  # noqa: E731
             if window:
                 inputs = [(i.component, i.stream) for i in plan.spec.component(plan_ex.component).inputs]
-                prepare = ex.add_windowed(task, window=window, inputs=inputs, conf=conf, context=context)
+                prepare = ex.add_windowed(task, window=window, inputs=inputs, conf=conf, context=context,
+                                          durable=plan.spec.component(plan_ex.component).stateful)
             if checkpointing:
                 prepare = self._checkpointed(ex, task, conf, context, prepare)
             ex.add_task(task, prepare)

@@ -8,6 +8,7 @@ Only windowed bolts run here; every other bolt's path is :class:`~squall.executo
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -15,11 +16,14 @@ from typing import Any
 from squall.api import Anchors
 from squall.errors import FailedException, ReportedFailedException
 from squall.executor.bolt import BoltTask
-from squall.executor.checkpointing import CheckpointingBoltExecutor
+from squall.executor.checkpointing import CheckpointedTask, CheckpointingBoltExecutor
 from squall.executor.collectors import BoltCollector
+from squall.state.kv import KeyValueState
+from squall.state.stores import open_store
 from squall.system import CHECKPOINT_STREAM, DEFAULT_STREAM
+from squall.topology.context import TaskContext
 from squall.topology.window import WindowSpec
-from squall.tuples import Tuple
+from squall.tuples import Fields, Tuple
 from squall.windows.api import Window
 from squall.windows.manager import EventTime, Fired, WindowManager
 
@@ -68,34 +72,55 @@ class WindowCollector:
         self._out.paused = value
 
 
+STATE_KEY = "window"  # a durable window's key in its task's state
+
+
 class WindowedTask:
     """One task's windows. ``clock``: the runtime's (seconds); processing time stamps tuples with it, in
-    milliseconds from the epoch (read once, then following ``clock``, so a driven clock drives windows)."""
+    milliseconds from the epoch (read once, then following ``clock``, so a driven clock drives windows).
+
+    ``durable``: the windows are checkpointed (Storm 2's persistent windowing): the task is a stateful one of
+    the checkpoint protocol (:class:`~squall.executor.checkpointing.CheckpointedTask` calls the hooks below as
+    a ``StatefulBolt``'s), its tuples are acked by the commit after them rather than when they expire, and a
+    restarted task resumes its windows from the last commit. ``fields(component, stream)``: a stream's fields,
+    for the tuples it restores."""
 
     def __init__(self, *, window: WindowSpec, bolt: Any, out: BoltCollector, inputs: Sequence[tuple[str, str]],
-                 clock: Callable[[], float], report: Callable[[BaseException], None]) -> None:
+                 clock: Callable[[], float], report: Callable[[BaseException], None], task: int = 0,
+                 durable: bool = False, fields: Callable[[str, str], Fields] | None = None) -> None:
         self.spec = window
+        self.task = task
+        self.durable = durable
+        self.fields = fields
+        self.state: KeyValueState | None = None
+        self.stale = False  # rolled back: the windows are restored from the state before they are used
         self.bolt = bolt
         self.out = out
         self.collector = WindowCollector(out)
         self.report = report
-        self.manager: WindowManager[Tuple] = WindowManager(length=window.length.extent(),
-                                                           slide=window.slide.extent())
+        self.inputs = inputs
         self.field = window.timestamp_field
-        self.event: EventTime[Tuple] | None = None
-        if self.field is not None:
-            self.event = EventTime(inputs, lag_ms=round(window.lag_seconds * 1000))
+        self._fresh_windows()
         self.late_stream = window.late_tuple_stream
         self.max_anchors = window.max_anchors
         self.late = 0  # late tuples seen
         self._clock = clock
         self._epoch = time.time() - clock()
 
+    def _fresh_windows(self) -> None:
+        window = self.spec
+        self.manager: WindowManager[Tuple] = WindowManager(length=window.length.extent(), slide=window.slide.extent())
+        self.event: EventTime[Tuple] | None = None
+        if self.field is not None:
+            self.event = EventTime(self.inputs, lag_ms=round(window.lag_seconds * 1000))
+
     def now_ms(self) -> int:
         return int((self._epoch + self._clock()) * 1000)
 
     def add(self, tup: Tuple) -> None:
         """An input tuple: into the windows, or, in event time and behind the watermark, to the late stream."""
+        if self.stale:
+            self._restore()
         event = self.event
         if event is None:
             now = self.now_ms()
@@ -118,6 +143,8 @@ class WindowedTask:
     def tick(self) -> None:
         """The window's timer: in event time the watermark advances and releases what it passed; in
         processing time the clock is read. Then the windows due fire."""
+        if self.stale:
+            self._restore()
         event = self.event
         if event is None:
             self._fire(self.now_ms() - 1)
@@ -177,11 +204,57 @@ class WindowedTask:
         return anchors
 
     def _ack(self, tuples: list[Tuple]) -> None:
-        if not tuples:
+        if not tuples or self.durable:  # a durable window's tuples are acked by the commit after them
             return
         ack = self.out.ack
         for tup in tuples:
             ack(tup)  # a tuple the bolt failed stays failed
+
+
+    # -- a durable window's side of the checkpoint protocol (a StatefulBolt's hooks) ---------------------
+
+    def init_state(self, state: KeyValueState) -> None:
+        self.state = state
+        self._restore()
+
+    def pre_prepare(self, txid: int) -> None:
+        if self.stale:
+            self._restore()
+        assert self.state is not None
+        encode = _encode
+        doc = {"windows": self.manager.snapshot(encode)}
+        if self.event is not None:
+            doc["eventTime"] = self.event.snapshot(encode)
+        self.state.put(STATE_KEY, doc)
+
+    def pre_commit(self, txid: int) -> None:
+        """The windows were put in the state at the prepare."""
+
+    def pre_rollback(self) -> None:
+        # the state goes back to its last commit after this call: the windows follow it before their next use
+        self.stale = True
+
+    def _restore(self) -> None:
+        """The windows as the state last committed them (none yet: empty); their tuples are tracked by no tree
+        now (the commit acked them)."""
+        self.stale = False
+        self._fresh_windows()
+        doc = self.state.get(STATE_KEY) if self.state is not None else None
+        if doc is None:
+            return
+        assert self.fields is not None
+        fields, task = self.fields, self.task
+
+        def decode(item: list[Any]) -> Tuple:
+            component, stream, source, values = item
+            return Tuple(values, fields(component, stream), component, stream, source, {}, task)
+        self.manager.restore(doc["windows"], decode)
+        if self.event is not None and "eventTime" in doc:
+            self.event.restore(doc["eventTime"], decode)
+
+
+def _encode(tup: Tuple) -> list[Any]:
+    return [tup.source_component, tup.source_stream, tup.source_task, tup.values]
 
 
 class WindowedBoltExecutor(CheckpointingBoltExecutor):
@@ -193,17 +266,50 @@ class WindowedBoltExecutor(CheckpointingBoltExecutor):
         self.windowed: dict[int, WindowedTask] = {}
 
     def add_windowed(self, task: BoltTask, *, window: WindowSpec, inputs: Sequence[tuple[str, str]],
-                     conf: dict[str, Any], context: Any) -> Callable[[], None]:
-        """Register ``task``'s windows; returns its prepare, which hands the bolt its window collector."""
+                     conf: dict[str, Any], context: TaskContext, durable: bool = False) -> Callable[[], None]:
+        """Register ``task``'s windows; returns its prepare, which hands the bolt its window collector (and,
+        ``durable``, opens the task's store)."""
+        cache: dict[tuple[str, str], Fields] = {}
+
+        def fields(component: str, stream: str) -> Fields:
+            if (component, stream) not in cache:
+                cache[(component, stream)] = Fields(context.get_component_output_fields(component, stream))
+            return cache[(component, stream)]
+
         windowed = self.windowed[task.task_id] = WindowedTask(
             window=window, bolt=task.bolt, out=task.collector, inputs=inputs, clock=self.clock,
-            report=lambda exc: self.report(exc, task.task_id))
-        return lambda: task.bolt.prepare(dict(conf), context, windowed.collector)
+            report=lambda exc: self.report(exc, task.task_id), task=task.task_id, durable=durable, fields=fields)
+        if not durable:
+            return lambda: task.bolt.prepare(dict(conf), context, windowed.collector)
+        store = functools.partial(open_store, conf, topology=context.topology_name, component=self.component,
+                                  task=task.task_id)
+
+        def prepare_durable() -> None:
+            checkpointed = self.checkpointed[task.task_id]
+            if not checkpointed.stateful:
+                # The runtime made it a task that only forwards checkpoints (its bolt is no StatefulBolt): its
+                # windows are the state, with the same barrier.
+                checkpointed = self.checkpointed[task.task_id] = CheckpointedTask(
+                    barrier=checkpointed.barrier, collector=task.collector, bolt=windowed, open_store=store,
+                    run=functools.partial(self._add, task))
+            checkpointed.open()
+            task.bolt.prepare(dict(conf), context, windowed.collector)
+        return prepare_durable
 
     def _execute(self, task: BoltTask, tup: Tuple) -> None:
         if tup.source_stream == CHECKPOINT_STREAM:
             CheckpointingBoltExecutor._execute(self, task, tup)
             return
+        windowed = self.windowed[task.task_id]
+        if tup.is_tick:
+            if not windowed.durable or self.checkpointed[task.task_id].initialized:
+                self._add(task, tup)
+        elif windowed.durable:
+            self.checkpointed[task.task_id].execute(tup)  # held until the state is initialized, acked at a commit
+        else:
+            self._add(task, tup)
+
+    def _add(self, task: BoltTask, tup: Tuple) -> None:
         windowed = self.windowed[task.task_id]
         try:
             if tup.is_tick:

@@ -106,6 +106,12 @@ class BoltDeclarer:
         """Event time: late tuples are emitted on this stream of the bolt (with their own fields)."""
         return self._window(lateTupleStream=stream)
 
+    def with_persistence(self) -> BoltDeclarer:
+        """Durable windows (Storm 2's ``withPersistence``): the windows are checkpointed as a stateful bolt's
+        state, and a tuple is acked by the checkpoint after it rather than when it leaves its last window."""
+        self.doc["stateful"] = True
+        return self
+
     def with_max_anchors(self, n: int) -> BoltDeclarer:
         """An emit of ``execute`` is anchored to at most the newest ``n`` tuples of the window."""
         return self._window(maxAnchors=n)

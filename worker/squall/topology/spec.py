@@ -131,7 +131,8 @@ class BoltSpec(ComponentSpec):
     inputs: list[Input] = Field(min_length=1)
     tick_frequency_seconds: float | None = Field(default=None, gt=0)
     stateful: bool = Field(default=False, description=(
-        "true: a squall.StatefulBolt, whose state is checkpointed (the topology gets a checkpoint spout)"))
+        "true: a squall.StatefulBolt, whose state is checkpointed (the topology gets a checkpoint spout), or a "
+        "WindowedBolt whose windows are"))
     window: WindowSpec | None = Field(default=None, description=(
         "a squall.WindowedBolt's windows: by count or duration, sliding or tumbling, on processing or event time"))
 

@@ -127,6 +127,8 @@ def window_errors(bolts: Sequence[Any], *, message_timeout_seconds: int, max_spo
         if bolt.tick_frequency_seconds is not None:
             errors.append(f"bolt {bolt.name!r}: a windowed bolt's ticks are its window's (every "
                           f"{window.timer_seconds:g} s); remove tickFrequencySeconds")
+        if bolt.stateful:  # durable windows: a tuple is acked by the checkpoint after it, not when it leaves
+            continue
         held = window.hold_seconds()
         if held is not None and held[0] > message_timeout_seconds:
             errors.append(f"{where}: a tuple stays up to {held[1]} = {held[0]:g} s in it, longer than "

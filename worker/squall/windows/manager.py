@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import heapq
 from bisect import bisect_right
-from collections.abc import Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, field
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
 
@@ -198,6 +198,22 @@ class WindowManager(Generic[T]):
         return gone
 
 
+    def snapshot(self, encode: Callable[[T], Any]) -> dict[str, Any]:
+        """What :meth:`restore` takes back: the buffered tuples (by ``encode``) and where the windows are."""
+        lo = self._lo
+        return {"items": [encode(item) for item in self._items[lo:]], "ts": self._ts[lo:], "seq": self._seq[lo:],
+                "released": self._released, "since": self._since, "refs": list(self._refs),
+                "nextEnd": self._next_end, "lastSeq": self._last_seq}
+
+    def restore(self, doc: dict[str, Any], decode: Callable[[Any], T]) -> None:
+        self._items = [decode(item) for item in doc["items"]]
+        self._ts, self._seq = list(doc["ts"]), list(doc["seq"])
+        self._lo = 0
+        self._released, self._since, self._refs = doc["released"], doc["since"], list(doc["refs"])
+        self._next_end, self._last_seq = doc["nextEnd"], doc["lastSeq"]
+        self._expired, self._to_ack = [], []
+
+
 def _align_up(ts: int, step: int) -> int:
     """The least multiple of ``step`` at or after ``ts``."""
     return -(-ts // step) * step
@@ -219,6 +235,17 @@ class EventTime(Generic[T]):
 
     def __len__(self) -> int:
         return len(self._waiting)
+
+    def snapshot(self, encode: Callable[[T], Any]) -> dict[str, Any]:
+        """What :meth:`restore` takes back: the latest timestamp per stream, the watermark, what waits for it."""
+        return {"latest": [[*stream, ts] for stream, ts in self.latest.items()], "watermark": self.watermark,
+                "waiting": [[ts, encode(item)] for ts, _, item in sorted(self._waiting)]}
+
+    def restore(self, doc: dict[str, Any], decode: Callable[[Any], T]) -> None:
+        self.latest = {tuple(entry[:-1]): entry[-1] for entry in doc["latest"]}
+        self.watermark = doc["watermark"]
+        self._waiting = [(ts, seq, decode(item)) for seq, (ts, item) in enumerate(doc["waiting"])]
+        self._seq = len(self._waiting)
 
     def add(self, stream: Hashable, ts: int, item: T) -> bool:
         """Track ``item`` of ``stream`` at ``ts``; False if it is late (it is not kept)."""
