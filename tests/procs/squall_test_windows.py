@@ -6,6 +6,7 @@ import json
 import os
 
 from squall import Bolt, WindowedBolt
+from squall.testing import DurableSink
 
 
 class Summer(WindowedBolt):
@@ -40,3 +41,23 @@ class SumSink(Bolt):
         with open(f"{path}.tmp", "w") as out:
             json.dump({"total": self.total, "size": self.size, "windows": self.windows, "anchors": self.anchors}, out)
         os.replace(f"{path}.tmp", path)
+
+
+class Members(WindowedBolt):
+    """Emits each window's numbers, as JSON."""
+
+    outputs = ["numbers"]
+
+    def execute(self, window):
+        self.collector.emit([json.dumps([t["n"] for t in window])])
+
+
+class WindowRows(DurableSink):
+    """A row per window: its numbers."""
+
+    file_prefix = "windows"
+    schema = "CREATE TABLE IF NOT EXISTS windows (numbers TEXT)"
+    insert = "INSERT INTO windows VALUES (?)"
+
+    def row(self, tup):
+        return [tup["numbers"]]

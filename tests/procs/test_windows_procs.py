@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 
 import yaml
 from procs_support import COMPONENTS, spout_report, wait_for
+from squall_test_windows import WindowRows
 
 from squall.process.supervisor import Supervisor
 from squall.topology import TopologySpec
@@ -49,3 +51,44 @@ def test_windows_across_processes_ack_every_tree_once_its_window_was_computed(tm
     assert sum(s["anchors"] for s in sums) == N
     final = sup.final_totals()
     assert final.timed_out["a-numbers"] == 0
+
+
+def test_durable_windows_come_back_from_their_store_after_a_sigkill(tmp_path, monkeypatch):
+    """b-window's windows are durable: worker-1, with one of its tasks, is killed mid-run; the task comes back
+    on its store (under the run directory; tests/test_windows.py shows what it restores), the tuples its last
+    commit lacks are replayed, and every number is acked once and is in a window the sink wrote."""
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(COMPONENTS), os.environ.get("PYTHONPATH", "")]))
+    count = 3000
+    doc = {
+        "name": "proc-windows", "workers": 2, "ackers": 1, "messageTimeoutSeconds": 5,
+        "config": {"test.count": count, "test.rate": 500, "test.report": str(tmp_path / "spout.json"),
+                   "sink.dir": str(tmp_path / "sink"), "topology.state.checkpoint.interval.ms": 200},
+        "spouts": [{"name": "a-numbers", "className": "squall_test_components:NumberSpout"}],
+        "bolts": [
+            {"name": "b-window", "className": "squall_test_windows:Members", "parallelism": 2, "stateful": True,
+             "window": {"length": {"seconds": 1}, "watermarkIntervalSeconds": 0.05},
+             "inputs": [{"component": "a-numbers", "grouping": {"type": "fields", "fields": ["n"]}}]},
+            {"name": "c-sink", "className": "squall_test_windows:WindowRows", "tickFrequencySeconds": 0.1,
+             "inputs": [{"component": "b-window", "grouping": {"type": "global"}}]},
+        ],
+    }
+    path = tmp_path / "topology.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    sup = Supervisor(spec_path=path, spec=TopologySpec.from_dict(doc), run_dir=tmp_path / "run")
+    sup.start()
+    try:
+        wait_for(lambda t: t.acked["a-numbers"] >= 1000, timeout=60, sup=sup, what="a first part acked")
+        victim = sup.child("worker-1")
+        os.kill(victim.proc.pid, signal.SIGKILL)
+        victim.proc.wait()
+        wait_for(lambda t: t.acked["a-numbers"] >= count, timeout=120, sup=sup, what="every number acked")
+        wait_for(lambda t: len(windowed(tmp_path)) == count, timeout=30, sup=sup, what="every number in a window")
+    finally:
+        sup.stop(timeout=20)
+    assert spout_report(tmp_path)["acked"] == list(range(count))
+    assert list((tmp_path / "run").glob("state/proc-windows/b-window-*.db"))  # the windows' stores
+
+
+def windowed(tmp_path) -> set[int]:
+    rows = WindowRows.query(tmp_path / "sink", "SELECT numbers FROM windows") if (tmp_path / "sink").exists() else []
+    return {n for (numbers,) in rows for n in json.loads(numbers)}
