@@ -133,7 +133,7 @@ class World:
 
     def start_spout(self) -> None:
         self.spout, self.spout_out = CheckpointSpout(), SpoutCollector()
-        self.spout.open(self.conf, SimpleNamespace(topology_name="wc", task_id=SPOUT_TASK), self.spout_out)
+        self.spout.open(self.conf, SimpleNamespace(topology_name="wc", task_id=SPOUT_TASK, this_task_index=0), self.spout_out)
 
     def settle(self) -> None:
         """The spout hears its trees' verdicts: acked ones are done, failed ones replay."""

@@ -84,8 +84,10 @@ class CheckpointSpout(Spout):
     def open(self, conf, context, collector) -> None:
         super().open(conf, context, collector)
         self.interval = interval_seconds(conf)
+        # named by its index, 0, not its task id: that follows the user's components' task counts, which a
+        # rebalance may change, and its progress must stay where it was
         self._state = KeyValueState(open_store(conf, topology=context.topology_name, component=CHECKPOINT_COMPONENT,
-                                               task=context.task_id))
+                                               task=context.this_task_index))
         txid, phase = self._state.get("progress", [-1, COMMITTED])
         self.progress = Progress(txid, phase)
         self.recovering = True  # a start is a recovery: every bolt gets its committed state first
