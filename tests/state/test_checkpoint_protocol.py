@@ -133,7 +133,8 @@ class World:
 
     def start_spout(self) -> None:
         self.spout, self.spout_out = CheckpointSpout(), SpoutCollector()
-        self.spout.open(self.conf, SimpleNamespace(topology_name="wc", task_id=SPOUT_TASK, this_task_index=0), self.spout_out)
+        context = SimpleNamespace(topology_name="wc", task_id=SPOUT_TASK, this_task_index=0)
+        self.spout.open(self.conf, context, self.spout_out)
 
     def settle(self) -> None:
         """The spout hears its trees' verdicts: acked ones are done, failed ones replay."""
