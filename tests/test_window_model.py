@@ -245,3 +245,47 @@ def test_a_window_whose_execute_raised_fails_its_tuples_and_they_leave(scenario,
             assert i not in failed_at or failed_at[i] > n  # a failed tuple is in no later window
         if k in raising:
             assert all(verdicts.get(i) == "fail" for i in w[1])
+
+
+class State(dict):
+    """What a durable window needs of a KeyValueState."""
+
+    def put(self, key, value):
+        self[key] = value
+
+
+@settings(max_examples=200, deadline=None)
+@given(scenarios(event_time=True), st.floats(0, 1))
+def test_a_durable_window_restored_from_its_snapshot_computes_the_same_windows(scenario, where):
+    """Snapshot a task's windows at any point (what a checkpoint writes), restore them into a new task (what a
+    restarted one reads), feed it the rest: the windows after the cut are the uninterrupted task's."""
+    window, streams, events, _ = scenario
+    whole, _, _ = run(window, streams, events, event_time=True)
+    cut = int(where * len(events))
+
+    log = Log()
+    clock = Clock()
+
+    def task():
+        return WindowedTask(window=window, bolt=Recorder(log, set()), out=Out(log), inputs=STREAMS[:streams],
+                            clock=clock, report=lambda exc: None, task=1, durable=True, fields=lambda c, s: FIELDS)
+    current = task()
+    current.init_state(State())
+    latest = [500] * streams
+    for i, (kind, stream, step) in enumerate(events):
+        if i == cut:
+            state = State()
+            current.state = state
+            current.pre_prepare(0)
+            current = task()
+            current.init_state(state)
+        if kind == "tick":
+            current.tick()
+            continue
+        ts = max(latest[stream] + step, 0)
+        latest[stream] = max(latest[stream], ts)
+        component, name = STREAMS[stream]
+        current.add(Tuple([i, ts], FIELDS, component, name, 1, {i + 2: 1}, 1))
+    current.tick()
+    windows = [e[1:4] + e[4:] for e in whole.events if e[0] == "window"]
+    assert [e[1:] for e in log.events if e[0] == "window"] == windows

@@ -203,7 +203,8 @@ class WindowManager(Generic[T]):
         lo = self._lo
         return {"items": [encode(item) for item in self._items[lo:]], "ts": self._ts[lo:], "seq": self._seq[lo:],
                 "released": self._released, "since": self._since, "refs": list(self._refs),
-                "nextEnd": self._next_end, "lastSeq": self._last_seq}
+                "nextEnd": self._next_end, "lastSeq": self._last_seq,
+                "expired": [encode(item) for item in self._expired]}
 
     def restore(self, doc: dict[str, Any], decode: Callable[[Any], T]) -> None:
         self._items = [decode(item) for item in doc["items"]]
@@ -211,7 +212,7 @@ class WindowManager(Generic[T]):
         self._lo = 0
         self._released, self._since, self._refs = doc["released"], doc["since"], list(doc["refs"])
         self._next_end, self._last_seq = doc["nextEnd"], doc["lastSeq"]
-        self._expired, self._to_ack = [], []
+        self._expired, self._to_ack = [decode(item) for item in doc["expired"]], []
 
 
 def _align_up(ts: int, step: int) -> int:
