@@ -1,5 +1,5 @@
-"""Talking to a Topology's running processes: a rebalance's and a suspend's commands over each pod's gRPC
-control port (:mod:`squall.process.control`), and the components' recent errors over its metrics port
+"""Talking to a Topology's running processes: a rebalance's, a suspend's and a log level's commands over each
+pod's gRPC control port (:mod:`squall.process.control`), and the components' recent errors over its metrics port
 (``GET /errors``), for the status.
 
 A pod runs its user's code: whatever it answers, or does not, costs the operator a timeout at most, and
@@ -13,6 +13,7 @@ import json
 import logging
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 import aiohttp
@@ -20,6 +21,7 @@ from yarl import URL
 
 from squall.contract import ERRORS_PATH, GRPC_PORT_NAME, METRICS_PORT_NAME, WORKER
 from squall.errors import CommandError
+from squall.process import log_levels
 from squall.process.control import COMMAND_WAIT, ControlClient, ProcessState
 from squall.topology.spec import TopologySpec
 from squall.transport.tls import Credentials
@@ -137,6 +139,36 @@ def suspend(found: list[rebalance.Pod], pods: RolePods, *, spec: TopologySpec, g
         except CommandError as exc:
             logger.warning("%s %s failed (retried; its spec file follows): %s",
                            "suspend" if spec.suspended else "resume", pod.name, exc)
+
+
+def relay_log_levels(found: list[rebalance.Pod], pods: RolePods, *, overrides: Sequence[log_levels.Override],
+                     relayed: set[tuple[str, ...]], tls: Credentials | None, logger: Logger) -> None:
+    """Tell each process that answered the log levels ``overrides`` not over yet (``squall set-log-level``),
+    with the seconds each has left: each process sets its logger back by itself when they run out.
+    ``relayed`` keeps what was told (pod, its uid and restarts, the override), so a process is told again
+    only when it is new or restarted, or the override changed."""
+    by_name = {pod["metadata"]["name"]: pod for _, _, pod in pods}
+    now = datetime.now(UTC)
+    relayed.difference_update({key for key in relayed if key[-1] <= now.isoformat()})  # over: forgotten
+    for pod in found:
+        if pod.state is None:
+            continue  # not running or not answering: told at a later reconcile
+        manifest = by_name[pod.name]
+        containers = (manifest.get("status") or {}).get("containerStatuses") or ()
+        restarts = sum(c.get("restartCount") or 0 for c in containers)
+        for override in overrides:
+            key = (pod.name, manifest["metadata"].get("uid", ""), str(restarts), override.logger, override.level,
+                   override.until.isoformat())
+            if key in relayed or (seconds := override.seconds_left(now)) <= 0:
+                continue
+            try:
+                command(manifest, tls, lambda process, o=override, s=seconds:
+                        process.set_log_level(o.logger, o.level, s))
+            except CommandError as exc:
+                logger.warning("set-log-level of %s at %s in %s failed (retried): %s", override.logger,
+                               override.level, pod.name, exc)
+                continue
+            relayed.add(key)
 
 
 def reported_errors(pods: Sequence[Manifest]) -> list[dict[str, Any]]:

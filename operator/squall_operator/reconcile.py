@@ -25,6 +25,7 @@ from urllib3.exceptions import HTTPError
 
 from squall.contract import ACKER, GENERATION_FILE, SPEC_FILE, WORKER, process_count
 from squall.errors import TopologyError
+from squall.process import log_levels
 from squall.topology.assignment import check_state_kept
 from squall.topology.spec import TopologySpec
 from squall.transport.tls import Credentials
@@ -75,6 +76,8 @@ class Operator:
         # applies while the latest spec is invalid or refused (after a restart: read from the ConfigMap)
         self._applied: dict[tuple[str, str], tuple[TopologySpec, int]] = {}
         self.certificates = Certificates()
+        # (namespace, name) → the log levels told to its processes (processes.relay_log_levels)
+        self._relayed: defaultdict[tuple[str, str], set[tuple[str, ...]]] = defaultdict(set)
 
     def later(self, namespace: str, name: str, delay: float) -> None:
         """Reconcile the Topology again in ``delay`` seconds (a rebalance step under way, a write refused): the
@@ -253,6 +256,10 @@ class Operator:
                 if decision.rebalance is not None and decision.rebalance.get("refused"):
                     self._repair(topology, lambda: certificates, logger)
             processes.suspend(found, pods, spec=spec, generation=generation or 0, tls=tls, logger=logger)
+            overrides = log_levels.active(log_levels.parse(
+                (topology["metadata"].get("annotations") or {}).get(log_levels.ANNOTATION)), now)
+            processes.relay_log_levels(found, pods, overrides=overrides, tls=tls, logger=logger,
+                                       relayed=self._relayed[(namespace, name)])
             for kind, reason, message in decision.events:
                 logger.info("rebalance: %s: %s", reason, message)
                 self._event(topology, kind, reason, message)

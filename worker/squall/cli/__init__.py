@@ -14,7 +14,7 @@ from squall.contract import EVERY_PROCESS
 from squall.errors import SquallError
 
 # Modules under squall.cli that each register subcommands, in the order --help lists them.
-MODULES = ["run", "top", "process", "validate", "state", "log", "k8s", "executor"]
+MODULES = ["run", "top", "process", "validate", "state", "log", "k8s", "manage", "logs", "executor"]
 
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
@@ -70,6 +70,6 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.func(args) or 0)
     except SquallError as exc:
         print(f"squall {args.command}: {exc}", file=sys.stderr)
-        return 2
+        return getattr(exc, "exit_code", 2)  # the cluster verbs say why they failed (cli.cluster.EXIT_CODES)
     except KeyboardInterrupt:
         return 130

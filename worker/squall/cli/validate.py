@@ -10,9 +10,11 @@ from __future__ import annotations
 import argparse
 import difflib
 import importlib.util
+import sys
+from collections.abc import Callable
 from typing import Any
 
-from squall.errors import TopologyError
+from squall.errors import SquallError, TopologyError
 from squall.topology import TopologySpec, load_spec
 from squall.topology.spec import yaml_documents
 
@@ -26,19 +28,36 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    for spec in load_topologies(args.topology):
-        check(spec, imports=not args.no_imports)
+    """Every topology of the file checked, each one's errors said under its name: one invalid document
+    does not hide the next one's errors."""
+    documents = load_topologies(args.topology)
+    invalid = 0
+    for label, load in documents:
+        try:
+            spec = load()
+            check(spec, imports=not args.no_imports)
+        except SquallError as exc:
+            if len(documents) == 1:
+                raise
+            invalid += 1
+            print(f"squall validate: {label}:\n  " + str(exc).replace("\n", "\n  "), file=sys.stderr)
+            continue
         print(f"topology {spec.name!r} is valid: {len(spec.spouts)} spout(s), {len(spec.bolts)} bolt(s), "
               f"{spec.workers} worker(s), {spec.num_ackers} acker(s)")
+    if invalid:
+        print(f"squall validate: {invalid} of {len(documents)} documents are invalid", file=sys.stderr)
+        return 2
     return 0
 
 
-def load_topologies(path: str) -> list[TopologySpec]:
-    """The topologies of a topology YAML, or of the Topology resources in a (multi-document) YAML file."""
+def load_topologies(path: str) -> list[tuple[str, Callable[[], TopologySpec]]]:
+    """The topologies of a topology YAML, or of the Topology resources in a (multi-document) YAML file: each
+    named (``document 2, topology 'x'``), with what loads it (raising what is wrong with it)."""
     docs = yaml_documents(path)
     if not (docs and all(isinstance(d, dict) and "kind" in d for d in docs)):
-        return [load_spec(path)]
-    return [_from_resource(doc, path=path, index=i) for i, doc in enumerate(docs)]
+        return [(path, lambda: load_spec(path))]
+    return [(f"document {i + 1}, topology {((doc.get('metadata') or {}).get('name') or '(no name)')!r}",
+             lambda doc=doc, i=i: _from_resource(doc, path=path, index=i)) for i, doc in enumerate(docs)]
 
 
 def _from_resource(doc: dict[str, Any], *, path: str, index: int) -> TopologySpec:

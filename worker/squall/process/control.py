@@ -1,5 +1,6 @@
 """The operator's commands to one worker or acker process, over the gRPC server it already runs: a
-rebalance's, and a suspend's (:meth:`ControlClient.suspend`).
+rebalance's, a suspend's (:meth:`ControlClient.suspend`), and a log level's
+(:meth:`ControlClient.set_log_level`).
 
 Storm's ``rebalance -w`` deactivates the spouts, waits for the trees in flight, reassigns and
 activates again. The operator (and tests, on local processes) does the same process by process:
@@ -108,6 +109,12 @@ class ControlClient:
         ``generation``: the Topology's, which the process compares with its spec file's (0: not known)."""
         return self._send(ControlRequest(command=ControlRequest.SUSPEND if suspended else ControlRequest.RESUME,
                                          generation=generation))
+
+    def set_log_level(self, logger: str, level: str, seconds: float) -> ProcessState:
+        """Set ``logger`` (``ROOT``: the root logger) at ``level`` for ``seconds``, after which the process sets
+        it back to its own level (Storm's ``set_log_level``; :mod:`squall.process.log_levels`)."""
+        return self._send(ControlRequest(command=ControlRequest.SET_LOG_LEVEL, logger=logger, level=level,
+                                         seconds=seconds))
 
     def switch(self, spec: TopologySpec) -> ProcessState:
         """Run ``spec`` from now on: the process rebuilds its tasks and links for the new plan (in the

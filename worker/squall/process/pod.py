@@ -29,6 +29,7 @@ from squall.metrics.http import MetricsServer
 from squall.metrics.registry import process_registry
 from squall.metrics.scrape import latency_path
 from squall.process.control import COMMAND_WAIT
+from squall.process.log_levels import LogLevels
 from squall.process.thread_names import name_native_threads
 from squall.proto.squall_pb2 import ControlRequest, ProcessState
 from squall.topology.assignment import assign
@@ -50,6 +51,9 @@ DRAIN_QUIET = 1.0
 # this much longer than twice that, its rebalancer is gone (an operator down mid-drain, for as long as it
 # stays down): the spouts go again, and a rebalancer that comes back deactivates them anew.
 HOLD_MARGIN = 60.0
+# The loggers set_log_level overrides: the OS process's, as logging is, so that a rebalance's switch (a new
+# Process in the same OS process) keeps setting them back on time.
+LOG_LEVELS = LogLevels()
 # What a process is doing (Process.state): opening its spouts and preparing its bolts; draining to exit;
 # its spouts held by a rebalance; a link or stream to a peer not up; processing, or suspended.
 STATES = ("starting", "draining", "rebalancing", "waiting_for_peers", "suspended", "active")
@@ -390,7 +394,19 @@ class Process:
         elif command == ControlRequest.CHECK:
             assert spec is not None
             self._runnable(spec)
+        elif command == ControlRequest.SET_LOG_LEVEL:
+            try:
+                LOG_LEVELS.set(request.logger, request.level, request.seconds, now=self.runtime.clock())
+            except ValueError as exc:
+                raise CommandError(f"{self.cfg.name}: {exc}") from None
+            log.info("%s: logger %s at %s for %.0f s (set_log_level)", self.cfg.name, request.logger or "ROOT",
+                     request.level, request.seconds)
         return self._state()
+
+    def _expire_log_levels(self) -> None:
+        """Every second: loggers whose set_log_level time is up go back to their own level."""
+        for name in LOG_LEVELS.expire(self.runtime.clock()):
+            log.info("%s: logger %s back to its own level (set_log_level's time is up)", self.cfg.name, name or "ROOT")
 
     def _runnable(self, spec: TopologySpec) -> None:
         """Refuse a spec this process could not run: another topology's, or one whose classes it cannot
@@ -506,6 +522,7 @@ class Process:
         rt.every(0.05, self._check)
         rt.every(1.0, self._watch_spec)
         rt.every(1.0, self._release_hold)
+        rt.every(1.0, self._expire_log_levels)
         if self.cfg.parent_pid is not None:
             rt.every(1.0, self._watch_parent)
         log.info("%s of topology %r: grpc :%d, metrics :%d, plan %s, tasks %s", self.cfg.name, self.cfg.spec.name,
