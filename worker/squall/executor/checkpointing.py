@@ -6,6 +6,7 @@ holds its inputs until the commit that holds their effect, and anchors its emits
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -64,19 +65,44 @@ class NotInitialized(Exception):
     checkpoint fails, and the spout recovers with an INITSTATE, as Storm's does."""
 
 
+#: ``submit(work, done)``: run ``work()`` off the scheduler thread, then ``done(error)`` on it (error: what
+#: ``work`` raised, or None)
+Submit = Callable[[Callable[[], None], Callable[[BaseException | None], None]], None]
+
+
+def in_background(out: BoltCollector, name: str) -> Submit:
+    """A :data:`Submit` that runs each work on a thread of its own and hands ``done`` back through the task's
+    collector (a commit a second per task: a thread's start is nothing beside its write)."""
+    def submit(work: Callable[[], None], done: Callable[[BaseException | None], None]) -> None:
+        def run() -> None:
+            error: BaseException | None = None
+            try:
+                work()
+            except Exception as exc:  # noqa: BLE001 - the store's error fails the checkpoint, on the scheduler
+                error = exc
+            out.call_soon_threadsafe(lambda: done(error))
+        threading.Thread(target=run, name=name, daemon=True).start()
+    return submit
+
+
 class CheckpointedTask:
-    """One bolt task's side of the protocol. For a stateful task, ``open_store`` gives its store and ``run``
-    executes an input as any bolt's is (what the bolt raises fails the input and is reported); without
-    them, the task only forwards checkpoints."""
+    """One bolt task's side of the protocol. For a stateful task, ``open_store`` gives its store, ``run``
+    executes an input as any bolt's is (what the bolt raises fails the input and is reported), and
+    ``submit`` runs a commit's write off the scheduler thread, so that tuples keep flowing while the state
+    is written (:func:`in_background`); without them, the task only forwards checkpoints."""
 
     def __init__(self, *, barrier: Barrier, collector: BoltCollector, bolt: Any,
-                 open_store: Callable[[], Store] | None = None, run: Callable[[Tuple], None] | None = None) -> None:
+                 open_store: Callable[[], Store] | None = None, run: Callable[[Tuple], None] | None = None,
+                 submit: Submit | None = None) -> None:
         self.barrier = barrier
         self.out = collector
         self.bolt = bolt
         self._open_store = open_store
         self._run = run
+        self._submit = submit
         self.stateful = open_store is not None
+        self.writing = False  # a commit's write is under way: the checkpoints that come meanwhile wait for it
+        self.deferred: list[Tuple] = []
         self.collector = StatefulCollector(collector)  # what a stateful bolt is prepared with
         self.state: KeyValueState | None = None
         self.initialized = False  # init_state was called
@@ -98,6 +124,9 @@ class CheckpointedTask:
 
     def checkpoint(self, tup: Tuple) -> None:
         """A tuple of the checkpoint stream: once every input task sent it, act on it and forward it."""
+        if self.writing:
+            self.deferred.append(tup)
+            return
         out = self.out
         complete, failed = self.barrier.arrive(tup)
         for stale in failed:
@@ -107,7 +136,7 @@ class CheckpointedTask:
         txid, action = tup.values
         if self.stateful:
             try:
-                self._act(action, txid)
+                write = self._act(action, txid)
             except NotInitialized:
                 for t in complete:
                     out.fail(t)
@@ -117,11 +146,40 @@ class CheckpointedTask:
                 for t in complete:
                     out.fail(t)
                 return
+            if write is not None:
+                self.writing = True
+                assert self._submit is not None
+                self._submit(write, lambda error: self._written(txid, complete, error))
+                return
+        self._forward(txid, action, complete)
+
+    def _forward(self, txid: int, action: str, complete: list[Tuple]) -> None:
+        out = self.out
         out.emit([txid, action], anchors=complete, stream=CHECKPOINT_STREAM)
         for t in complete:
             out.ack(t)
 
-    def _act(self, action: str, txid: int) -> None:
+    def _written(self, txid: int, complete: list[Tuple], error: BaseException | None) -> None:
+        """On the scheduler thread: the commit's write of ``txid`` is done (or raised: the checkpoint fails, and
+        the spout commits it again). Then the checkpoints that came meanwhile."""
+        assert self.state is not None
+        self.writing = False
+        if error is not None:
+            self.out.report_error(error)
+            for t in complete:
+                self.out.fail(t)
+        else:
+            self.state.committed(txid)
+            for tup in self.prepared:
+                self.out.ack(tup)
+            self.prepared = []
+            self._forward(txid, COMMIT, complete)
+        deferred, self.deferred = self.deferred, []
+        for tup in deferred:
+            self.checkpoint(tup)
+
+    def _act(self, action: str, txid: int) -> Callable[[], None] | None:
+        """Act on a checkpoint; a COMMIT returns its write, for the caller to run off the scheduler thread."""
         bolt, state = self.bolt, self.state
         assert state is not None
         if action == INITSTATE:
@@ -143,12 +201,15 @@ class CheckpointedTask:
         elif action == COMMIT:
             if self.initialized:
                 bolt.pre_commit(txid)
-            state.commit(txid)
-            for tup in self.prepared:
+            write = state.commit_write(txid)
+            if write is not None:
+                return write
+            for tup in self.prepared:  # nothing to write (committed already): the inputs it holds are in it
                 self.out.ack(tup)
             self.prepared = []
         elif action == ROLLBACK:
             self._rollback()
+        return None
 
     def _rollback(self) -> None:
         """Back to the last commit: what the inputs held since did to the state is gone, so they fail and replay."""

@@ -24,7 +24,7 @@ from squall.api import BasicBolt, StatefulBolt
 from squall.executor.acker import AckerExecutor
 from squall.executor.base import Executor, Transfer
 from squall.executor.bolt import BoltExecutor, BoltTask
-from squall.executor.checkpointing import CheckpointedTask, CheckpointingBoltExecutor
+from squall.executor.checkpointing import CheckpointedTask, CheckpointingBoltExecutor, in_background
 from squall.executor.collectors import AckerRoute, BasicCollector, BoltCollector, HeldCount, SpoutCollector
 from squall.executor.reporting import ErrorLog, ErrorReporter
 from squall.executor.routing import Router
@@ -205,7 +205,8 @@ class Runtime:
                                   task=task.task_id)
         checkpointed = ex.checkpointed[task.task_id] = CheckpointedTask(
             barrier=barrier, collector=task.collector, bolt=task.bolt, open_store=store,
-            run=functools.partial(BoltExecutor._execute, ex, task))
+            run=functools.partial(BoltExecutor._execute, ex, task),
+            submit=in_background(task.collector, f"commit-{task.task_id}"))
 
         def prepare_stateful() -> None:
             checkpointed.open()

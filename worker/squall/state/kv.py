@@ -8,7 +8,7 @@ in one atomic step, and ``rollback`` goes back to what the store last committed.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from squall.errors import SquallError
@@ -98,9 +98,21 @@ class KeyValueState:
         """Write the changes prepared for ``txid`` to the store, atomically with ``txid``. A commit of a
         checkpoint committed already (a retried commit) or never prepared here (the task started after
         its prepare: what it lacks is replayed) writes nothing."""
+        write = self.commit_write(txid)
+        if write is not None:
+            write()
+            self.committed(txid)
+
+    def commit_write(self, txid: int) -> Callable[[], None] | None:
+        """The write :meth:`commit` makes (None: nothing to write), to run on another thread: it reads only
+        what the prepare froze, so the bolt may go on changing the state meanwhile. Then :meth:`committed`."""
         if self._prepared is None or self._prepared[0] != txid:
-            return
-        self._store.commit(txid, self._prepared[1])
+            return None
+        changes = self._prepared[1]
+        return lambda: self._store.commit(txid, changes)
+
+    def committed(self, txid: int) -> None:
+        """The write of :meth:`commit_write` for ``txid`` is done."""
         self.txid = txid
         self._prepared = None
 
