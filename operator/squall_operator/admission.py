@@ -13,11 +13,21 @@ A host of the form ``<name>.<namespace>.svc`` is a Service of the cluster, and t
 that Service rather than a URL: the API server then finds the Service's address itself. With a URL it
 would ask its own resolver, which on most clusters (kind's, kubeadm's, k8s-local's) does not know
 cluster names, and every ``kubectl apply`` would fail with "no such host".
+
+Every replica of the operator serves the webhook, the one leading (:mod:`squall_operator.leader`) and
+the ones waiting, from start to stop, apart from kopf (which runs in the leader alone): the Service
+sends each review to a ready replica. So they present one certificate, which the first to start makes
+and keeps in the Secret ``<service>.webhook-certificate`` beside the Service (a name no Topology's
+Secret can take: those have no dot), and a replica that stops leaves the configuration as it is: the
+others serve it on. A webhook reached at a URL (an operator run outside the cluster) has a certificate
+of its own, and its operator empties the configuration when it stops cleanly.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
+import functools
 import logging
 import re
 import time
@@ -47,13 +57,18 @@ SERVICE_HOST = re.compile(rf"^(?P<name>{DNS_LABEL})\.(?P<namespace>{DNS_LABEL})\
 
 
 class SelfSignedServer(kopf.WebhookServer):
-    """kopf's HTTPS webhook server, with its self-signed certificate built by ``cryptography``; reached
-    through a Service when its host is a Service's name. ``publish`` is awaited with the webhook's client
-    config whenever the server (re)starts, and with None when it stops."""
+    """kopf's HTTPS webhook server, with its self-signed certificate built by ``cryptography``, or the
+    replicas' shared ``certificate`` (cert, key); reached through a Service when its host is a Service's
+    name. ``publish`` is awaited with the webhook's client config whenever the server (re)starts, and,
+    without a shared certificate, with None when it stops."""
 
-    def __init__(self, *, publish: Callable[[kopf.WebhookClientConfig | None], Any], **kwargs: Any) -> None:
+    def __init__(self, *, publish: Callable[[kopf.WebhookClientConfig | None], Any],
+                 certificate: tuple[bytes, bytes] | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.publish = publish
+        self.shared = certificate is not None
+        if certificate is not None:
+            self.build_certificate = lambda hostnames, password=None: certificate  # type: ignore[method-assign]
 
     @staticmethod
     def build_certificate(hostnames: Collection[str], password: str | None = None) -> tuple[bytes, bytes]:
@@ -66,7 +81,8 @@ class SelfSignedServer(kopf.WebhookServer):
                 await self.publish(config)
                 yield config
         finally:
-            await self.publish(None)
+            if not self.shared:  # a shared webhook is served on by the other replicas
+                await self.publish(None)
 
 
 def client_config(config: kopf.WebhookClientConfig, *, host: str | None,
@@ -160,14 +176,105 @@ class Configuration:
         return None
 
 
-def configure(kopf_settings: kopf.OperatorSettings, settings: Settings, api: client.ApiClient) -> None:
-    """Serve the webhook on ``settings.webhook_port``, reachable as ``settings.webhook_host`` (off without
-    one), and keep the configuration pointing at it through ``api``."""
-    if settings.webhook_host is None:
-        return
-    configuration = Configuration(api, settings, logging.getLogger(__name__))
-    kopf_settings.admission.server = SelfSignedServer(addr="0.0.0.0", port=settings.webhook_port,
-                                                      host=settings.webhook_host, publish=configuration.publish)
+CERTIFICATE_SUFFIX = ".webhook-certificate"  # the Secret of the replicas' shared certificate: <service><suffix>
+HOST_ANNOTATION = f"{resource.GROUP}/webhook-host"  # the host the Secret's certificate was made for
+
+
+class Webhook:
+    """The validating webhook, served by every replica from its start (:meth:`run`) until it stops.
+    ``on_review(allowed=...)`` hears of every review's outcome (the operator's metrics)."""
+
+    def __init__(self, settings: Settings, api: client.ApiClient,
+                 on_review: Callable[..., None] = lambda *, allowed: None) -> None:
+        assert settings.webhook_host is not None
+        self.settings = settings
+        self.api = api
+        self.on_review = on_review
+        self.logger = logging.getLogger(__name__)
+        self.serving = False  # listening, and the configuration asked to point at it
+
+    async def run(self) -> None:
+        """Serve until cancelled; keep the configuration pointing at the webhook."""
+        configuration = Configuration(self.api, self.settings, self.logger)
+        server = SelfSignedServer(addr="0.0.0.0", port=self.settings.webhook_port, host=self.settings.webhook_host,
+                                  publish=configuration.publish, certificate=await self._certificate())
+        try:
+            async for _ in server(functools.partial(review, on_review=self.on_review)):
+                self.serving = True
+        finally:
+            self.serving = False
+
+    async def _certificate(self) -> tuple[bytes, bytes] | None:
+        """The replicas' shared certificate for a Service host (None: a URL, with a certificate of its own),
+        tried until the API server gives it."""
+        service = SERVICE_HOST.match(self.settings.webhook_host or "")
+        if service is None:
+            return None
+        retry = Backoff(RETRY_FIRST, RETRY_LAST)
+        while True:
+            try:
+                return await asyncio.to_thread(shared_certificate, self.api, namespace=service["namespace"],
+                                               name=service["name"] + CERTIFICATE_SUFFIX,
+                                               host=self.settings.webhook_host or "")
+            except Exception as exc:  # noqa: BLE001 - urllib3, the socket and the API raise several types
+                if retry.failed(time.monotonic()):
+                    self.logger.warning("reading the webhook's certificate (Secret %s/%s%s) failed: %s; trying "
+                                        "again", service["namespace"], service["name"], CERTIFICATE_SUFFIX, exc)
+            await asyncio.sleep(retry.delay)
+
+
+def shared_certificate(api: client.ApiClient, *, namespace: str, name: str, host: str) -> tuple[bytes, bytes]:
+    """The (cert, key) of the Secret ``namespace/name``, made for ``host`` by the first replica that found
+    none (or one made for another host); of two that make it at once, the second reads the first's."""
+    core = client.CoreV1Api(api)
+    for _ in range(3):
+        try:
+            secret = core.read_namespaced_secret(name, namespace, _request_timeout=REQUEST_TIMEOUT)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+            secret = None
+        if secret is not None and (secret.metadata.annotations or {}).get(HOST_ANNOTATION) == host and \
+                {"tls.crt", "tls.key"} <= set(secret.data or {}):
+            return base64.b64decode(secret.data["tls.crt"]), base64.b64decode(secret.data["tls.key"])
+        cert, key = self_signed([host], days=CERT_DAYS)
+        body = {"metadata": {"name": name, "namespace": namespace, "annotations": {HOST_ANNOTATION: host}},
+                "type": "kubernetes.io/tls",
+                "data": {"tls.crt": base64.b64encode(cert).decode(), "tls.key": base64.b64encode(key).decode()}}
+        try:
+            if secret is None:
+                core.create_namespaced_secret(namespace, body, _request_timeout=REQUEST_TIMEOUT)
+            else:  # made for another host: replaced, unless another replica wrote it since (409)
+                body["metadata"]["resourceVersion"] = secret.metadata.resource_version
+                core.patch_namespaced_secret(name, namespace, body, _request_timeout=REQUEST_TIMEOUT,
+                                             _content_type="application/merge-patch+json")
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+            continue  # another replica wrote it first: read theirs
+        return cert, key
+    raise RuntimeError(f"the Secret {namespace}/{name} changed under every write")
+
+
+async def review(request: dict[str, Any], *, on_review: Callable[..., None], **_: Any) -> dict[str, Any]:
+    """The AdmissionReview response to ``request``: :func:`check` of its Topology, in a thread (a spec
+    with many components takes milliseconds, and the loop renews the Lease)."""
+    payload = request.get("request") or {}
+    new, old = payload.get("object"), payload.get("oldObject")
+    meta = (new if new is not None else old or {}).get("metadata") or {}
+    response: dict[str, Any] = {"uid": payload.get("uid", ""), "allowed": True}
+    try:
+        await asyncio.to_thread(check, name=meta.get("name") or payload.get("name"),
+                                namespace=meta.get("namespace") or payload.get("namespace"),
+                                spec=(new or {}).get("spec"), old=old)
+    except kopf.AdmissionError as exc:
+        response.update(allowed=False, status={"message": str(exc), "code": exc.code or 422})
+    except Exception as exc:  # noqa: BLE001 - a bug refuses the write, as kopf's handlers did
+        logging.getLogger(__name__).exception("reviewing a Topology failed")
+        response.update(allowed=False, status={"message": f"{type(exc).__name__}: {exc}", "code": 500})
+    on_review(allowed=response["allowed"])
+    return {"apiVersion": request.get("apiVersion", "admission.k8s.io/v1"),
+            "kind": request.get("kind", "AdmissionReview"), "response": response}
 
 
 def check(*, name: str | None, namespace: str | None, spec: Any, old: Any) -> None:
@@ -195,17 +302,3 @@ def _valid(name: str, spec: Any, *, namespace: str | None) -> TopologySpec | Non
         return resource.check_spec(name, spec, namespace=namespace)
     except TopologyError:
         return None
-
-
-def register(registry: kopf.OperatorRegistry, on_review: Callable[..., None] = lambda *, allowed: None) -> None:
-    """The ``on.validate`` handler for Topologies (:func:`webhooks` says when the API server calls it).
-    ``on_review(allowed=...)`` hears of every review's outcome (the operator's metrics)."""
-    @kopf.on.validate(resource.GROUP, resource.VERSION, resource.PLURAL, registry=registry, id=HANDLER,
-                      operations=["CREATE", "UPDATE"])
-    def validate(name: str | None, namespace: str | None, spec: Any, old: Any, **_: Any) -> None:
-        try:
-            check(name=name, namespace=namespace, spec=spec, old=old)
-        except kopf.AdmissionError:
-            on_review(allowed=False)
-            raise
-        on_review(allowed=True)

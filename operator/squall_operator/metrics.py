@@ -52,6 +52,9 @@ class OperatorMetrics:
         self.kopf_ready = Gauge("squall_operator_ready", "1 once kopf runs: logged in, watching, handlers "
                                 "registered", registry=r)
         self.kopf_ready.set_function(lambda: 0.0)
+        self.leader = Gauge("squall_operator_leader", "1 while this replica leads: it holds the Lease and "
+                            "reconciles (always, without leader election); 0 while it serves the webhook and "
+                            "waits", registry=r)
         self.handler_failures = Counter("squall_operator_handler_failures", "kopf handler calls that raised, by "
                                         "handler id (kopf retries the reconcile handler's; an event handler's "
                                         "failure is logged and waits for the next event)", ["handler"], registry=r)
@@ -69,6 +72,9 @@ class OperatorMetrics:
     def watch_ready(self, is_set: Callable[[], bool]) -> None:
         """Report kopf's readiness flag (``is_set``: the flag's ``is_set``) as ``squall_operator_ready``."""
         self.kopf_ready.set_function(lambda: float(is_set()))
+
+    def leading(self, leading: bool) -> None:
+        self.leader.set(1.0 if leading else 0.0)
 
     def counted(self, handler: str) -> Callable[[Handler], Handler]:
         """Decorate a kopf handler registered as ``handler`` (its kopf id): count the calls that raise, and

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
-from squall.contract import check_ports
+from squall.contract import HEALTH_PATH, check_ports
 from squall.errors import ConfigError
 
 PodMonitorMode = Literal["auto", "true", "false"]
@@ -22,7 +22,7 @@ PREFIX = "SQUALL_OPERATOR_"
 KNOWN = frozenset(PREFIX + name for name in (
     "NAMESPACES", "IMAGE", "LOG_LEVEL", "PODMONITOR", "PODMONITOR_LABELS", "LIVENESS", "WEBHOOK_HOST", "WEBHOOK_PORT",
     "WEBHOOK_FAILURE_POLICY", "RESYNC_SECONDS", "METRICS_PORT", "TLS", "NETWORK_POLICY", "METRICS_NAMESPACES",
-    "POD_NAMESPACE"))
+    "POD_NAMESPACE", "LEASE"))
 # What Kubernetes sets in a pod for a Service of that name (squall-operator): not settings
 SERVICE_VARIABLE = re.compile(rf"{PREFIX}(SERVICE_(HOST|PORT)\w*|PORT(_\d+_(TCP|UDP|SCTP)\w*)?)")
 log = logging.getLogger(__name__)
@@ -37,7 +37,7 @@ class Settings:
     log_level: str = "INFO"
     podmonitor: PodMonitorMode = "auto"  # auto: render a PodMonitor when its CRD is installed
     podmonitor_labels: tuple[tuple[str, str], ...] = ()  # added to each PodMonitor's labels
-    liveness: str = "http://0.0.0.0:8080/healthz"  # kopf's liveness endpoint (the Deployment probes it)
+    liveness: str = "http://0.0.0.0:8080/healthz"  # /healthz and /readyz at this address (the Deployment's probes)
     webhook_host: str | None = None  # the validating webhook's host name as the API server reaches it; None: off
     webhook_port: int = 9443
     webhook_failure_policy: FailurePolicy = "Fail"
@@ -47,6 +47,7 @@ class Settings:
     network_policy: bool = True  # a NetworkPolicy per Topology
     metrics_namespaces: tuple[str, ...] = ()  # besides the operator's own: may scrape the topologies' pods
     own_namespace: str | None = None  # where the operator runs (it reads the pods' /errors)
+    lease: str | None = None  # the Lease in own_namespace whose holder reconciles (leader.py); None: this one does
 
     @property
     def metrics_from(self) -> tuple[str, ...] | None:
@@ -99,7 +100,11 @@ class Settings:
                        webhook_port=_number(env, "SQUALL_OPERATOR_WEBHOOK_PORT", cls.webhook_port, integer=True),
                        webhook_failure_policy=policy,  # type: ignore[arg-type]  # checked above
                        resync_seconds=_number(env, "SQUALL_OPERATOR_RESYNC_SECONDS", cls.resync_seconds),
-                       metrics_port=_number(env, "SQUALL_OPERATOR_METRICS_PORT", cls.metrics_port, integer=True))
+                       metrics_port=_number(env, "SQUALL_OPERATOR_METRICS_PORT", cls.metrics_port, integer=True),
+                       lease=env.get("SQUALL_OPERATOR_LEASE", "").strip() or None)
+        if settings.lease is not None and settings.own_namespace is None:
+            raise ConfigError(f"SQUALL_OPERATOR_LEASE={settings.lease!r} needs SQUALL_OPERATOR_POD_NAMESPACE, the "
+                              "namespace of the Lease (the chart sets both)")
         settings._check_ports()
         return settings
 
@@ -110,6 +115,9 @@ class Settings:
             liveness = urlsplit(self.liveness).port or 80
         except ValueError:
             raise ConfigError(f"SQUALL_OPERATOR_LIVENESS={self.liveness!r}: its port is not one (1 to 65535)") from None
+        if urlsplit(self.liveness).path not in ("", HEALTH_PATH):
+            raise ConfigError(f"SQUALL_OPERATOR_LIVENESS={self.liveness!r}: the path is {HEALTH_PATH} (and /readyz "
+                              "the readiness probe's)")
         check_ports({"SQUALL_OPERATOR_WEBHOOK_PORT": self.webhook_port,
                      "SQUALL_OPERATOR_METRICS_PORT": self.metrics_port, "SQUALL_OPERATOR_LIVENESS": liveness})
 

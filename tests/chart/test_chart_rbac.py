@@ -23,7 +23,7 @@ import yaml
 from chart_support import REPO, deployment_env, render
 from kubernetes import client
 
-from squall_operator import admission, cluster, crd, handlers, reconcile, resource
+from squall_operator import admission, cluster, crd, handlers, leader, reconcile, resource
 from squall_operator import render as operator_render
 from squall_operator.apply import Kube
 from squall_operator.settings import Settings
@@ -274,7 +274,7 @@ def test_with_watch_namespaces_roles_in_those_namespaces_are_all_it_gets(needed)
     chart = render({"watchNamespaces": ["team-a", "team-b"]})
     _, cluster = kopf_calls(Settings.from_env(deployment_env(chart)))
     assert not cluster, "kopf reads nothing cluster-wide for a namespaced operator"
-    roles = chart.of_kind("Role")
+    roles = [r for r in chart.of_kind("Role") if r["metadata"]["name"] != "squall-leader"]  # (the Lease's, below)
     assert {r["metadata"]["namespace"] for r in roles} == {"team-a", "team-b"}
     for role in roles:
         granted = allowed(role["rules"])
@@ -285,7 +285,33 @@ def test_with_watch_namespaces_roles_in_those_namespaces_are_all_it_gets(needed)
     assert operator_roles == [] and chart.of_kind("ClusterRoleBinding") == []
     bindings = {(b["metadata"]["namespace"], b["roleRef"]["kind"], b["roleRef"]["name"])
                 for b in chart.of_kind("RoleBinding")}
-    assert bindings == {("team-a", "Role", "squall"), ("team-b", "Role", "squall")}
+    assert bindings == {("team-a", "Role", "squall"), ("team-b", "Role", "squall"),
+                        ("squall-system", "Role", "squall-leader")}
+
+
+def leader_calls() -> set[Permission]:
+    """What leader election calls: make the Lease, renew it, hand it back."""
+    api = RecordingApi({})
+    election = leader.Election(api=api, namespace=NAMESPACE, name="squall", holder="a")
+    assert election._acquire_or_renew(1.0) and election._acquire_or_renew(1.0)
+    election._release()
+    assert api.objects[f"/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases/squall"]["spec"].get(
+        "holderIdentity") is None
+    return api.permissions()
+
+
+@pytest.mark.parametrize("values", [{}, {"watchNamespaces": ["team-a"]}], ids=["all namespaces", "named"])
+def test_the_operator_may_hold_its_lease_in_its_own_namespace_and_no_other_lease(values):
+    chart = render(values)
+    settings = Settings.from_env(deployment_env(chart))
+    role = chart.one("Role", "squall-leader")
+    assert role["metadata"]["namespace"] == settings.own_namespace == "squall-system"
+    assert allowed(role["rules"]) == leader_calls() == {("coordination.k8s.io", "leases", verb)
+                                                         for verb in ("create", "get", "patch")}
+    assert [r["resourceNames"] for r in role["rules"] if r["verbs"] != ["create"]] == [[settings.lease]]
+    binding = chart.one("RoleBinding", "squall-leader")
+    assert binding["roleRef"]["name"] == "squall-leader" and binding["metadata"]["namespace"] == "squall-system"
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "squall", "namespace": "squall-system"}]
 
 
 def test_without_spark_executors_the_spark_grant_goes(needed):

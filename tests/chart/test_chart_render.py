@@ -119,7 +119,8 @@ def test_objects_are_placed_in_the_right_namespaces(rendered):
             assert namespace is None, f"{obj['kind']} {obj['metadata']['name']} is cluster-scoped"
         else:
             assert namespace in allowed, f"{obj['kind']} {obj['metadata']['name']} in {namespace!r}"
-    roles = {obj["metadata"]["namespace"] for obj in chart.of_kind("Role")}
+    roles = {obj["metadata"]["namespace"] for obj in chart.of_kind("Role") if not obj["metadata"]["name"].endswith(
+        "-leader")}
     rbac = VALUE_SETS[name].get("rbac", {}).get("create", True)
     assert roles == (set(VALUE_SETS[name].get("watchNamespaces", [])) if rbac else set())
 
@@ -128,7 +129,9 @@ def test_the_operator_runs_non_root_on_a_read_only_root_filesystem(rendered):
     name, chart = rendered
     deployment = chart.one("Deployment")
     spec = deployment["spec"]
-    assert spec["replicas"] == 1 and spec["strategy"]["type"] == "Recreate", "kopf runs without peering: one at a time"
+    # one leads (the Lease), every one serves the webhook: a rolling update keeps one serving throughout
+    assert spec["replicas"] == 2 and spec["strategy"] == {"type": "RollingUpdate",
+                                                           "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
     pod = spec["template"]["spec"]
     assert pod["securityContext"]["runAsNonRoot"] is True
     assert pod["securityContext"]["runAsUser"] == operator_render.RUN_AS
@@ -146,9 +149,10 @@ def test_the_operator_runs_non_root_on_a_read_only_root_filesystem(rendered):
     liveness = re.fullmatch(r"http://0\.0\.0\.0:(\d+)(/\S*)", endpoint)
     assert liveness, f"the probes cannot reach {endpoint}"
     port = {p["name"]: p["containerPort"] for p in container["ports"]}
-    for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+    for probe, path in (("startupProbe", liveness.group(2)), ("livenessProbe", liveness.group(2)),
+                        ("readinessProbe", "/readyz")):
         get = container[probe]["httpGet"]
-        assert port[get["port"]] == int(liveness.group(1)) and get["path"] == liveness.group(2), probe
+        assert port[get["port"]] == int(liveness.group(1)) and get["path"] == path, probe
     assert pod["serviceAccountName"] == (VALUE_SETS[name].get("serviceAccount", {}).get("name") or "squall")
 
 

@@ -26,10 +26,10 @@ async def start_operator(api: ApiServer) -> AsyncIterator[Callable[..., Awaitabl
     """``await start_operator(**settings)`` starts an operator against ``api``; all are stopped at the end."""
     running: list[OperatorThread] = []
 
-    async def start(**settings: Any) -> OperatorThread:
+    async def start(*, ready: bool = True, **settings: Any) -> OperatorThread:
         op = OperatorThread(str(api.url), Settings(**{"image": "squall:test", **settings}))
         running.append(op)
-        await op.start()
+        await op.start(ready=ready)
         return op
 
     yield start

@@ -62,6 +62,7 @@ CONFIGMAPS = "v1/configmaps"
 SERVICES = "v1/services"
 PODS = "v1/pods"
 SECRETS = "v1/secrets"
+LEASES = "coordination.k8s.io/v1/leases"
 NETWORK_POLICIES = "networking.k8s.io/v1/networkpolicies"
 PODMONITORS = "monitoring.coreos.com/v1/podmonitors"
 # what a Topology's children are made of, for counting the writes to them
@@ -121,6 +122,15 @@ class ApiServer(kmock.KubernetesEmulator):
                                           headers={EMULATED: "apply"})
                 return aiohttp.web.json_response(await created.json(), status=created.status)
         data = request.data
+        if request.method in (kmock.method.PUT, kmock.method.PATCH) and isinstance(data, dict) and \
+                request.resource is not None:
+            # a write that carries the resourceVersion it read conflicts (409) with a write made since
+            key = (request.resource, request.namespace, request.name)
+            read = data.get("metadata", {}).get("resourceVersion")
+            if key in self.objects and not self.objects[key].deleted and read is not None and \
+                    read != self.objects[key].raw.get("metadata", {}).get("resourceVersion"):
+                return aiohttp.web.json_response({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                                                  "reason": "Conflict", "code": 409}, status=409)
         if request.resource is not None and isinstance(data, dict) and request.action in (
                 kmock.action.CREATE, kmock.action.UPDATE):
             meta = data.setdefault("metadata", {})
@@ -157,6 +167,7 @@ def declare_resources(api: ApiServer) -> None:
         api.resources[res] = kmock.ResourceInfo(kind=kind, singular=kind.lower(), namespaced=True, verbs=verbs)
     api.resources[PODS] = kmock.ResourceInfo(kind="Pod", singular="pod", namespaced=True, subresources={"status"},
                                              verbs=verbs)
+    api.resources[LEASES] = kmock.ResourceInfo(kind="Lease", singular="lease", namespaced=True, verbs=verbs)
 
 
 def declare_podmonitors(api: ApiServer) -> None:
@@ -176,6 +187,7 @@ class OperatorThread:
     a pod), logged in to ``url``."""
 
     def __init__(self, url: str, settings: Settings) -> None:
+        self.left = threading.Event()  # the operator would have ended its process: it lost its Lease
         self.settings = dataclasses.replace(settings, liveness=f"http://127.0.0.1:{free_port()}/healthz",
                                             metrics_port=free_port())
         self.url = url
@@ -194,13 +206,20 @@ class OperatorThread:
         try:
             asyncio.run(operate(settings=self.settings, registry=registry,
                                 api=client.ApiClient(client.Configuration(host=self.url)),
-                                stop_flag=self.stop_flag, ready_flag=self.ready_flag))
+                                stop_flag=self.stop_flag, ready_flag=self.ready_flag, leave=self._leave))
         except BaseException as exc:  # raised again by stop(), in the test
             self.error = exc
 
-    async def start(self) -> None:
+    def _leave(self) -> None:
+        # instead of ending the process (leader.leave), which would end the tests'
+        self.left.set()
+        self.stop_flag.set()
+
+    async def start(self, *, ready: bool = True) -> None:
+        """Start the thread; wait for kopf to run (``ready``: it leads)."""
         self.thread.start()
-        assert await asyncio.to_thread(self.ready_flag.wait, DEADLINE), "the operator did not start"
+        if ready:
+            assert await asyncio.to_thread(self.ready_flag.wait, DEADLINE), "the operator did not start"
 
     async def stop(self) -> None:
         self.stop_flag.set()
