@@ -16,7 +16,7 @@ from typing import Any
 from squall.api import Anchors
 from squall.errors import FailedException, ReportedFailedException
 from squall.executor.bolt import BoltTask
-from squall.executor.checkpointing import CheckpointedTask, CheckpointingBoltExecutor
+from squall.executor.checkpointing import CheckpointedTask, CheckpointingBoltExecutor, in_background
 from squall.executor.collectors import BoltCollector
 from squall.state.kv import KeyValueState
 from squall.state.stores import open_store
@@ -291,7 +291,8 @@ class WindowedBoltExecutor(CheckpointingBoltExecutor):
                 # windows are the state, with the same barrier.
                 checkpointed = self.checkpointed[task.task_id] = CheckpointedTask(
                     barrier=checkpointed.barrier, collector=task.collector, bolt=windowed, open_store=store,
-                    run=functools.partial(self._add, task))
+                    run=functools.partial(self._add, task),
+                    submit=in_background(task.collector, f"commit-{task.task_id}"))
             checkpointed.open()
             task.bolt.prepare(dict(conf), context, windowed.collector)
         return prepare_durable
