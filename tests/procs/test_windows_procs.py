@@ -20,7 +20,7 @@ N = 1500
 def test_windows_across_processes_ack_every_tree_once_its_window_was_computed(tmp_path, monkeypatch):
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(COMPONENTS), os.environ.get("PYTHONPATH", "")]))
     doc = {
-        "name": "proc-windows", "workers": 2, "ackers": 2, "messageTimeoutSeconds": 10,
+        "name": "proc-windows", "workers": 2, "ackers": 2, "messageTimeoutSeconds": 30,
         "config": {"test.count": N, "test.rate": 1000, "test.report": str(tmp_path / "spout.json"),
                    "test.sums": str(tmp_path / "sums")},
         # names sort a < b < c: the spout on worker-0, a window task and a sink task on each worker
