@@ -108,11 +108,11 @@ async def test_list_shows_each_topology_with_its_rates_from_the_pods_metrics(api
         await running_pod(api, pod, "wc")
         serve_metrics(api, pod, 500.0, lag=7)
 
-    assert await squall("list", "-o", "json", "--interval", "0.5") == 0
+    assert await squall("list", "-o", "json", "--interval", "2") == 0  # long: a loaded machine's scrapes lag
     rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)}
     wc, idle = rows["wc"], rows["idle"]
     assert (wc["phase"], wc["workers"], wc["readyWorkers"], wc["ackers"], wc["lag"]) == ("Running", 2, 2, 2, 14)
-    assert 700 < wc["ackedPerSecond"] < 1300 and wc["failedPerSecond"] == 0  # two pods at 500/s
+    assert 600 < wc["ackedPerSecond"] < 1400 and wc["failedPerSecond"] == 0  # two pods at 500/s
     assert 1 < wc["p99Ms"] <= 10  # 10 % of the trees between 1 and 10 ms
     assert idle["suspended"] and idle["ackedPerSecond"] is None  # no pod: no rates
 
@@ -164,6 +164,14 @@ async def test_top_shows_a_topology_s_components_through_the_pod_proxy_and_says_
     assert await squall("top", "wc", "--once") == 1
     assert ("topology 'wc' in namespace default has no running pod (phase Pending: PodsNotReady: 0/2 workers ready)"
             in capsys.readouterr().err)
+
+    await create_topology(api, "hidden", SPEC)  # whose pods the user may not read
+    await running_pod(api, "hidden-worker-0", "hidden")
+    forbidden = {"apiVersion": "v1", "kind": "Status", "status": "Failure", "reason": "Forbidden", "code": 403,
+                 "message": 'pods "hidden-worker-0" is forbidden: cannot get resource "pods/proxy"'}
+    api[f"get /api/v1/namespaces/{NAMESPACE}/pods/hidden-worker-0:9090/proxy/metrics"] << 403 << forbidden
+    assert await squall("top", "hidden", "--once") == 4
+    assert "forbidden: you may not get pods/proxy in namespace default" in capsys.readouterr().err
 
     await running_pod(api, "wc-worker-0", "wc")
     serve_metrics(api, "wc-worker-0", 200.0)
@@ -280,6 +288,10 @@ async def test_logs_merge_the_pods_lines_with_pod_and_task(api, kubeconfig, caps
     assert await squall("logs", "wc", "--component", "sentences") == 0
     assert {line.split("]")[0] for line in capsys.readouterr().out.splitlines()} <= {"[wc-worker-1", "[wc-worker-0",
                                                                                     "[wc-worker-0 split:3"}
+    assert await squall("logs", "wc", "--follow", "--component", "split") == 0  # until every stream ends
+    followed = capsys.readouterr()
+    assert "[wc-worker-0 split:3] 2026-12-02 00:00:03,000 ERROR squall: split task 3: raised" in followed.out
+    assert "every pod's log stream ended" in followed.err
     assert await squall("logs", "wc", "--component", "nope") == 2
     assert "has no component 'nope' (components: count, sentences, split)" in capsys.readouterr().err
 
@@ -293,15 +305,15 @@ async def test_set_log_level_writes_the_annotation_the_operator_relays_and_the_p
     async with processes_behind_pods(api, start_operator, tmp_path) as (_, sup, _states):
         assert await squall("set-log-level", "wc", "loud") == 2
         assert "'LOUD' is not a log level" in capsys.readouterr().err
-        assert await squall("set-log-level", "wc", "debug", "--logger", "examples.wordcount", "--timeout", "4") == 0
+        assert await squall("set-log-level", "wc", "debug", "--logger", "examples.wordcount", "--timeout", "15") == 0
         assert "logger examples.wordcount at DEBUG until" in capsys.readouterr().out
         written = log_levels.parse(obj(api, TOPOLOGIES, "wc")["metadata"]["annotations"][log_levels.ANNOTATION])
         assert [(o.logger, o.level) for o in written] == [("examples.wordcount", "DEBUG")]
         logs = [child.log_path for child in sup.children]
         await eventually("every process to set it", lambda: all(
-            "logger examples.wordcount at DEBUG for" in log.read_text() for log in logs), timeout=30)
+            "logger examples.wordcount at DEBUG for" in log.read_text() for log in logs), timeout=60)
         await eventually("every process to set it back", lambda: all(
-            "logger examples.wordcount back to its own level" in log.read_text() for log in logs), timeout=30)
+            "logger examples.wordcount back to its own level" in log.read_text() for log in logs), timeout=60)
         assert obj(api, TOPOLOGIES, "wc")["metadata"]["generation"] == 1  # no spec change: nothing rebalanced
         assert status(api, "wc").get("rebalance") is None
 
