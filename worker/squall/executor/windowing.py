@@ -103,7 +103,6 @@ class WindowedTask:
         self._fresh_windows()
         self.late_stream = window.late_tuple_stream
         self.max_anchors = window.max_anchors
-        self.late = 0  # late tuples seen
         self._clock = clock
         self._epoch = time.time() - clock()
 
@@ -135,7 +134,6 @@ class WindowedTask:
         elif type(ts) is not int:
             raise TypeError(f"timestampField {self.field!r} of {tup!r} is {ts!r}, not milliseconds (an int)")
         if not event.add((tup.source_component, tup.source_stream), ts, tup):
-            self.late += 1
             if self.late_stream is not None:
                 self.out.emit(tup.values, anchors=tup, stream=self.late_stream)
             self.out.ack(tup)
