@@ -10,7 +10,8 @@ shuffle → split → fields → count. Cases, measured one after another in one
   engine of this API can cost in CPython for this user code, so the most ``in-process ÷ ceiling``
   could reach;
 - in-process (``LocalCluster``), and with the count a stateful bolt whose counts are written to the
-  embedded store at each checkpoint (every 200 ms; with the checkpoint trees' latency); 1 worker + 1
+  embedded store at each checkpoint (every 200 ms; with the checkpoint trees' latency), and with the
+  count over a sliding window of 10,000 words by 1,000 (a ``WindowedBolt``; what windowing adds to a word); 1 worker + 1
   acker, and throttled to 80 % of the maximum it just
   measured (for latency); 2 workers + 2 ackers (``squall run``'s processes), also with plaintext
   gRPC, with no word crossing workers (split → count local-or-shuffle: what the crossing tuples
@@ -28,8 +29,8 @@ tree: the bytes of acker messages and verdicts that crossed processes, from the 
 counters.
 
     python bench/wordcount.py [--seconds 10] [--rounds 3]
-                              [--cases ceiling,floor,local,local-stateful,1w1a,80pct,2w2a,2w2a-plain,2w2a-local,
-                                       2w2a-pin,2w2a-light]
+                              [--cases ceiling,floor,local,local-stateful,local-windowed,1w1a,80pct,2w2a,2w2a-plain,
+                                       2w2a-local,2w2a-pin,2w2a-light]
                               [--pin]
 """
 
@@ -58,7 +59,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from squall import BasicBolt, Bolt, Spout, StatefulBolt  # noqa: E402
+from squall import BasicBolt, Bolt, Spout, StatefulBolt, WindowedBolt  # noqa: E402
 from squall.acker import Acker  # noqa: E402
 from squall.executor.hdr import HdrHistogram  # noqa: E402
 from squall.metrics.scrape import fetch  # noqa: E402
@@ -127,12 +128,38 @@ class StatefulCount(StatefulBolt):
 STATEFUL = {"config": {"topology.state.checkpoint.interval.ms": 200}, "maxSpoutPending": 50_000}
 
 
+class WindowedCount(WindowedBolt):
+    """:class:`Count`'s words over a window of 10,000 sliding every 1,000 (:data:`WINDOW`): the counts follow
+    the window, its new words in and its expired ones out; a word is acked when it leaves the window."""
+
+    outputs = ["word", "count"]
+
+    def prepare(self, conf, context, collector):
+        super().prepare(conf, context, collector)
+        self.counts = {}
+
+    def execute(self, window):
+        counts = self.counts
+        for tup in window.get_new():
+            word = tup.values[0]
+            counts[word] = counts.get(word, 0) + 1
+        for tup in window.get_expired():
+            word = tup.values[0]
+            counts[word] -= 1
+
+
+#: The windowed case's window, and room for the trees its words keep in flight (validation asks a tree per word)
+WINDOW = {"window": {"length": {"count": 10_000}, "slidingInterval": {"count": 1_000}}, "maxSpoutPending": 50_000}
+
+
 def spec(*, workers: int, ackers: int, rate: float | None = None, cross: bool = True,
-         flush_ms: float | None = None, max_pending: int = MAX_PENDING, stateful: bool = False) -> dict:
+         flush_ms: float | None = None, max_pending: int = MAX_PENDING, stateful: bool = False,
+         windowed: bool = False) -> dict:
     """The word count; ``cross`` False gives every word to a count task of its own worker (local or
     shuffle instead of fields: no longer a word count, but the same work without tuples crossing);
     ``flush_ms`` sets ``transfer.flushIntervalMs``, ``max_pending`` ``maxSpoutPending``; ``stateful``
-    counts in a :class:`StatefulCount` (:data:`STATEFUL`'s settings; its state where the run puts it)."""
+    counts in a :class:`StatefulCount` (:data:`STATEFUL`'s settings; its state where the run puts it);
+    ``windowed`` in a :class:`WindowedCount` (:data:`WINDOW`)."""
     count_grouping = {"type": "fields", "fields": ["word"]} if cross else {"type": "localOrShuffle"}
     doc = {
         **({"transfer": {"flushIntervalMs": flush_ms}} if flush_ms is not None else {}),
@@ -150,6 +177,9 @@ def spec(*, workers: int, ackers: int, rate: float | None = None, cross: bool = 
         doc["bolts"][1].update(className="bench.wordcount:StatefulCount", stateful=True)
         doc["config"].update(STATEFUL["config"])
         doc["maxSpoutPending"] = STATEFUL["maxSpoutPending"]
+    if windowed:
+        doc["bolts"][1].update(className="bench.wordcount:WindowedCount", window=WINDOW["window"])
+        doc["maxSpoutPending"] = WINDOW["maxSpoutPending"]
     return doc
 
 
@@ -276,11 +306,11 @@ def every_core(seconds: float = 2.0) -> float:
         return sum(pool.map(_ceiling_cost, [seconds] * cores)) / cores
 
 
-def in_process(seconds: float, *, stateful: bool = False) -> Result:
+def in_process(seconds: float, *, stateful: bool = False, windowed: bool = False) -> Result:
     """The word count in this process; ``stateful``: its counts in the embedded store, in a temporary
-    directory (a SQLite file per task, written at each commit)."""
+    directory (a SQLite file per task, written at each commit); ``windowed``: over a sliding window."""
     with tempfile.TemporaryDirectory() as tmp:
-        doc = spec(workers=1, ackers=1, stateful=stateful)
+        doc = spec(workers=1, ackers=1, stateful=stateful, windowed=windowed)
         if stateful:
             doc["config"]["topology.state.dir"] = tmp
         with LocalCluster(TopologySpec.from_dict(doc)) as cluster:
@@ -289,7 +319,8 @@ def in_process(seconds: float, *, stateful: bool = False) -> Result:
             cpu0, t0 = cpu_seconds([os.getpid()]), time.monotonic()
             cluster.run(seconds=seconds)
             t1, cpu1 = time.monotonic(), cpu_seconds([os.getpid()])
-            label = "in-process, stateful count" if stateful else "in-process (LocalCluster)"
+            label = ("in-process, stateful count" if stateful else "in-process, windowed count" if windowed
+                     else "in-process (LocalCluster)")
             result = Result(label, cluster.trees_acked() - before, t1 - t0, cpu1 - cpu0,
                             cluster.recorded_latency("sentences").minus(lat0))
             if stateful:  # a checkpoint's trees: its PREPARE's and its COMMIT's
@@ -425,6 +456,12 @@ TARGETS: list[tuple[str, tuple[str, ...], Callable[[dict[str, Result]], float], 
      lambda by: by["local-stateful"].checkpoints.quantile(0.5) * 1000, "(PREPARE or COMMIT)", lambda v: True),
     ("checkpoint tree p99 ms, in-process stateful count", ("local-stateful",),
      lambda by: by["local-stateful"].checkpoints.quantile(0.99) * 1000, "(PREPARE or COMMIT)", lambda v: True),
+    ("CPU µs/tree: windowed count ÷ count, in-process", ("local-windowed", "local"),
+     lambda by: by["local-windowed"].cpu_us / by["local"].cpu_us, "(a window of 10,000 words by 1,000)",
+     lambda v: True),
+    ("CPU µs per word: windowed count - count, in-process", ("local-windowed", "local"),
+     lambda by: (by["local-windowed"].cpu_us - by["local"].cpu_us) / 8, "(what windowing adds to a word)",
+     lambda v: True),
 ]
 
 
@@ -461,6 +498,8 @@ def run_round(cases: list[str], args: argparse.Namespace, index: int) -> dict[st
         by["local"] = in_process(args.seconds)
     if "local-stateful" in cases:
         by["local-stateful"] = in_process(args.seconds, stateful=True)
+    if "local-windowed" in cases:
+        by["local-windowed"] = in_process(args.seconds, windowed=True)
     if "1w1a" in cases:
         by["1w1a"] = processes("1 worker + 1 acker", args.seconds, workers=1, ackers=1, pin=args.pin,
                                profile=args.profile and args.profile / f"round{index + 1}")
@@ -491,8 +530,8 @@ def run_round(cases: list[str], args: argparse.Namespace, index: int) -> dict[st
 
 
 LIGHT = 10_000  # trees/s of the light-load case, over both spout tasks
-CASES = ("ceiling", "floor", "local", "local-stateful", "1w1a", "80pct", "2w2a", "2w2a-plain", "2w2a-local",
-         "2w2a-pin", "2w2a-light")
+CASES = ("ceiling", "floor", "local", "local-stateful", "local-windowed", "1w1a", "80pct", "2w2a", "2w2a-plain",
+         "2w2a-local", "2w2a-pin", "2w2a-light")
 
 
 def main() -> None:

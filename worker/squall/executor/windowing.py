@@ -300,12 +300,9 @@ class WindowedBoltExecutor(CheckpointingBoltExecutor):
             CheckpointingBoltExecutor._execute(self, task, tup)
             return
         windowed = self.windowed[task.task_id]
-        if tup.is_tick:
-            if not windowed.durable or self.checkpointed[task.task_id].initialized:
-                self._add(task, tup)
-        elif windowed.durable:
+        if windowed.durable and not tup.is_tick:
             self.checkpointed[task.task_id].execute(tup)  # held until the state is initialized, acked at a commit
-        else:
+        elif not windowed.durable or self.checkpointed[task.task_id].initialized:
             self._add(task, tup)
 
     def _add(self, task: BoltTask, tup: Tuple) -> None:
