@@ -23,6 +23,7 @@ from squall.values import tuple_budget
 from squall.windows.manager import Extent
 
 RESERVED_PREFIX = "__"  # stream ids Squall keeps for itself (squall.system)
+MIN_TIMER_SECONDS = 0.01  # a processing-time window's clock is read no more often (a 1 ms interval: 1,000 ticks/s)
 
 
 class WindowExtent(SpecModel):
@@ -58,7 +59,7 @@ class WindowSpec(SpecModel):
         "event time: how far a tuple's timestamp may be behind the latest one of its stream and not be late"))
     watermark_interval_seconds: float = Field(default=1.0, gt=0, le=3600, description=(
         "event time: how often the watermark is computed; processing time: how often the clock is read "
-        "between tuples (a tenth of a duration sliding interval if that is shorter)"))
+        "between tuples (a tenth of a duration sliding interval if that is shorter, but not under 10 ms)"))
     late_tuple_stream: str | None = Field(default=None, min_length=1, description=(
         "event time: the bolt's stream that gets late tuples (with their input's fields); null: they are acked "
         "and dropped"))
@@ -91,10 +92,10 @@ class WindowSpec(SpecModel):
     @property
     def timer_seconds(self) -> float:
         """How often the bolt's tasks get a tick: the watermark's interval, or, in processing time, a tenth
-        of a duration sliding interval if that is shorter."""
+        of a duration sliding interval if that is shorter (but not under 10 ms)."""
         period = self.watermark_interval_seconds
         if self.timestamp_field is None and self.slide.seconds is not None:
-            period = min(period, self.slide.seconds / 10)
+            period = min(period, max(self.slide.seconds / 10, MIN_TIMER_SECONDS))
         return period
 
     def hold_seconds(self) -> tuple[float, str] | None:
