@@ -276,8 +276,15 @@ async def test_logs_merge_the_pods_lines_with_pod_and_task(api, kubeconfig, caps
     await running_pod(api, "wc-acker-0", "wc", role="acker")
     api[f"get /api/v1/namespaces/{NAMESPACE}/pods/wc-acker-0/log"] << b"2026-12-02 00:00:00,500 INFO squall: acker\n"
 
+    await running_pod(api, "wc-worker-2", "wc")  # left over from a scale-down, its container not started
+    waiting = {"apiVersion": "v1", "kind": "Status", "status": "Failure", "reason": "BadRequest", "code": 400,
+               "message": 'container "worker" in pod "wc-worker-2" is waiting to start: ContainerCreating'}
+    api[f"get /api/v1/namespaces/{NAMESPACE}/pods/wc-worker-2/log"] << 400 << waiting
+
     assert await squall("logs", "wc") == 0
-    assert capsys.readouterr().out.splitlines() == [
+    merged = capsys.readouterr()
+    assert "no log of wc-worker-2 (starting, or gone): " in merged.err and "waiting to start" in merged.err
+    assert merged.out.splitlines() == [
         "[wc-acker-0] 2026-12-02 00:00:00,500 INFO squall: acker",
         "[wc-worker-0] 2026-12-02 00:00:01,000 INFO squall: worker-0 up",
         "[wc-worker-1] 2026-12-02 00:00:02,000 INFO squall: worker-1 up",

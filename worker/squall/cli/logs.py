@@ -86,8 +86,14 @@ def run(args: argparse.Namespace) -> int:
         merged: list[tuple[str, int, str]] = []
         for pod in pods:
             name = pod["metadata"]["name"]
-            response = kube.log(name, cluster.role(pod), follow=False, tail=args.tail)
-            merged += [(stamp, i, line) for stamp, i, line in _entries(name, response.data.decode(errors="replace"))]
+            try:
+                response = kube.log(name, cluster.role(pod), follow=False, tail=args.tail)
+            except ClusterError as exc:
+                if exc.exit_code == cluster.FORBIDDEN:
+                    raise
+                print(f"squall logs: no log of {name} (starting, or gone): {exc}", file=sys.stderr)
+                continue
+            merged += _entries(name, response.data.decode(errors="replace"))
         for _, _, line in sorted(merged, key=lambda e: e[0]):  # stable: a pod's own order within a time
             print(line)
         return 0
@@ -106,7 +112,10 @@ def run(args: argparse.Namespace) -> int:
             if rest:
                 lines.put(prefix(name, rest.decode(errors="replace")))
         except ClusterError as exc:
-            failures.append(exc)
+            if exc.exit_code == cluster.FORBIDDEN:
+                failures.append(exc)
+            else:
+                lines.put(f"[{name}] (no log: {exc})")
         except Exception as exc:  # the stream broke (the pod went): said, and the others go on
             lines.put(f"[{name}] (log stream ended: {exc})")
         finally:
