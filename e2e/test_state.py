@@ -137,8 +137,13 @@ def prepare_volume(kubectl: Kubectl, directory: str) -> None:
                "volumes": [{"name": "node", "hostPath": {"path": NODE_DIR, "type": "DirectoryOrCreate"}}]}}
     kubectl("delete", "pod", prep, "--ignore-not-found", "--wait=true")
     kubectl("apply", "--filename", "-", stdin=json.dumps(pod))
-    eventually(lambda: kubectl.field(f"pod/{prep}", "status", "phase") == "Succeeded", timeout=300,
-               what="the volume's directory prepared")
+    def prepared() -> bool:
+        phase = kubectl.field(f"pod/{prep}", "status", "phase")
+        if phase == "Failed":  # not worth waiting for
+            raise RuntimeError(f"preparing the volume failed: {kubectl('logs', prep)}")
+        return phase == "Succeeded"
+
+    eventually(prepared, timeout=300, what="the volume's directory prepared")
     kubectl("delete", "pod", prep, "--wait=false")
     volume = {"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": directory},
               "spec": {"capacity": {"storage": SPEC["state"]["size"]}, "accessModes": ["ReadWriteOnce"],
