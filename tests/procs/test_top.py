@@ -47,10 +47,10 @@ def test_without_a_run_or_an_answer_it_says_what_to_do(tmp_path):
     missing = top("--run-dir", str(tmp_path / "nowhere"), cwd=tmp_path)
     assert missing.returncode == 2
     assert ("start `squall run` first (with worker processes: an --in-process run serves no /metrics), or give "
-            "the /metrics URLs") in missing.stderr
+            "a Topology's name (squall top NAME -n NAMESPACE), or /metrics URLs") in missing.stderr
     down = top("http://127.0.0.1:9/metrics", cwd=tmp_path)
     assert down.returncode == 2 and "is the topology running (and port-forwarded)?" in down.stderr
     not_a_url = top("localhost:9090", cwd=tmp_path)  # was "none of localhost:9090 answered"
     assert not_a_url.returncode == 2
-    assert "'localhost:9090' is not a URL: give each process's /metrics as http://HOST:PORT/metrics" in \
-        not_a_url.stderr
+    assert ("'localhost:9090' is neither a Topology's name nor a URL: give each process's /metrics as "
+            "http://HOST:PORT/metrics") in not_a_url.stderr

@@ -310,9 +310,11 @@ def top(args: argparse.Namespace) -> int:
         where = f"none of {', '.join(listed)}"
     tty = sys.stdout.isatty() and not args.once
     prev = scrape(found := urls(), get)
+    if not prev.up and get is fetch:
+        raise SquallError(f"{where} answered: is the topology running (and port-forwarded)?")
     if not prev.up:
-        raise cluster.ClusterError(f"{where} answered ({len(found)} tried): is the topology running"
-                                   f"{' (and port-forwarded)' if get is fetch else ''}?", exit_code=cluster.NOT_DONE)
+        raise cluster.ClusterError(f"{where} answered ({len(found)} running): are they starting?",
+                                   exit_code=cluster.NOT_DONE)
     while True:
         time.sleep(interval)  # the refresh period
         cur = scrape(found := urls(), get)
