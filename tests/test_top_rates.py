@@ -49,3 +49,23 @@ def test_the_header_says_what_processes_do_that_are_not_processing():
     assert "processes 2/2   trees" in frame(prev, active, expected=2)
     mixed = snapshot(1, a=metrics(10) + state("active"), b=metrics(10) + state("waiting_for_peers"))
     assert "processes 2/2 (1 active, 1 waiting_for_peers)   trees" in frame(prev, mixed, expected=2)
+
+
+def test_the_p99_of_the_complete_latency_is_over_the_interval_interpolated_in_its_bucket():
+    from squall.cli.top import p99_ms
+
+    def latency(under_1ms: float, under_10ms: float, *, started: float = 100.0) -> str:
+        labels = 'topology="t",component="words",task="1",stream="default"'
+        return (metrics(under_10ms, started=started)
+                + f'squall_complete_latency_seconds_bucket{{{labels},le="0.001"}} {under_1ms}\n'
+                f'squall_complete_latency_seconds_bucket{{{labels},le="0.01"}} {under_10ms}\n'
+                f'squall_complete_latency_seconds_bucket{{{labels},le="+Inf"}} {under_10ms}\n')
+
+    # over the interval: 100 trees, 50 under 1 ms, the other 50 between 1 and 10 ms: the 99th is the 49th of
+    # those 50, 98 % of the way through the bucket (the 1,000 trees before do not count)
+    before, after = snapshot(0, a=latency(1000, 1000)), snapshot(1, a=latency(1050, 1100))
+    assert abs(p99_ms(after, before) - (1 + 9 * 49 / 50)) < 1e-9
+    assert p99_ms(after, after) is None  # no tree completed
+    # a process that restarted counts from 0: all of its trees
+    restarted = snapshot(1, a=latency(0, 100, started=200.0))
+    assert abs(p99_ms(restarted, before) - (1 + 9 * 99 / 100)) < 1e-9

@@ -351,3 +351,21 @@ def test_the_annotation_keeps_only_what_parses_and_is_not_over():
     text = log_levels.dump([kept, over])
     assert log_levels.active(log_levels.parse(text), now) == [kept]
     assert log_levels.parse("not json") == [] and log_levels.parse('{"x": {"level": "LOUD", "until": "x"}}') == []
+
+
+def test_a_rebalance_s_progress_as_read_from_the_status():
+    from squall.cli.manage import progress
+
+    def topology(**status: object) -> dict:
+        return {"metadata": {"generation": 3}, "status": status}
+
+    ready = {"type": "Ready", "status": "True", "reason": "AllPodsReady"}
+    assert progress(topology(observedGeneration=2, conditions=[ready]), 3) == ("waiting for the operator", None)
+    draining = topology(observedGeneration=3, ready="4/6", rebalance={"step": "Draining", "target": "ab12"})
+    assert progress(draining, 3) == ("Draining to plan ab12 (4/6 pods ready)", None)
+    assert progress(topology(observedGeneration=3, ready="6/6", conditions=[ready]), 3) == (
+        "Rebalanced: Ready, 6/6 pods ready", True)
+    refused = {"type": "Degraded", "status": "True", "reason": "SwitchRefused", "message": "no module x"}
+    assert progress(topology(observedGeneration=3, conditions=[refused]), 3) == ("refused: no module x", False)
+    invalid = {"type": "Degraded", "status": "True", "reason": "InvalidSpec", "message": "bad"}
+    assert progress(topology(observedGeneration=3, phase="Failed", conditions=[invalid]), 3) == ("refused: bad", False)
