@@ -5,8 +5,12 @@ from __future__ import annotations
 import json
 import os
 
+from squall_test_components import NumberSpout
+
 from squall import Bolt, WindowedBolt
 from squall.testing import DurableSink
+
+FAR = 10**13  # a timestamp past every window: the watermark passes them all
 
 
 class Summer(WindowedBolt):
@@ -61,3 +65,34 @@ class WindowRows(DurableSink):
 
     def row(self, tup):
         return [tup["numbers"]]
+
+
+class StampedSpout(NumberSpout):
+    """``(n, ts)``: ``ts`` = 10 ms × n, but every 100th number after the first 100 is 5 s behind (late, behind a
+    1 s lag); after ``test.count`` numbers, one far ahead, so that the watermark passes every window."""
+
+    outputs = ["n", "ts"]
+
+    def items(self):
+        return self._stamped(super().items(), int(self.conf["test.count"]))  # the rate is set now, not at a next()
+
+    @staticmethod
+    def _stamped(numbers, count):
+        for (n,) in numbers:
+            yield [n, n * 10 - (5000 if late(n) else 0)]
+        yield [count, FAR]
+
+
+def late(n: int) -> bool:
+    return n > 100 and n % 100 == 99
+
+
+class LateRows(DurableSink):
+    """A row per late tuple: its number."""
+
+    file_prefix = "late"
+    schema = "CREATE TABLE IF NOT EXISTS late (n INTEGER)"
+    insert = "INSERT INTO late VALUES (?)"
+
+    def row(self, tup):
+        return [tup["n"]]

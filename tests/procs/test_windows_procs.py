@@ -9,7 +9,8 @@ import signal
 
 import yaml
 from procs_support import COMPONENTS, spout_report, wait_for
-from squall_test_windows import WindowRows
+from squall_test_windows import LateRows, WindowRows
+from squall_test_windows import late as is_late
 
 from squall.process.supervisor import Supervisor
 from squall.topology import TopologySpec
@@ -92,3 +93,42 @@ def test_durable_windows_come_back_from_their_store_after_a_sigkill(tmp_path, mo
 def windowed(tmp_path) -> set[int]:
     rows = WindowRows.query(tmp_path / "sink", "SELECT numbers FROM windows") if (tmp_path / "sink").exists() else []
     return {n for (numbers,) in rows for n in json.loads(numbers)}
+
+
+def test_event_time_windows_across_processes_send_late_tuples_to_the_late_stream(tmp_path, monkeypatch):
+    """The window task in worker-1 (global grouping), the spout and the window sink in worker-0, the late sink in
+    worker-1: every number is in exactly one 1-second window of its timestamps, or, 5 s behind the watermark,
+    on the late stream."""
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(COMPONENTS), os.environ.get("PYTHONPATH", "")]))
+    count = 2000
+    doc = {
+        # the far one's tree waits for a window that never fires: the stop's drain waits out the timeout for it
+        "name": "proc-windows", "workers": 2, "ackers": 1, "messageTimeoutSeconds": 10,
+        "config": {"test.count": count, "test.rate": 500, "test.report": str(tmp_path / "spout.json"),
+                   "sink.dir": str(tmp_path / "sink")},
+        "spouts": [{"name": "a-numbers", "className": "squall_test_windows:StampedSpout"}],
+        "bolts": [
+            {"name": "b-window", "className": "squall_test_windows:Members",
+             "window": {"length": {"seconds": 1}, "timestampField": "ts", "lagSeconds": 1,
+                        "watermarkIntervalSeconds": 0.05, "lateTupleStream": "late"},
+             "inputs": [{"component": "a-numbers", "grouping": {"type": "global"}}]},
+            {"name": "c-sink", "className": "squall_test_windows:WindowRows", "tickFrequencySeconds": 0.1,
+             "inputs": [{"component": "b-window"}]},
+            {"name": "d-late", "className": "squall_test_windows:LateRows", "tickFrequencySeconds": 0.1,
+             "inputs": [{"component": "b-window", "stream": "late"}]},
+        ],
+    }
+    path = tmp_path / "topology.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    sup = Supervisor(spec_path=path, spec=TopologySpec.from_dict(doc), run_dir=tmp_path / "run")
+    sup.start()
+    try:
+        wait_for(lambda t: t.acked["a-numbers"] >= count, timeout=90, sup=sup, what="every number acked")
+    finally:
+        sup.stop(timeout=40)
+    assert spout_report(tmp_path)["acked"] == list(range(count))  # the one far ahead waits for its window
+    late = {n for (n,) in LateRows.query(tmp_path / "sink", "SELECT n FROM late")}
+    assert late == {n for n in range(count) if is_late(n)}
+    windows = [json.loads(numbers) for (numbers,) in WindowRows.query(tmp_path / "sink", "SELECT numbers FROM windows")]
+    assert sorted(n for w in windows for n in w) == [n for n in range(count) if not is_late(n)]
+    assert all(len({(n * 10 - 1) // 1000 for n in w}) == 1 for w in windows)  # each (end - 1 s, end]
