@@ -20,24 +20,27 @@ from squall.system import CHECKPOINT_STREAM, DEFAULT_STREAM
 from squall.tuples import Tuple
 
 
-class StatefulCollector:
-    """A stateful bolt's :class:`squall.api.OutputCollector`: an emit without anchors is anchored to the input
-    being executed, and ``ack`` leaves the input to the commit that holds its effect (Storm's anchoring
-    collector of stateful bolts); the rest is the task's own collector's."""
+class AnchoringCollector:
+    """A task's :class:`squall.api.OutputCollector` over its own collector, for a task whose inputs the engine
+    acks (a stateful bolt's at the commit holding their effect, Storm's anchoring collector; a windowed
+    bolt's when they leave their last window): an emit without anchors is anchored to :attr:`anchors`, what
+    the task computes now (an input, a window's tuples), and ``ack`` leaves the tuple to the engine; the
+    rest is the task's own collector's."""
 
     def __init__(self, out: BoltCollector) -> None:
         self._out = out
-        self.input: Tuple | None = None
+        self.anchors: Anchors = None
 
     def emit(self, values: Sequence[Any], *, anchors: Anchors = None, stream: str = DEFAULT_STREAM) -> list[int]:
-        return self._out.emit(values, anchors=self.input if anchors is None else anchors, stream=stream)
+        return self._out.emit(values, anchors=self.anchors if anchors is None else anchors, stream=stream)
 
     def emit_direct(self, task: int, values: Sequence[Any], *, anchors: Anchors = None,
                     stream: str = DEFAULT_STREAM) -> list[int]:
-        return self._out.emit_direct(task, values, anchors=self.input if anchors is None else anchors, stream=stream)
+        return self._out.emit_direct(task, values, anchors=self.anchors if anchors is None else anchors,
+                                     stream=stream)
 
     def ack(self, tup: Tuple) -> None:
-        """Acked by the checkpoint that commits its effect, not now."""
+        """Acked by the engine (a commit, a window's end), not now."""
 
     def fail(self, tup: Tuple) -> None:
         self._out.fail(tup)
@@ -103,7 +106,7 @@ class CheckpointedTask:
         self.stateful = open_store is not None
         self.writing = False  # a commit's write is under way: the checkpoints that come meanwhile wait for it
         self.deferred: list[Tuple] = []
-        self.collector = StatefulCollector(collector)  # what a stateful bolt is prepared with
+        self.collector = AnchoringCollector(collector)  # what a stateful bolt is prepared with
         self.state: KeyValueState | None = None
         self.initialized = False  # init_state was called
         self.waiting: list[Tuple] = []  # inputs that came before init_state: executed right after it
@@ -228,11 +231,11 @@ class CheckpointedTask:
             self.waiting.append(tup)
             return
         assert self._run is not None
-        self.collector.input = tup
+        self.collector.anchors = tup
         try:
             self._run(tup)
         finally:
-            self.collector.input = None
+            self.collector.anchors = None
         if not tup.done:
             self.pending.append(tup)
 

@@ -13,14 +13,13 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from squall.api import Anchors
 from squall.errors import FailedException, ReportedFailedException
 from squall.executor.bolt import BoltTask
-from squall.executor.checkpointing import CheckpointedTask, CheckpointingBoltExecutor, in_background
+from squall.executor.checkpointing import AnchoringCollector, CheckpointedTask, CheckpointingBoltExecutor, in_background
 from squall.executor.collectors import BoltCollector
 from squall.state.kv import KeyValueState
 from squall.state.stores import open_store
-from squall.system import CHECKPOINT_STREAM, DEFAULT_STREAM
+from squall.system import CHECKPOINT_STREAM
 from squall.topology.context import TaskContext
 from squall.topology.window import WindowSpec
 from squall.tuples import Fields, Tuple
@@ -28,48 +27,15 @@ from squall.windows.api import Window
 from squall.windows.manager import EventTime, Fired, WindowManager
 
 
-class WindowCollector:
-    """A windowed bolt's :class:`squall.api.OutputCollector`: inside ``execute``, an emit without anchors is
-    anchored to the window's tuples (its newest, in ``max_anchors`` trees); ``ack`` leaves a tuple to its
-    windows."""
-
-    def __init__(self, out: BoltCollector) -> None:
-        self._out = out
-        self.anchors: list[Tuple] | None = None  # the window being computed's
-
-    def emit(self, values: Sequence[Any], *, anchors: Anchors = None, stream: str = DEFAULT_STREAM) -> list[int]:
-        return self._out.emit(values, anchors=self.anchors if anchors is None else anchors, stream=stream)
-
-    def emit_direct(self, task: int, values: Sequence[Any], *, anchors: Anchors = None,
-                    stream: str = DEFAULT_STREAM) -> list[int]:
-        return self._out.emit_direct(task, values, anchors=self.anchors if anchors is None else anchors,
-                                     stream=stream)
-
-    def ack(self, tup: Tuple) -> None:
-        """Acked when it leaves the last window that can hold it, not now."""
+class WindowCollector(AnchoringCollector):
+    """A windowed bolt's collector: inside ``execute``, its :attr:`anchors` are the window's tuples (its
+    newest, in ``max_anchors`` trees); a tuple is acked when it leaves the last window that can hold it."""
 
     def fail(self, tup: Tuple) -> None:
         """Failed now: its spout replays it. It stays in the windows, but no emit is anchored to it."""
         self._out.fail(tup)
-        if self.anchors is not None and tup in self.anchors:
+        if isinstance(self.anchors, list) and tup in self.anchors:
             self.anchors = [t for t in self.anchors if t is not tup]
-
-    def reset_timeout(self, tup: Tuple) -> None:
-        self._out.reset_timeout(tup)
-
-    def report_error(self, exc: BaseException) -> None:
-        self._out.report_error(exc)
-
-    def call_soon_threadsafe(self, fn: Callable[[], None]) -> None:
-        self._out.call_soon_threadsafe(fn)
-
-    @property
-    def paused(self) -> bool:
-        return self._out.paused
-
-    @paused.setter
-    def paused(self, value: bool) -> None:
-        self._out.paused = value
 
 
 STATE_KEY = "window"  # a durable window's key in its task's state
