@@ -150,17 +150,22 @@ def read(spec: TopologySpec, component: str, task: int, *, run_dir: Path) -> Tas
     if not path.exists():  # opening it would make it
         return TaskState(component, task, str(path), -1, {}, looked, missing=f"no {path}")
     try:
-        store = open_store(conf, topology=spec.name, component=component, task=task)
-        try:
-            txid, items = store.load()
-        finally:
-            store.close()
+        txid, items = _load(conf, spec=spec, component=component, task=task)
     except sqlite3.Error as exc:
         raise SquallError(f"cannot read the state of {component!r} task {task} from {path}: {exc}") from None
     if txid < 0:
         return TaskState(component, task, str(path), txid, items, looked,
                          missing=f"{path} holds no checkpoint: the task started, its first commit is to come")
     return TaskState(component, task, str(path), txid, items, looked)
+
+
+def _load(conf: dict[str, Any], *, spec: TopologySpec, component: str, task: int) -> tuple[int, dict[Any, Any]]:
+    """The task's last commit, from the store ``conf`` picks (closed again)."""
+    store = open_store(conf, topology=spec.name, component=component, task=task)
+    try:
+        return store.load()
+    finally:
+        store.close()
 
 
 def _read_redis(conf: dict[str, Any], *, spec: TopologySpec, component: str, task: int) -> TaskState:
@@ -179,11 +184,7 @@ def _read_redis(conf: dict[str, Any], *, spec: TopologySpec, component: str, tas
     where = f"{shown} {keys}:state"
     looked = f"Redis at {shown} (from {REDIS_URL_KEY if conf.get(REDIS_URL_KEY) else '$' + REDIS_URL_ENV})"
     try:
-        store = open_store(conf, topology=spec.name, component=component, task=task)
-        try:
-            txid, items = store.load()
-        finally:
-            store.close()
+        txid, items = _load(conf, spec=spec, component=component, task=task)
     except (redis.RedisError, ValueError) as exc:
         raise SquallError(f"cannot read the state of {component!r} task {task} from Redis at {shown}: {exc}") from None
     if txid < 0:
