@@ -125,6 +125,15 @@ async def test_list_shows_each_topology_with_its_rates_from_the_pods_metrics(api
     assert await squall("list", "-o", "yaml", "--interval", "0.1") == 0
     assert {r["name"] for r in yaml.safe_load(capsys.readouterr().out)} == {"idle", "wc"}
 
+    # a user who may read Topologies but not list pods gets the table, without rates
+    forbidden = {"apiVersion": "v1", "kind": "Status", "status": "Failure", "reason": "Forbidden", "code": 403,
+                 "message": 'pods is forbidden: User "me" cannot list resource "pods"'}
+    api[f"get /api/v1/namespaces/{NAMESPACE}/pods"] << 403 << forbidden
+    assert await squall("list", "-o", "json") == 0
+    result = capsys.readouterr()
+    assert [r["ackedPerSecond"] for r in json.loads(result.out)] == [None, None]
+    assert "warning: no rates: forbidden: you may not list pods in namespace default" in result.err
+
 
 @pytest.mark.asyncio
 async def test_the_verbs_say_what_is_missing_forbidden_or_unreachable(api, kubeconfig, tmp_path, capsys,

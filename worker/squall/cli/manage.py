@@ -95,7 +95,14 @@ def rows(kube: Cluster, *, interval: float) -> list[dict[str, Any]]:
     running pod, or its /metrics could not be read)."""
     topologies = kube.topologies()
     pods: dict[str, list[dict[str, Any]]] = {}
-    for pod in kube.pods():
+    try:
+        listed = kube.pods() if topologies else []
+    except ClusterError as exc:  # may read Topologies, not pods: the table without rates
+        if exc.exit_code != cluster.FORBIDDEN:
+            raise
+        print(f"squall list: warning: no rates: {exc}", file=sys.stderr)
+        listed = []
+    for pod in listed:
         if cluster.running(pod):
             pods.setdefault(pod["metadata"]["labels"][cluster.INSTANCE], []).append(pod)
     by_name = {p["metadata"]["name"]: p for ps in pods.values() for p in ps}
