@@ -7,10 +7,11 @@ Settings (environment):
   Docker is not needed). Without it the suite runs on kind, and needs docker (with a running engine)
   and kind.
 - ``SQUALL_E2E_BUILD``: a shell command, run in the repository root, that builds ``squall:e2e`` (the
-  repository's Dockerfile) and ``squall-topologies:e2e`` (``e2e/image``, ``FROM squall:e2e``).
-  Default: two ``docker build``s. ``none``: the images exist already.
+  repository's Dockerfile), ``squall-operator:e2e`` (its ``operator`` target, which the chart's
+  operator runs, as a user's does) and ``squall-topologies:e2e`` (``e2e/image``, ``FROM squall:e2e``).
+  Default: three ``docker build``s. ``none``: the images exist already.
 - ``SQUALL_E2E_LOAD``: a command that makes images available to the cluster's nodes; the suite
-  appends the two image names. Default: ``kind load docker-image`` with kind, nothing with
+  appends the three image names. Default: ``kind load docker-image`` with kind, nothing with
   ``SQUALL_E2E_KUBECONFIG`` (the build pushed them, or put them on the nodes itself).
 - ``SQUALL_E2E_CLUSTER``: the kind cluster's name (default ``squall-e2e``). An existing cluster of
   that name is used as it is; one the suite creates is deleted at the end...
@@ -43,12 +44,13 @@ E2E = REPO / "e2e"
 CHART = REPO / "charts" / "squall"
 SQUALL_IMAGE = "squall:e2e"  # the repository's Dockerfile
 TOPOLOGY_IMAGE = "squall-topologies:e2e"  # e2e/image: the Squall image plus the logcount components
+OPERATOR_IMAGE = "squall-operator:e2e"  # the Dockerfile's operator target: the chart's default operator image
 OPERATOR_NAMESPACE = "squall-system"
 TOPOLOGY_NAMESPACE = "squall-e2e"
 TIMEOUT = 3600  # per test, setup included: the first one builds the image and creates the cluster
 KUBECONFIG = os.environ.get("SQUALL_E2E_KUBECONFIG", "")
-DOCKER_BUILD = (f"docker build --tag {SQUALL_IMAGE} . && docker build --tag {TOPOLOGY_IMAGE}"
-                f" --build-arg BASE={SQUALL_IMAGE} e2e/image")
+DOCKER_BUILD = (f"docker build --tag {SQUALL_IMAGE} . && docker build --target operator --tag {OPERATOR_IMAGE} . "
+                f"&& docker build --tag {TOPOLOGY_IMAGE} --build-arg BASE={SQUALL_IMAGE} e2e/image")
 BUILD = os.environ.get("SQUALL_E2E_BUILD", DOCKER_BUILD)
 LOGS = Path(os.environ.get("SQUALL_E2E_LOGS", E2E / "logs"))
 NOTABLE = (" WARNING ", " ERROR ", " CRITICAL ", "Traceback", " squall.transport: ")  # what a report shows
@@ -164,11 +166,11 @@ class Cluster:
 
 
 def images_into(load: str) -> None:
-    """Build the two images (SQUALL_E2E_BUILD), then hand them to the cluster (``load``, if any)."""
+    """Build the three images (SQUALL_E2E_BUILD), then hand them to the cluster (``load``, if any)."""
     if BUILD != "none":
         run("sh", "-c", f"cd {shlex.quote(str(REPO))} && {BUILD}", timeout=3000)
     if load:
-        run(*shlex.split(load), SQUALL_IMAGE, TOPOLOGY_IMAGE, timeout=1800)
+        run(*shlex.split(load), SQUALL_IMAGE, OPERATOR_IMAGE, TOPOLOGY_IMAGE, timeout=1800)
 
 
 CLUSTERS: list[Cluster] = []  # the session's cluster, once up: what a failure's report looks at
@@ -201,13 +203,12 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
 @pytest.fixture(scope="session")
 def operator(cluster: Cluster) -> Kubectl:
     """The chart installed once for the run with the Helm library (no helm binary), the way a user
-    runs `helm install`. It stays installed: a kept cluster is left as the tests left it, and the next
-    run installs afresh. The operator runs from the full image (which has it too), so the suite
-    builds one image, not also the slim ``--target operator`` one."""
+    runs `helm install`: the operator from the slim ``--target operator`` image, two replicas. It stays
+    installed: a kept cluster is left as the tests left it, and the next run installs afresh."""
     import helm_python as helm
 
     values = {"image": {"repository": "squall", "tag": "e2e", "pullPolicy": "Never"},
-              "operatorImage": {"repository": "squall", "tag": "e2e"},
+              "operatorImage": {"repository": "squall-operator", "tag": "e2e"},
               "topologyImage": TOPOLOGY_IMAGE, "logLevel": "DEBUG"}
     with helm.Config(kubeconfig_path=cluster.kubeconfig, namespace=OPERATOR_NAMESPACE) as helm_config:
         helm_config.uninstall("squall", ignore_not_found=True, wait="watcher", timeout=300)

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The end-to-end suite on a real one-node Kubernetes 1.20 built on this machine by the k8s-local
 # scripts (no Docker, no registry): down --purge, build (cached after the first run), up, the suite
-# (its images built with buildah by image.sh and loaded by load-image.sh), down. `.ci/run` calls it
+# (its images, the operator's among them, built with buildah by image.sh and loaded by load-image.sh), down. `.ci/run` calls it
 # when the machine has those scripts; docs/operations.md, "End-to-end tests".
 #
 #   e2e/local-cluster.sh [pytest options]
@@ -46,7 +46,13 @@ export SQUALL_E2E_KUBECONFIG=/var/lib/k8s-local/admin.kubeconfig
 # about 2 GB behind in buildah's storage, and a disk filled by them failed CI (see the check above).
 # The prune is housekeeping, so it cannot fail the run: buildah refuses it outright while a working
 # container left by a killed build still holds an image, and that failed CI at eeb036e.
-export SQUALL_E2E_BUILD="'$k8s/image.sh' . squall:e2e && buildah bud --pull=never --quiet \
+# The operator's image is the Dockerfile's operator target, as the chart's default is: its build stage
+# is image.sh's, cached (--layers), and image.sh's mounts let a build that misses the cache reach PyPI.
+export SQUALL_E2E_BUILD="'$k8s/image.sh' . squall:e2e && buildah bud --pull=never --layers --quiet \
+--network host -v /etc/ssl/certs/ca-certificates.crt:/run/host-ca/ca-certificates.crt:ro \
+-v /var/lib/k8s-local/images/pip.conf:/etc/pip.conf:ro --target operator --tag squall-operator:e2e . && \
+buildah images --format '{{.Name}}:{{.Tag}} {{.Size}}' | grep squall-operator && \
+buildah bud --pull=never --quiet \
 --build-arg BASE=localhost/squall:e2e --tag squall-topologies:e2e e2e/image && \
 { buildah rmi --prune >/dev/null || echo 'local-cluster: buildah rmi --prune failed (above); the images \
 are built, and the disk check of the next run says when to free space' >&2; }"

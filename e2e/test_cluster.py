@@ -17,6 +17,8 @@ from typing import Any
 import yaml
 from kube import Acked, Figures, Kubectl, eventually
 
+from conftest import OPERATOR_IMAGE
+
 MANIFESTS = Path(__file__).parent / "manifests"
 CLICKS = yaml.safe_load((MANIFESTS / "clickstream.yaml").read_text())["spec"]["config"]["clickstream.clicks"]
 LOGCOUNT = yaml.safe_load((MANIFESTS / "logcount.yaml").read_text())["spec"]
@@ -63,12 +65,20 @@ def assert_all_processing(kubectl: Kubectl, topology: str) -> None:
 
 def test_the_operator_runs(operator: Kubectl):
     operator("rollout", "status", "deployment/squall", "--timeout=120s")
-    (pod,) = operator.get("pods", "--selector", "app.kubernetes.io/component=operator")["items"]
-    security = pod["spec"]["containers"][0]["securityContext"]
-    assert security["readOnlyRootFilesystem"] is True and pod["spec"]["securityContext"]["runAsNonRoot"] is True
+    pods = operator.get("pods", "--selector", "app.kubernetes.io/component=operator")["items"]
+    assert len(pods) == 2, "two replicas: one leads, both serve the webhook"
+    # the slim image a user gets: the Dockerfile's operator target
+    assert {pod["spec"]["containers"][0]["image"] for pod in pods} == {OPERATOR_IMAGE}
+    for pod in pods:
+        security = pod["spec"]["containers"][0]["securityContext"]
+        assert security["readOnlyRootFilesystem"] is True and pod["spec"]["securityContext"]["runAsNonRoot"] is True
     # the API server took the chart's NetworkPolicy for it (this cluster's bridge plugin does not enforce it)
     policy = operator.get("networkpolicy", "squall")["spec"]
-    assert policy["podSelector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
+    assert policy["podSelector"]["matchLabels"].items() <= pods[0]["metadata"]["labels"].items()
+    # one holds the Lease; Kubernetes 1.20 serves PodDisruptionBudgets as policy/v1beta1, which the chart picked
+    holder = operator.field("lease/squall", "spec", "holderIdentity")
+    assert holder and holder.split("_")[0] in {pod["metadata"]["name"] for pod in pods}
+    assert operator.field("poddisruptionbudget/squall", "spec", "maxUnavailable") == 1
 
 
 def test_the_webhook_refuses_a_broken_topology_and_the_operator_may_write_no_other_webhook(
@@ -294,7 +304,7 @@ def test_a_spark_bolt_runs_its_jobs_on_executor_pods(kubectl: Kubectl, figures: 
 
 
 def test_the_operator_never_restarted(operator: Kubectl):
-    (pod,) = operator.get("pods", "--selector", "app.kubernetes.io/component=operator")["items"]
-    restarts = pod["status"]["containerStatuses"][0]["restartCount"]
-    assert restarts == 0, f"the operator restarted {restarts} times: kubectl --namespace {operator.namespace} logs " \
-                          f"{pod['metadata']['name']} --previous"
+    for pod in operator.get("pods", "--selector", "app.kubernetes.io/component=operator")["items"]:
+        restarts = pod["status"]["containerStatuses"][0]["restartCount"]
+        assert restarts == 0, f"the operator restarted {restarts} times: kubectl --namespace " \
+                              f"{operator.namespace} logs {pod['metadata']['name']} --previous"
