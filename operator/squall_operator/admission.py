@@ -66,6 +66,7 @@ class SelfSignedServer(kopf.WebhookServer):
                  certificate: tuple[bytes, bytes] | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.publish = publish
+        self.listening = False  # serving HTTPS: from before the configuration is written to the server's stop
         self.shared = certificate is not None
         if certificate is not None:
             self.build_certificate = lambda hostnames, password=None: certificate  # type: ignore[method-assign]
@@ -77,10 +78,12 @@ class SelfSignedServer(kopf.WebhookServer):
     async def __call__(self, fn: kopf.WebhookFn) -> AsyncIterator[kopf.WebhookClientConfig]:
         try:
             async for config in super().__call__(fn):
+                self.listening = True
                 config = client_config(config, host=self.host, port=self.port)
                 await self.publish(config)
                 yield config
         finally:
+            self.listening = False
             if not self.shared:  # a shared webhook is served on by the other replicas
                 await self.publish(None)
 
@@ -191,18 +194,21 @@ class Webhook:
         self.api = api
         self.on_review = on_review
         self.logger = logging.getLogger(__name__)
-        self.serving = False  # listening, and the configuration asked to point at it
+        self._server: SelfSignedServer | None = None
+
+    @property
+    def serving(self) -> bool:
+        """Whether it serves HTTPS (the configuration may be being written still: any replica writes it)."""
+        return self._server is not None and self._server.listening
 
     async def run(self) -> None:
         """Serve until cancelled; keep the configuration pointing at the webhook."""
         configuration = Configuration(self.api, self.settings, self.logger)
-        server = SelfSignedServer(addr="0.0.0.0", port=self.settings.webhook_port, host=self.settings.webhook_host,
-                                  publish=configuration.publish, certificate=await self._certificate())
-        try:
-            async for _ in server(functools.partial(review, on_review=self.on_review)):
-                self.serving = True
-        finally:
-            self.serving = False
+        self._server = SelfSignedServer(addr="0.0.0.0", port=self.settings.webhook_port,
+                                        host=self.settings.webhook_host, publish=configuration.publish,
+                                        certificate=await self._certificate())
+        async for _ in self._server(functools.partial(review, on_review=self.on_review)):
+            pass
 
     async def _certificate(self) -> tuple[bytes, bytes] | None:
         """The replicas' shared certificate for a Service host (None: a URL, with a certificate of its own),

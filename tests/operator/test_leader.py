@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import urllib.error
 
 import pytest
 from operator_kit import (
@@ -27,6 +28,7 @@ from test_admission import BROKEN, WEBHOOKS, install_webhook_configuration, revi
 from test_operator_metrics import scrape, value
 
 from squall.errors import ConfigError
+from squall.metrics.scrape import fetch
 from squall_operator import admission, leader
 from squall_operator.settings import Settings
 
@@ -64,6 +66,10 @@ async def test_one_replica_reconciles_both_serve_the_webhook_and_the_second_lead
                                                           f"{LEASE} is held by {holder(api)}"))
     assert value(scrape(first.settings.metrics_port), "squall_operator_leader") == 1
     assert value(scrape(second.settings.metrics_port), "squall_operator_leader") == 0
+    # the probes: both alive, and ready for the webhook's Service once it serves, leading or not
+    for op in (first, second):
+        for path in ("/healthz", "/readyz"):
+            await eventually(f"{path} of {op.settings.liveness}", lambda op=op, path=path: probed(op, path))
 
     await create_topology(api, "wc", SPEC)
     await eventually("the Topology reconciled", lambda: obj(api, STATEFULSETS, "wc-worker"))
@@ -88,6 +94,14 @@ async def test_one_replica_reconciles_both_serve_the_webhook_and_the_second_lead
     await patch_spec(api, "wc", {"workers": 3})
     await eventually("the second reconciles", lambda: obj(api, STATEFULSETS, "wc-worker")["spec"]["replicas"] == 3)
     assert (await review(review_at(config, second.settings.webhook_port), "CREATE", BROKEN))["allowed"] is False
+
+
+def probed(op, path: str) -> bool:
+    """Whether ``path`` of the operator's probes' endpoint answers 200 (503: not alive, or not ready)."""
+    try:
+        return bool(fetch(op.settings.liveness.replace("/healthz", path)))
+    except urllib.error.HTTPError:
+        return False
 
 
 def election(api, name: str, clock=time.monotonic) -> leader.Election:
@@ -184,6 +198,8 @@ def test_a_lease_needs_the_pod_namespace():
     assert Settings.from_env({}).lease is None
     with pytest.raises(ConfigError, match="SQUALL_OPERATOR_LEASE='squall' needs SQUALL_OPERATOR_POD_NAMESPACE"):
         Settings.from_env({"SQUALL_OPERATOR_LEASE": "squall"})
+    with pytest.raises(ConfigError, match="SQUALL_OPERATOR_LIVENESS='http://0.0.0.0:8080/live': the path is /healthz"):
+        Settings.from_env({"SQUALL_OPERATOR_LIVENESS": "http://0.0.0.0:8080/live"})
     with pytest.raises(ValueError, match="0 < retry < renew_deadline < duration"):
         leader.LeaseTimes(duration=5, renew_deadline=5, retry=1)
 
