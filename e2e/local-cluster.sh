@@ -42,12 +42,12 @@ trap 'step "down"; "$k8s/down.sh"' EXIT
 step "e2e suite"
 export PATH=$prefix/bin:$PATH  # kubectl 1.20, the cluster's own
 export SQUALL_E2E_KUBECONFIG=/var/lib/k8s-local/admin.kubeconfig
+# The operator's image is the Dockerfile's operator target, as the chart's default is: its build stage
+# is image.sh's, cached (--layers), and image.sh's mounts let a build that misses the cache reach PyPI;
 # then drop the images the new tags superseded, and the build cache: each run would otherwise leave
 # about 2 GB behind in buildah's storage, and a disk filled by them failed CI (see the check above).
 # The prune is housekeeping, so it cannot fail the run: buildah refuses it outright while a working
 # container left by a killed build still holds an image, and that failed CI at eeb036e.
-# The operator's image is the Dockerfile's operator target, as the chart's default is: its build stage
-# is image.sh's, cached (--layers), and image.sh's mounts let a build that misses the cache reach PyPI.
 export SQUALL_E2E_BUILD="'$k8s/image.sh' . squall:e2e && buildah bud --pull=never --layers --quiet \
 --network host -v /etc/ssl/certs/ca-certificates.crt:/run/host-ca/ca-certificates.crt:ro \
 -v /var/lib/k8s-local/images/pip.conf:/etc/pip.conf:ro --target operator --tag squall-operator:e2e . && \
