@@ -19,7 +19,7 @@ import pytest
 import yaml
 from kube import Figures, Kubectl, eventually
 
-MANIFEST = Path(__file__).parent / "manifests" / "statefulwordcount.yaml"
+MANIFEST = Path(__file__).parent / "manifests" / "statefulwc.yaml"
 TOPOLOGY = yaml.safe_load(MANIFEST.read_text())
 NAME = TOPOLOGY["metadata"]["name"]
 SPEC = TOPOLOGY["spec"]

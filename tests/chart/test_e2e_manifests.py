@@ -42,8 +42,8 @@ def crd_schema() -> dict[str, Any]:
     return json_schema(version["schema"]["openAPIV3Schema"])
 
 
-def test_there_are_the_wordcount_logcount_and_clickstream_topologies():
-    assert [m.stem for m in MANIFESTS] == ["clickstream", "logcount", "wordcount"]
+def test_there_are_the_wordcount_logcount_clickstream_and_stateful_topologies():
+    assert [m.stem for m in MANIFESTS] == ["clickstream", "logcount", "statefulwc", "wordcount"]
 
 
 @pytest.mark.parametrize("path", MANIFESTS, ids=lambda p: p.stem)
