@@ -51,7 +51,7 @@ export SQUALL_E2E_KUBECONFIG=/var/lib/k8s-local/admin.kubeconfig
 export SQUALL_E2E_BUILD="'$k8s/image.sh' . squall:e2e && buildah bud --pull=never --layers --quiet \
 --network host -v /etc/ssl/certs/ca-certificates.crt:/run/host-ca/ca-certificates.crt:ro \
 -v /var/lib/k8s-local/images/pip.conf:/etc/pip.conf:ro --target operator --tag squall-operator:e2e . && \
-buildah images --format '{{.Name}}:{{.Tag}} {{.Size}}' | grep squall-operator && \
+{ buildah images --format '{{.Name}}:{{.Tag}} {{.Size}}' | grep squall-operator || true; } && \
 buildah bud --pull=never --quiet \
 --build-arg BASE=localhost/squall:e2e --tag squall-topologies:e2e e2e/image && \
 { buildah rmi --prune >/dev/null || echo 'local-cluster: buildah rmi --prune failed (above); the images \
