@@ -165,7 +165,8 @@ class Runtime:
         report = self._reporter(plan_ex.component)
         plan = self.plan
         checkpointing = plan.spec.checkpointing
-        window = plan.spec.component(plan_ex.component).window
+        spec = plan.spec.component(plan_ex.component)
+        window = spec.window
         kind = WindowedBoltExecutor if window else CheckpointingBoltExecutor if checkpointing else BoltExecutor
         ex = kind(
             component=plan_ex.component, tasks=plan_ex.tasks, transfer=self.transfer, held=self._held,
@@ -185,9 +186,9 @@ class Runtime:
             else:
                 prepare = lambda b=bolt, c=context: b.prepare(dict(conf), c)  # noqa: E731
             if window:
-                inputs = [(i.component, i.stream) for i in plan.spec.component(plan_ex.component).inputs]
+                inputs = [(i.component, i.stream) for i in spec.inputs]
                 prepare = ex.add_windowed(task, window=window, inputs=inputs, conf=conf, context=context,
-                                          durable=plan.spec.component(plan_ex.component).stateful)
+                                          durable=spec.stateful)
             if checkpointing:
                 prepare = self._checkpointed(ex, task, conf, context, prepare)
             ex.add_task(task, prepare)
