@@ -520,7 +520,8 @@ async def test_python_m_squall_operator_runs_with_a_kubeconfig(api, tmp_path):
                                                        stdout=out, stderr=out)
     try:
         await create_topology(api, "wc", SPEC)
-        await eventually("the worker StatefulSet", lambda: obj(api, STATEFULSETS, "wc-worker"))
+        # a new process: its imports, its election and kopf's start took 14 s of the 15 under a loaded full suite
+        await eventually("the worker StatefulSet", lambda: obj(api, STATEFULSETS, "wc-worker"), timeout=60)
         assert obj(api, STATEFULSETS, "wc-worker")["spec"]["template"]["spec"]["containers"][0]["image"] == \
             "squall:entry"
         async with aiohttp.ClientSession() as session, session.get(liveness) as response:
