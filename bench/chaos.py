@@ -126,13 +126,14 @@ class ChaosResult:
         return self.records - self.counted
 
 
-def _stateful(doc: dict, state: str, redis_url: str | None) -> None:
+def _stateful(doc: dict, state: str, redis_url: str | None, state_guarantee: str) -> None:
     """The topology counts the records by key in a stateful bolt whose state is in ``state`` (embedded or
-    redis) instead of counting each record in CountSink's files."""
+    redis) instead of counting each record in CountSink's files, with ``state_guarantee``."""
     sink = doc["bolts"][0]
     doc["bolts"][0] = {"name": sink["name"], "className": "examples.logcount:StatefulCount",
                        "parallelism": sink["parallelism"], "stateful": True, "inputs": sink["inputs"]}
     doc.setdefault("config", {})["topology.state.provider"] = state
+    doc["config"]["topology.state.guarantee"] = state_guarantee
     if redis_url:
         doc["config"]["topology.state.redis.url"] = redis_url
 
@@ -161,9 +162,10 @@ def run(*, directory: Path, records: int, seconds: float, guarantee: str, kill_e
         say=print) -> ChaosResult:
     """Run the chaos for ``seconds`` (or until every record is done), then let the topology finish.
 
-    ``state`` (embedded or redis, at least once): the records are counted by key in a stateful bolt,
-    and ``counted``/``twice`` are read from its committed counts against the true ones (a key under
-    its true count lost records; what is over it was counted twice)."""
+    ``state`` (embedded or redis): the records are counted by key in a stateful bolt, with ``guarantee``
+    (at_least_once or exactly_once) as the state's guarantee, and ``counted``/``twice`` are read from its
+    committed counts against the true ones (a key under its true count lost records; what is over it was
+    counted twice)."""
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in [str(REPO), os.environ.get("PYTHONPATH", "")] if p)
     from squall import contract
     from squall.process.supervisor import QUICK_EXIT, Supervisor
@@ -178,11 +180,12 @@ def run(*, directory: Path, records: int, seconds: float, guarantee: str, kill_e
     spec_path = _spec_file(directory, log_path)
     doc = yaml.safe_load(spec_path.read_text())
     doc.update(workers=2, ackers=2, messageTimeoutSeconds=TIMEOUT, maxSpoutPending=max_spout_pending)
-    doc["spouts"][0]["config"]["processing.guarantee"] = guarantee
+    if state is None:
+        doc["spouts"][0]["config"]["processing.guarantee"] = guarantee
     if max_uncommitted is not None:
         doc["spouts"][0]["config"]["max.uncommitted.offsets"] = max_uncommitted
     if state is not None:
-        _stateful(doc, state, redis_url)
+        _stateful(doc, state, redis_url, guarantee)
     spec_path.write_text(yaml.safe_dump(doc, sort_keys=False))
     spec = load_spec(spec_path)
     truth = true_counts(records)
@@ -216,7 +219,7 @@ def run(*, directory: Path, records: int, seconds: float, guarantee: str, kill_e
         if any(committed.get(p) != ends[p] for p in range(PARTITIONS)):
             return False
         # at least once: every record counted; at most once: what was committed is final once quiet
-        return counted >= records if guarantee == "at_least_once" else now - last_change > 2 * TIMEOUT
+        return counted >= records if guarantee != "at_most_once" else now - last_change > 2 * TIMEOUT
 
     try:
         while True:
@@ -264,7 +267,7 @@ def run(*, directory: Path, records: int, seconds: float, guarantee: str, kill_e
         log.close()
     totals = sup.final_totals()  # what every incarnation of every process counted
     counted, twice = read()
-    return ChaosResult(guarantee=guarantee if state is None else f"{guarantee}, state {state}", records=records,
+    return ChaosResult(guarantee=guarantee if state is None else f"state {state}, {guarantee}", records=records,
                        counted=counted, twice=twice, kills=kills, stops=stops,
                        cuts=cuts, seconds=time.monotonic() - began,
                        p99_ms=totals.recorded.quantile(0.99) * 1000 if totals.recorded.count else None)
@@ -280,16 +283,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-uncommitted", type=int, metavar="OFFSETS",
                         help="the spout's max.uncommitted.offsets per partition (default: the spout's, 10,000,000): "
                              "how far past its committed offset a restarted spout may have to replay")
-    parser.add_argument("--guarantee", choices=["at_least_once", "at_most_once", "both"], default="both")
+    parser.add_argument("--guarantee", choices=["at_least_once", "at_most_once", "exactly_once", "both"],
+                        default="both", help="the spout's processing guarantee; with --state, the state's "
+                                             "(at_least_once, exactly_once, or both)")
     parser.add_argument("--state", choices=["embedded", "redis", "both"],
                         help="count the records by key in a stateful bolt, its state in the embedded store, in a "
-                             "Redis this starts (redis-server from PATH), or both one after the other (at least "
-                             "once): a key under its true count lost records, one over counted some twice")
+                             "Redis this starts (redis-server from PATH), or both one after the other: a key under "
+                             "its true count lost records, one over counted some twice")
     parser.add_argument("--dir", default=".squall/chaos")
     args = parser.parse_args(argv)
-    guarantees = ["at_least_once", "at_most_once"] if args.guarantee == "both" else [args.guarantee]
     if args.state:
         return _stateful_runs(args)
+    if args.guarantee == "exactly_once":
+        parser.error("--guarantee exactly_once is a state's guarantee: give --state too")
+    guarantees = ["at_least_once", "at_most_once"] if args.guarantee == "both" else [args.guarantee]
     print(f"chaos: {args.records:,} records, 2 workers + 2 ackers, SIGKILL every {args.kill_every:.0f} s for "
           f"{args.minutes:g} min, one SIGSTOP for {2 * TIMEOUT} s, one link cut for {args.cut:g} s, "
           f"maxSpoutPending {args.max_spout_pending:,}, max.uncommitted.offsets "
@@ -309,19 +316,23 @@ def main(argv: list[str] | None = None) -> int:
 def _stateful_runs(args: argparse.Namespace) -> int:
     from squall.testing import RedisServer
 
-    print(f"chaos, stateful count: {args.records:,} records counted by key, at least once, 2 workers + 2 ackers, "
+    if args.guarantee == "at_most_once":
+        raise SystemExit("--state counts at_least_once or exactly_once")
+    guarantees = ["at_least_once", "exactly_once"] if args.guarantee == "both" else [args.guarantee]
+    print(f"chaos, stateful count: {args.records:,} records counted by key, 2 workers + 2 ackers, "
           f"SIGKILL every {args.kill_every:.0f} s for {args.minutes:g} min, one SIGSTOP, one link cut", flush=True)
-    print("| state | records | counted under the truth | counted over it | SIGKILLs | records/s | p99 ms |")
-    print("|---|--:|--:|--:|--:|--:|--:|")
+    print("| state | guarantee | records | counted under the truth | counted over it | SIGKILLs | records/s | p99 ms |")
+    print("|---|---|--:|--:|--:|--:|--:|--:|")
     for state in ["embedded", "redis"] if args.state == "both" else [args.state]:
-        directory = Path(args.dir) / f"state-{state}"
-        with RedisServer(directory / "redis") if state == "redis" else contextlib.nullcontext() as redis:
-            r = run(directory=directory, records=args.records, seconds=args.minutes * 60, guarantee="at_least_once",
-                    kill_every=args.kill_every, cut=args.cut, max_spout_pending=args.max_spout_pending,
-                    state=state, redis_url=redis.url if redis else None)
-        print(f"| {state} | {r.records:,} | {r.lost:,} | {r.twice:,} ({r.twice / r.records:.2%}) | {r.kills} | "
-              f"{r.records / r.seconds:,.0f} | {'n/a' if r.p99_ms is None else f'{r.p99_ms:,.0f}'} |", flush=True)
-    print("exactly once: not built yet (every count equal to its true count needs it)")
+        for guarantee in guarantees:
+            directory = Path(args.dir) / f"state-{state}-{guarantee}"
+            with RedisServer(directory / "redis") if state == "redis" else contextlib.nullcontext() as redis:
+                r = run(directory=directory, records=args.records, seconds=args.minutes * 60, guarantee=guarantee,
+                        kill_every=args.kill_every, cut=args.cut, max_spout_pending=args.max_spout_pending,
+                        state=state, redis_url=redis.url if redis else None)
+            print(f"| {state} | {guarantee} | {r.records:,} | {r.lost:,} | {r.twice:,} ({r.twice / r.records:.2%}) | "
+                  f"{r.kills} | {r.records / r.seconds:,.0f} | {'n/a' if r.p99_ms is None else f'{r.p99_ms:,.0f}'} |",
+                  flush=True)
     return 0
 
 

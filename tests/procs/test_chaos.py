@@ -28,3 +28,14 @@ def test_chaos_leaves_no_key_of_a_stateful_count_under_its_true_count(tmp_path):
                        cut=10, finish_within=120, state="embedded")
     assert result.kills >= 5 and result.stops == 1 and result.cuts == 1
     assert result.lost == 0, result
+
+
+@pytest.mark.long
+def test_chaos_leaves_every_key_of_an_exactly_once_count_at_its_true_count(tmp_path):
+    """The same chaos over the stateful count with ``topology.state.guarantee: exactly_once``: once the
+    spouts' checkpointed positions reach the end of the log, every key's committed count is its true
+    count, neither under nor over."""
+    result = chaos.run(directory=tmp_path, records=20_000, seconds=30, guarantee="exactly_once", kill_every=3,
+                       cut=10, finish_within=120, state="embedded")
+    assert result.kills >= 5 and result.stops == 1 and result.cuts == 1
+    assert result.lost == 0 and result.twice == 0, result

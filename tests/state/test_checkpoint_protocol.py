@@ -42,6 +42,7 @@ class FakeTuple:
     values: list[Any]
     source_task: int
     done: int = 0
+    root: int | None = None
 
     def __getitem__(self, name: str) -> Any:
         return self.values[0]

@@ -40,6 +40,11 @@ def spec(*, bolts=None, **top) -> TopologySpec:
     ({"config": {"topology.state.checkpoint.interval.ms": "1s"}}, "'1s' is not a number of milliseconds"),
     ({"config": {"topology.state.provider": "rocksdb"}}, "'rocksdb' is not a state provider; use one of memory, "
                                                          "embedded, redis"),
+    ({"config": {"topology.state.guarantee": "exactly-once"}}, "'exactly-once' is not a state guarantee; use one "
+                                                               "of at_least_once, exactly_once"),
+    ({"config": {"topology.state.guarantee": "exactly_once"}, "bolts": [{"name": "plain", "className": "m:Plain",
+                                                                       "inputs": [{"component": "src"}]}]},
+     "exactly_once is a promise about state, and no bolt is stateful"),
 ])
 def test_a_spec_that_cannot_checkpoint_is_refused_naming_the_field_and_the_fix(top, message):
     with pytest.raises(TopologyError, match=message.replace("(", r"\(").replace(")", r"\)")):
@@ -76,3 +81,24 @@ def test_a_stateful_topology_has_a_checkpoint_spout_after_the_users_components()
     # the checkpoint stream follows the topology: from the checkpoint spout to the bolt reading the spout,
     # from that bolt to the bolt reading it
     assert plan.checkpoint_inputs == {1: frozenset({5}), 2: frozenset({1}), 3: frozenset({1})}
+
+
+def test_exactly_once_refuses_a_spout_that_cannot_read_again_from_a_checkpoint():
+    """TestingSpout is no offset spout: exactly once would need it to rewind after a failure."""
+    with pytest.raises(TopologyError, match="spout 'src': topology.state.guarantee: exactly_once reads every record "
+                                            "again from the last checkpoint .* TestingSpout is not one"):
+        validate(spec(config={"topology.state.guarantee": "exactly_once"}))
+
+
+def test_exactly_once_sends_checkpoints_through_the_spouts_behind_their_tuples():
+    """The checkpoint spout's stream reaches the spouts, and each bolt aligns on its own input tasks."""
+    from squall.spouts.log import LogSpout
+    from squall.topology.plan import Plan
+
+    eo = spec(config={"topology.state.guarantee": "exactly_once"})
+    eo._classes["src"] = LogSpout
+    plan = Plan(eo)
+    assert [s.component for s in plan.subscribers[("__checkpoint", "__checkpoint")]] == ["src"]
+    assert [s.component for s in plan.subscribers[("src", "__checkpoint")]] == ["count"]
+    (count_task,) = plan.component_tasks["count"]
+    assert plan.checkpoint_inputs[count_task] == frozenset(plan.component_tasks["src"])

@@ -162,3 +162,29 @@ def test_the_config_picks_the_store(tmp_path, monkeypatch, redis_url):
         open_store({"topology.state.provider": "redis"}, **where)
     with pytest.raises(ConfigError, match="'rocksdb' is not a state provider; use one of memory, embedded, redis"):
         open_store({"topology.state.provider": "rocksdb"}, **where)
+
+
+@pytest.mark.parametrize("reopen", KINDS, indirect=True)
+def test_exactly_once_a_prepared_checkpoint_survives_its_task_and_commits_once_decided(reopen):
+    """Exactly once, a PREPARE's write keeps the changes beside the committed state: a task restarted before
+    the COMMIT loads the last commit, and the COMMIT then applies what the task before it prepared, once."""
+    state = reopen()
+    state.put("kept", 1)
+    state.prepare(0)
+    state.prepare_write(0)()
+    state.promote_write(0)()
+    state.committed(0)
+    state.put("kept", 2)
+    state.delete("gone")
+    state.put("new", "x")
+    state.prepare(1)
+    state.prepare_write(1)()
+    restarted = reopen()  # died between the PREPARE and the COMMIT
+    assert (restarted.txid, restarted.items()) == (0, [("kept", 1)])
+    restarted.promote_write(2)()  # not what is prepared: nothing changes
+    assert (reopen().txid, reopen().items()) == (0, [("kept", 1)])
+    restarted.promote_write(1)()
+    again = reopen()
+    assert again.txid == 1 and dict(again.items()) == {"kept": 2, "new": "x"}
+    again.promote_write(1)()  # a COMMIT retried: applied once
+    assert dict(reopen().items()) == {"kept": 2, "new": "x"}

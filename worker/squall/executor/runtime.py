@@ -24,7 +24,8 @@ from squall.api import BasicBolt, StatefulBolt
 from squall.executor.acker import AckerExecutor
 from squall.executor.base import Executor, Transfer
 from squall.executor.bolt import BoltExecutor, BoltTask
-from squall.executor.checkpointing import CheckpointedTask, CheckpointingBoltExecutor, in_background
+from squall.executor.checkpointing import (CheckpointedSpout, CheckpointedTask, CheckpointingBoltExecutor,
+                                           in_background)
 from squall.executor.collectors import AckerRoute, BasicCollector, BoltCollector, HeldCount, SpoutCollector
 from squall.executor.reporting import ErrorLog, ErrorReporter
 from squall.executor.routing import Router
@@ -158,6 +159,15 @@ class Runtime:
                 on_untracked_ack=lambda msg_id, stream, t=task: t.untracked_acks.append((msg_id, stream)),
                 report=lambda exc, t=task_id: report(exc, t))
             ex.add_task(task, lambda t=task, c=context: t.spout.open(dict(conf), c, t.collector))
+            if spec.exactly_once and plan_ex.component != CHECKPOINT_COMPONENT:
+                # its own count of held inputs: a spout's checkpoints are not inputs a bolt holds
+                forward = BoltCollector(executor=ex, router=router, stats=stats, acker=self._acker_route,
+                                        report=lambda exc, t=task_id: report(exc, t), clock=self.clock,
+                                        post=self.post, held=HeldCount())
+                ex.checkpoints[task_id] = CheckpointedSpout(
+                    spout=task.spout, collector=forward,
+                    open_store=functools.partial(open_store, conf, topology=spec.name, component=ex.component,
+                                                 task=task_id))
         self.spouts.append(ex)
         return ex
 
@@ -199,15 +209,17 @@ class Runtime:
         """The task's side of the checkpoint protocol; for a stateful bolt, the prepare that opens its store
         and hands the bolt its anchoring collector."""
         barrier = Barrier(self.plan.checkpoint_inputs[task.task_id])
+        exactly_once = self.plan.spec.exactly_once
+        run = functools.partial(BoltExecutor._execute, ex, task)
         if not isinstance(task.bolt, StatefulBolt):
-            ex.checkpointed[task.task_id] = CheckpointedTask(barrier=barrier, collector=task.collector, bolt=task.bolt)
+            ex.checkpointed[task.task_id] = CheckpointedTask(barrier=barrier, collector=task.collector, bolt=task.bolt,
+                                                             run=run, exactly_once=exactly_once)
             return prepare
         store = functools.partial(open_store, conf, topology=self.plan.spec.name, component=ex.component,
                                   task=task.task_id)
         checkpointed = ex.checkpointed[task.task_id] = CheckpointedTask(
-            barrier=barrier, collector=task.collector, bolt=task.bolt, open_store=store,
-            run=functools.partial(BoltExecutor._execute, ex, task),
-            submit=in_background(task.collector, f"commit-{task.task_id}"))
+            barrier=barrier, collector=task.collector, bolt=task.bolt, open_store=store, run=run,
+            submit=in_background(task.collector, f"commit-{task.task_id}"), exactly_once=exactly_once)
 
         def prepare_stateful() -> None:
             checkpointed.open()

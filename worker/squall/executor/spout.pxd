@@ -33,6 +33,7 @@ cdef class SpoutExecutor(Executor):
     cdef public bint active
     cdef public dict opens
     cdef public SetupRetries retries
+    cdef public dict checkpoints
 
     @cython.locals(task=SpoutTask, before=cython.longlong, progress=cython.bint, began=cython.double,
                    limit=cython.longlong, limited=cython.bint)

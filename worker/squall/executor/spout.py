@@ -15,6 +15,7 @@ from squall.executor.hdr import HdrHistogram
 from squall.executor.rotating import RotatingMap
 from squall.executor.stats import Histogram, TaskStats
 from squall.topology.spec import SpoutWait
+from squall.tuples import Tuple
 
 log = logging.getLogger("squall.spout")
 
@@ -88,6 +89,8 @@ class SpoutExecutor(Executor):
         self.active = False  # the runtime activates spouts once the process is ready
         self.opens: dict[int, Callable[[], None]] = {}
         self.retries = SetupRetries(component, "open", log)
+        #: exactly once: each task's side of the checkpoints that reach it (task id → its ``checkpoint(tuple)``)
+        self.checkpoints: dict[int, Any] = {}
 
     def add_task(self, task: SpoutTask, open_: Callable[[], None]) -> None:
         self.tasks[task.task_id] = task
@@ -173,7 +176,11 @@ class SpoutExecutor(Executor):
         if not inbox:
             return False
         while inbox:
-            note: Notification = inbox.popleft()
+            item = inbox.popleft()
+            if type(item) is Tuple:  # exactly once, the checkpoint spout's tuples reach the spouts
+                self.checkpoints[item.task].checkpoint(item)
+                continue
+            note: Notification = item
             if note.kind == ACK or note.kind == FAIL:
                 tree = self.pending.pop(note.root)
                 if tree is not None:  # None: it timed out already; a late ack never turns into an ack

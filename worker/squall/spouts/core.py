@@ -9,6 +9,10 @@ At least once, an offset moves through: polled → waiting to be emitted → emi
 acked → committed once every offset before it is acked. A failed offset leaves the in-flight set
 for the retry service; when its retry time comes the source seeks back to it, and the records
 re-read on the way that are acked or still in flight are skipped.
+
+Exactly once (a topology's ``topology.state.guarantee``), the topology's checkpoints decide instead: each
+records :meth:`OffsetCore.positions`, nothing is retried, and after a failure the whole topology goes back
+to its last checkpoint, this core to the positions it recorded (:meth:`OffsetCore.rewind`).
 """
 
 from __future__ import annotations
@@ -65,7 +69,7 @@ class OffsetCore:
     def __init__(self, source: Source, *, config: OffsetSpoutConfig, emit: Emit, topology: str, task: int = 0,
                  translate: Translator = default_translate,
                  report: Callable[[Exception], object] | None = None,
-                 now: Callable[[], float] = time.monotonic) -> None:
+                 now: Callable[[], float] = time.monotonic, exactly_once: bool = False) -> None:
         self.source = source
         self.config = config
         self._emit = emit
@@ -73,7 +77,11 @@ class OffsetCore:
         self._report = report or (lambda exc: None)
         self._now = now
         self._topology = topology
-        self._at_least_once = config.guarantee is ProcessingGuarantee.AT_LEAST_ONCE
+        self._exactly_once = exactly_once
+        self._at_least_once = config.guarantee is ProcessingGuarantee.AT_LEAST_ONCE and not exactly_once
+        #: exactly once: a tuple emitted since the last rewind failed (a checkpoint must not record its offset)
+        self.lost = False
+        self._starts: dict[TopicPartition, int] = {}  # exactly once: where each partition began, before any checkpoint
         # Stored with every commit, so a restarted task can tell its topology's commits from others'.
         self._metadata = json.dumps({"topology": topology, "task": task}, separators=(",", ":"))
         self._retry = RetryService(config.retry, now=now)
@@ -138,7 +146,8 @@ class OffsetCore:
     def next_tuple(self) -> bool:
         """Commit if due, poll if nothing is waiting, then emit at most one tuple; True if one was."""
         now = self._now()
-        if self.config.guarantee is not ProcessingGuarantee.AT_MOST_ONCE and now >= self._next_commit:
+        if (self.config.guarantee is not ProcessingGuarantee.AT_MOST_ONCE and not self._exactly_once
+                and now >= self._next_commit):
             self._next_commit = now + self.config.commit_period
             if self._at_least_once:
                 self._commit_acked(self._assigned)
@@ -163,6 +172,9 @@ class OffsetCore:
 
     def fail(self, msg_id: Any) -> None:
         """The tuple of ``msg_id`` failed or timed out: schedule a retry, or give up at the retry limit."""
+        if self._exactly_once:
+            self.lost = True
+            return
         if not self._at_least_once or msg_id not in self._in_flight:
             return
         self._in_flight.discard(msg_id)
@@ -214,6 +226,7 @@ class OffsetCore:
                 beginning, end = marks[tp]
                 start, why = beginning if strategy.from_beginning else end, strategy.value
             self.source.seek(tp, start)
+            self._starts[tp] = start
             self._assigned.add(tp)
             if self._at_least_once:
                 self._offsets[tp] = OffsetManager(start)
@@ -362,7 +375,7 @@ class OffsetCore:
                 values, stream = translated.values, translated.stream
             else:
                 values, stream = translated, DEFAULT_STREAM
-            self._emit(values, stream, msg_id if self._at_least_once else None)
+            self._emit(values, stream, msg_id if self._at_least_once or self._exactly_once else None)
         except Exception:
             # A record the translator or the collector refused is retried like a failed tuple (and
             # skipped at the retry limit), rather than silently committed past.
@@ -375,6 +388,31 @@ class OffsetCore:
         offsets.add_emitted(msg_id.offset)
         offsets.ack(msg_id.offset)
         self._retry.forget(msg_id)
+
+    # ---- exactly once: positions a checkpoint records, and the rewind to them --------------------
+
+    def positions(self) -> dict[TopicPartition, int]:
+        """The first offset of each assigned partition not emitted yet: everything before it is in the
+        topology, ahead of a checkpoint emitted now."""
+        waiting = self._waiting
+        return {tp: waiting[tp][0].offset if waiting.get(tp) else self.source.position(tp)
+                for tp in sorted(self._assigned)}
+
+    def rewind(self, positions: Mapping[TopicPartition, int]) -> None:
+        """Read again from ``positions`` (a partition not in them: from where it began); what was polled and
+        not emitted is dropped, and what failed is forgotten: the topology went back with this core."""
+        self._waiting = {}
+        self.lost = False
+        for tp in sorted(self._assigned):
+            self.source.seek(tp, positions.get(tp, self._starts[tp]))
+
+    def commit_positions(self, positions: Mapping[TopicPartition, int]) -> None:
+        """Commit a checkpoint's positions to the source (for its consumer group's lag; exactly once, the
+        positions a task starts from are its checkpoint's, not these)."""
+        positions = {tp: offset for tp, offset in positions.items()
+                     if tp in self._assigned and self._last_committed_positions.get(tp) != offset}
+        if positions and self._send_commit(positions, sync=False):
+            self._last_committed_positions.update(positions)
 
     # ---- committing -------------------------------------------------------------------------
 

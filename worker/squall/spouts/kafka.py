@@ -17,6 +17,7 @@ from squall.spouts.config import get_enum
 from squall.spouts.records import Record, TopicPartition
 from squall.spouts.source import CommitError, Committed, RebalanceListener
 from squall.spouts.spout import OffsetSpout
+from squall.state.config import exactly_once
 
 if TYPE_CHECKING:
     import confluent_kafka
@@ -314,6 +315,15 @@ class KafkaSpout(OffsetSpout):
 
     config_keys: ClassVar[frozenset[str]] = frozenset({"kafka.topics", "kafka.config", "kafka.subscription"})
     config_prefixes: ClassVar[tuple[str, ...]] = ("kafka.", "retry.")
+
+    @classmethod
+    def check_config(cls, component: str, conf: dict[str, Any], *, message_timeout_seconds: int) -> None:
+        super().check_config(component, conf, message_timeout_seconds=message_timeout_seconds)
+        mode = get_enum(conf, "kafka.subscription", Subscription, Subscription.SUBSCRIBE)
+        if exactly_once(conf) and mode is not Subscription.ASSIGN:
+            raise ConfigError(f"spout {component!r}: topology.state.guarantee: exactly_once keeps each task's "
+                              "partitions and positions in its checkpoints, and a consumer group's rebalance would "
+                              "move partitions between tasks; set kafka.subscription: assign")
 
     def make_source(self) -> KafkaSource:
         topics = self.conf.get("kafka.topics")

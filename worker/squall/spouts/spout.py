@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from squall.api import Spout, SpoutOutputCollector, TopologyContext
@@ -10,6 +11,7 @@ from squall.spouts.config import COMMON_KEYS, OffsetSpoutConfig
 from squall.spouts.core import OffsetCore, PartitionOffsets
 from squall.spouts.records import MessageId, Record, TopicPartition, Translated, default_translate
 from squall.spouts.source import Source
+from squall.state.config import exactly_once
 
 
 class OffsetSpout(Spout):
@@ -52,11 +54,13 @@ class OffsetSpout(Spout):
         super().open(conf, context, collector)
         warn_unknown(conf, prefixes=self.config_prefixes, known=COMMON_KEYS | self.config_keys, what="offset spout")
         config = OffsetSpoutConfig.from_conf(conf)
+        # exactly once, nothing is read before the topology's checkpoints say where from (the first rewind)
+        self._rewound = not exactly_once(conf)
         source = self.make_source()
         try:
             self.core = OffsetCore(source, config=config, emit=self._emit, translate=self.translate,
                                    report=collector.report_error, topology=context.topology_name,
-                                   task=context.this_task_index)
+                                   task=context.this_task_index, exactly_once=not self._rewound)
             self.core.start()
         except BaseException:
             source.close()  # a spout that failed to open is not closed by anyone else
@@ -68,7 +72,8 @@ class OffsetSpout(Spout):
         return core.partition_offsets() if core is not None else {}
 
     def next_tuple(self) -> None:
-        self.core.next_tuple()
+        if self._rewound:
+            self.core.next_tuple()
 
     def ack(self, msg_id: Any) -> None:
         self.core.ack(msg_id)
@@ -83,5 +88,28 @@ class OffsetSpout(Spout):
     def close(self) -> None:
         self.core.close()
 
+    # -- exactly once: what the topology's checkpoints record of this task, and the rewind to it ------------
+
+    def snapshot(self) -> dict[str, int] | None:
+        """Each partition's position (``"topic/partition"`` → the first offset not emitted yet), for a
+        checkpoint to record; None when a tuple emitted since the last rewind failed (no checkpoint may
+        record its offset as done: the topology goes back instead)."""
+        core = self.core
+        return None if core.lost else {str(tp): offset for tp, offset in core.positions().items()}
+
+    def rewind(self, positions: Mapping[str, int]) -> None:
+        """Read again from the positions the last committed checkpoint recorded."""
+        self.core.rewind({_partition(name): offset for name, offset in positions.items()})
+        self._rewound = True
+
+    def commit_positions(self, positions: Mapping[str, int]) -> None:
+        """A checkpoint that recorded ``positions`` committed: commit them to the source as well."""
+        self.core.commit_positions({_partition(name): offset for name, offset in positions.items()})
+
     def _emit(self, values: list[Any], stream: str, msg_id: MessageId | None) -> None:
         self.collector.emit(values, stream=stream, msg_id=msg_id)
+
+
+def _partition(name: str) -> TopicPartition:
+    topic, _, partition = name.rpartition("/")
+    return TopicPartition(topic, int(partition))

@@ -148,7 +148,7 @@ class CheckpointSpout(Spout):
 
 class Barrier:
     """A bolt task's checkpoint barrier: a checkpoint counts once from each of its ``inputs`` tasks, then
-    the task acts on it. What an earlier attempt left behind is failed (its tree failed already, or is
+    the task acts on it (copies of different attempts of one checkpoint, different trees, never mix). What an earlier attempt left behind is failed (its tree failed already, or is
     failed now so that the spout retries at once): a copy from a task that sends the same checkpoint
     again (a retried COMMIT), and every checkpoint still incomplete when another one completes (the
     spout has one in flight at a time, so those can no longer complete). Acked instead, their edges
@@ -158,16 +158,21 @@ class Barrier:
         self.inputs = inputs
         self._arrived: dict[tuple[Any, Any], dict[int, Tuple]] = {}
 
+    def arrived(self) -> frozenset[int]:
+        """The input tasks that sent a checkpoint this task has not acted on yet."""
+        return frozenset(task for left in self._arrived.values() for task in left)
+
     def arrive(self, tup: Tuple) -> tuple[list[Tuple] | None, list[Tuple]]:
         """Take a checkpoint tuple: (every copy of its checkpoint once all inputs sent it, else None; the
         tuples of earlier attempts to fail)."""
-        arrived = self._arrived.setdefault((tup.values[0], tup.values[1]), {})
+        key = (tup.values[0], tup.values[1], tup.root)  # an attempt's copies share its tree: its root
+        arrived = self._arrived.setdefault(key, {})
         stale = arrived.get(tup.source_task)
         arrived[tup.source_task] = tup
         failed = [stale] if stale is not None else []
         if arrived.keys() < self.inputs:
             return None, failed
-        del self._arrived[(tup.values[0], tup.values[1])]
+        del self._arrived[key]
         failed += [t for left in self._arrived.values() for t in left.values()]
         self._arrived.clear()
         return list(arrived.values()), failed

@@ -14,3 +14,14 @@ DIR_KEY = "topology.state.dir"
 #: The Redis store's URL (``redis://[:password@]host:port/db``); without it, the pod contract's
 #: SQUALL_STATE_REDIS_URL (the operator sets it from a Secret).
 REDIS_URL_KEY = "topology.state.redis.url"
+#: What a stateful topology promises its state (Squall's): at least once (Storm's: a replay after a failure may
+#: count a record again), or exactly once (each record of its offset spouts once in the committed state:
+#: checkpoints are aligned barriers through the data streams, and a failure rewinds the whole topology).
+GUARANTEE_KEY = "topology.state.guarantee"
+AT_LEAST_ONCE, EXACTLY_ONCE = "at_least_once", "exactly_once"
+GUARANTEES = (AT_LEAST_ONCE, EXACTLY_ONCE)
+
+
+def exactly_once(conf: dict) -> bool:
+    """Whether the topology's config asks for exactly-once state."""
+    return conf.get(GUARANTEE_KEY) == EXACTLY_ONCE

@@ -3,7 +3,10 @@ made durable by its store once per checkpoint, in the checkpoint's commit.
 
 The engine drives it through the checkpoint protocol (:mod:`squall.state.checkpoint`): ``prepare``
 freezes the changes made since the last prepare, ``commit`` writes what the prepare froze to the store
-in one atomic step, and ``rollback`` goes back to what the store last committed.
+in one atomic step, and ``rollback`` goes back to what the store last committed. Exactly once, a
+checkpoint's changes are made durable at its prepare (:meth:`KeyValueState.prepare_write`) and applied at
+its commit (:meth:`KeyValueState.promote_write`), so that a task that dies between the two still commits
+what it prepared.
 """
 
 from __future__ import annotations
@@ -110,6 +113,18 @@ class KeyValueState:
             return None
         changes = self._prepared[1]
         return lambda: self._store.commit(txid, changes)
+
+    def prepare_write(self, txid: int) -> Callable[[], None]:
+        """Exactly once: the write that keeps the changes :meth:`prepare` froze for ``txid`` durably, not
+        committed (to run on another thread, as :meth:`commit_write`'s)."""
+        assert self._prepared is not None and self._prepared[0] == txid, "prepare(txid) first"
+        changes = self._prepared[1]
+        return lambda: self._store.prepare(txid, changes)
+
+    def promote_write(self, txid: int) -> Callable[[], None]:
+        """Exactly once: the write that commits what the store holds prepared for ``txid`` (a task that
+        restarted since commits it too; nothing, if it is committed already). Then :meth:`committed`."""
+        return lambda: self._store.commit_prepared(txid)
 
     def committed(self, txid: int) -> None:
         """The write of :meth:`commit_write` for ``txid`` is done."""

@@ -2,14 +2,18 @@
 embedded SQLite file per task (durable, the default where a durable directory exists), or Redis.
 
 A store keeps one task's state: :meth:`Store.load` gives the last committed checkpoint's id and items,
-:meth:`Store.commit` writes a checkpoint's changes and its id in one atomic step. Keys and values
+:meth:`Store.commit` writes a checkpoint's changes and its id in one atomic step. Exactly once, a checkpoint
+is written in two: :meth:`Store.prepare` keeps its changes durably beside the committed state, and
+:meth:`Store.commit_prepared` applies them once the checkpoint is decided. Keys and values
 are encoded with msgpack (never pickle): a store holds nothing a tuple could not carry.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -30,6 +34,13 @@ class Store(Protocol):
     def commit(self, txid: int, changes: dict[Any, Any]) -> None:
         """Apply ``changes`` (key → value, or :data:`DELETED`) and record ``txid``, all or nothing."""
 
+    def prepare(self, txid: int, changes: dict[Any, Any]) -> None:
+        """Keep ``changes`` durably as checkpoint ``txid``'s, not applied (replacing any prepared before)."""
+
+    def commit_prepared(self, txid: int) -> bool:
+        """Apply the changes prepared for ``txid`` and record ``txid``, all or nothing; False (and nothing
+        written) when what is prepared is not ``txid``'s (committed already, or never prepared here)."""
+
     def close(self) -> None: ...
 
 
@@ -41,12 +52,25 @@ def _unpack(data: bytes) -> Any:
     return msgpack.unpackb(data, raw=False, strict_map_key=False)
 
 
+def _pack_prepared(txid: int, changes: dict[Any, Any]) -> bytes:
+    """A prepared checkpoint as one value: its id and its changes, a deletion as a change with no value."""
+    return _pack([txid, [[key] if value is DELETED else [key, value] for key, value in changes.items()]])
+
+
+def _unpack_prepared(data: bytes | None) -> tuple[int, dict[Any, Any]]:
+    if data is None:
+        return -1, {}
+    txid, changes = _unpack(data)
+    return txid, {change[0]: change[1] if len(change) == 2 else DELETED for change in changes}
+
+
 class MemoryStore:
     """Committed state in this process's memory: for tests, and lost with the process (Storm's default)."""
 
     def __init__(self) -> None:
         self._txid = -1
         self._items: dict[Any, Any] = {}
+        self._prepared: bytes | None = None
 
     def load(self) -> tuple[int, dict[Any, Any]]:
         # a deep copy, as a durable store's would be: a bolt changing a value in place changes no commit
@@ -59,6 +83,17 @@ class MemoryStore:
             else:
                 self._items[key] = _unpack(_pack(value))
         self._txid = txid
+
+    def prepare(self, txid: int, changes: dict[Any, Any]) -> None:
+        self._prepared = _pack_prepared(txid, changes)
+
+    def commit_prepared(self, txid: int) -> bool:
+        prepared, changes = _unpack_prepared(self._prepared)
+        if prepared != txid:
+            return False
+        self.commit(txid, changes)
+        self._prepared = None
+        return True
 
     def close(self) -> None:
         pass
@@ -76,6 +111,7 @@ class SqliteStore:
         self._db.execute("PRAGMA synchronous=FULL")
         self._db.execute("CREATE TABLE IF NOT EXISTS state (key BLOB PRIMARY KEY, value BLOB NOT NULL)")
         self._db.execute("CREATE TABLE IF NOT EXISTS checkpoint (id INTEGER PRIMARY KEY CHECK (id = 0), txid INTEGER)")
+        self._db.execute("CREATE TABLE IF NOT EXISTS prepared (id INTEGER PRIMARY KEY CHECK (id = 0), changes BLOB)")
 
     def load(self) -> tuple[int, dict[Any, Any]]:
         row = self._db.execute("SELECT txid FROM checkpoint").fetchone()
@@ -83,18 +119,41 @@ class SqliteStore:
         return (row[0] if row else -1), items
 
     def commit(self, txid: int, changes: dict[Any, Any]) -> None:
+        with self._transaction() as db:
+            self._apply(db, txid, changes)
+
+    def prepare(self, txid: int, changes: dict[Any, Any]) -> None:
+        with self._transaction() as db:
+            db.execute("INSERT OR REPLACE INTO prepared (id, changes) VALUES (0, ?)", (_pack_prepared(txid, changes),))
+
+    def commit_prepared(self, txid: int) -> bool:
+        with self._transaction() as db:
+            row = db.execute("SELECT changes FROM prepared").fetchone()
+            prepared, changes = _unpack_prepared(row[0] if row else None)
+            if prepared != txid:
+                return False
+            self._apply(db, txid, changes)
+            db.execute("DELETE FROM prepared")
+        return True
+
+    @contextlib.contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
         db = self._db
         db.execute("BEGIN IMMEDIATE")
         try:
-            gone = [(_pack(key),) for key, value in changes.items() if value is DELETED]
-            kept = [(_pack(key), _pack(value)) for key, value in changes.items() if value is not DELETED]
-            db.executemany("DELETE FROM state WHERE key = ?", gone)
-            db.executemany("INSERT OR REPLACE INTO state (key, value) VALUES (?, ?)", kept)
-            db.execute("INSERT OR REPLACE INTO checkpoint (id, txid) VALUES (0, ?)", (txid,))
+            yield db
         except BaseException:
             db.execute("ROLLBACK")
             raise
         db.execute("COMMIT")
+
+    @staticmethod
+    def _apply(db: sqlite3.Connection, txid: int, changes: dict[Any, Any]) -> None:
+        gone = [(_pack(key),) for key, value in changes.items() if value is DELETED]
+        kept = [(_pack(key), _pack(value)) for key, value in changes.items() if value is not DELETED]
+        db.executemany("DELETE FROM state WHERE key = ?", gone)
+        db.executemany("INSERT OR REPLACE INTO state (key, value) VALUES (?, ?)", kept)
+        db.execute("INSERT OR REPLACE INTO checkpoint (id, txid) VALUES (0, ?)", (txid,))
 
     def close(self) -> None:
         self._db.close()
@@ -109,6 +168,7 @@ class RedisStore:
 
         self._redis = redis.Redis.from_url(url)
         self._hash, self._txid = f"{namespace}:state", f"{namespace}:txid"
+        self._prepared = f"{namespace}:prepared"
 
     def load(self) -> tuple[int, dict[Any, Any]]:
         txid = self._redis.get(self._txid)
@@ -117,6 +177,24 @@ class RedisStore:
 
     def commit(self, txid: int, changes: dict[Any, Any]) -> None:
         pipe = self._redis.pipeline(transaction=True)
+        self._apply(pipe, txid, changes)
+        pipe.execute()
+
+    def prepare(self, txid: int, changes: dict[Any, Any]) -> None:
+        self._redis.set(self._prepared, _pack_prepared(txid, changes))
+
+    def commit_prepared(self, txid: int) -> bool:
+        # one writer per task: nothing changes the prepared key between this read and the transaction
+        prepared, changes = _unpack_prepared(self._redis.get(self._prepared))
+        if prepared != txid:
+            return False
+        pipe = self._redis.pipeline(transaction=True)
+        self._apply(pipe, txid, changes)
+        pipe.delete(self._prepared)
+        pipe.execute()
+        return True
+
+    def _apply(self, pipe: Any, txid: int, changes: dict[Any, Any]) -> None:
         gone = [_pack(key) for key, value in changes.items() if value is DELETED]
         kept = {_pack(key): _pack(value) for key, value in changes.items() if value is not DELETED}
         if gone:
@@ -124,7 +202,6 @@ class RedisStore:
         if kept:
             pipe.hset(self._hash, mapping=kept)
         pipe.set(self._txid, txid)
-        pipe.execute()
 
     def close(self) -> None:
         self._redis.close()

@@ -263,11 +263,18 @@ def check_state_kept(running: TopologySpec, new: TopologySpec) -> None:
     in a component named before the bolt moves the bolt's ids as well."""
     before, after = layout(running).component_tasks, layout(new).component_tasks
     stateful = {b.name for b in running.bolts if b.stateful} & {b.name for b in new.bolts if b.stateful}
+    if running.exactly_once and new.exactly_once:  # exactly once, a spout task keeps its positions as its state
+        stateful |= {s.name for s in running.spouts} & {s.name for s in new.spouts}
+    spouts = {s.name for s in running.spouts}
+
+    def kind(name: str) -> str:
+        return "exactly-once spout" if name in spouts else "stateful bolt"
+
     problems = []
     for name in sorted(stateful):
         was, now = before[name], after[name]
         if len(was) != len(now):
-            problems.append(f"stateful bolt {name!r} runs {len(was)} task(s) and the new spec gives it {len(now)}: "
+            problems.append(f"{kind(name)} {name!r} runs {len(was)} task(s) and the new spec gives it {len(now)}: "
                             f"its state is kept per task, and a fields grouping sends each key to the task its "
                             f"count picks, so its task count cannot change; set its tasks to {len(was)} (its "
                             "parallelism, the executors, may still change, up to that)")
@@ -278,7 +285,7 @@ def check_state_kept(running: TopologySpec, new: TopologySpec) -> None:
             why = "; ".join(part for part in (
                 f"the task count of {', '.join(map(repr, moved))} changed" if moved else "",
                 f"{', '.join(map(repr, added))} came or went" if added else "") if part)
-            problems.append(f"the tasks of stateful bolt {name!r} would be numbered {now[0]}-{now[-1]} instead of "
+            problems.append(f"the tasks of {kind(name)} {name!r} would be numbered {now[0]}-{now[-1]} instead of "
                             f"{was[0]}-{was[-1]}: tasks are numbered over the components in name order, and before "
                             f"it {why}; its state is kept per task id, so keep the components named before it "
                             "as they are (set their tasks)")

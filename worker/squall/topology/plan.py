@@ -12,6 +12,7 @@ from typing import Any
 from squall.api import BasicBolt, Bolt, Component, OutputStream, Spout, StatefulBolt
 from squall.errors import TopologyError
 from squall.state.checkpoint import FIELDS, CheckpointSpout
+from squall.state.config import GUARANTEE_KEY
 from squall.system import CHECKPOINT_COMPONENT, CHECKPOINT_STREAM, SYSTEM_COMPONENT, TICK_STREAM
 from squall.topology.assignment import invalid, layout
 from squall.topology.spec import BoltSpec, Grouping, GroupingType, Input, TopologySpec
@@ -116,17 +117,23 @@ class Plan:
             self._refuse_cycles()
         for bolt in spec.bolts if spec.checkpointing else ():
             # Storm's checkpoint stream follows the topology: from the checkpoint spout to the bolts that
-            # read spouts, from each bolt to the bolts that read it
-            sources = sorted({CHECKPOINT_COMPONENT if i.component in self.spout_names else i.component
-                              for i in bolt.inputs})
-            tasks = self.component_tasks[bolt.name]
+            # read spouts, from each bolt to the bolts that read it. Exactly once, the checkpoint spout sends it
+            # to the spouts, and each spout on to its bolts behind what it emitted (an aligned barrier).
+            sources = sorted({CHECKPOINT_COMPONENT if i.component in self.spout_names and not spec.exactly_once
+                              else i.component for i in bolt.inputs})
             for source in sources:
-                checkpoint = Input(component=source, stream=CHECKPOINT_STREAM,
-                                   grouping=Grouping(type=GroupingType.ALL))
-                self.subscribers.setdefault((source, CHECKPOINT_STREAM), []).append(
-                    Subscriber(bolt.name, checkpoint, tasks))
+                self._subscribe_checkpoints(source, bolt.name)
+            tasks = self.component_tasks[bolt.name]
             inputs = frozenset(t for source in sources for t in self.component_tasks[source])
             self.checkpoint_inputs.update(dict.fromkeys(tasks, inputs))
+        for spout in spec.spouts if spec.exactly_once else ():
+            self._subscribe_checkpoints(CHECKPOINT_COMPONENT, spout.name)
+
+    def _subscribe_checkpoints(self, source: str, component: str) -> None:
+        """``component``'s tasks take the checkpoint stream from every task of ``source``."""
+        checkpoint = Input(component=source, stream=CHECKPOINT_STREAM, grouping=Grouping(type=GroupingType.ALL))
+        self.subscribers.setdefault((source, CHECKPOINT_STREAM), []).append(
+            Subscriber(component, checkpoint, self.component_tasks[component]))
 
     def _refuse_cycles(self) -> None:
         """A checkpoint reaches a bolt once every input task sent it: in a cycle of bolts, each would wait
@@ -158,11 +165,19 @@ class Plan:
         self.classes[CHECKPOINT_COMPONENT] = CheckpointSpout
         stream = OutputStream(FIELDS)
         self.outputs[CHECKPOINT_COMPONENT] = {CHECKPOINT_STREAM: stream}
-        for bolt in self.spec.bolts:
-            if CHECKPOINT_STREAM in self.outputs[bolt.name]:
-                raise TopologyError(f"bolt {bolt.name!r} declares stream {CHECKPOINT_STREAM!r}, which Squall "
+        forwarding = [*self.spec.bolts, *(self.spec.spouts if self.spec.exactly_once else ())]
+        for comp in forwarding:
+            if CHECKPOINT_STREAM in self.outputs[comp.name]:
+                raise TopologyError(f"component {comp.name!r} declares stream {CHECKPOINT_STREAM!r}, which Squall "
                                     "reserves for checkpoints; rename it")
-            self.outputs[bolt.name] = {**self.outputs[bolt.name], CHECKPOINT_STREAM: stream}
+            self.outputs[comp.name] = {**self.outputs[comp.name], CHECKPOINT_STREAM: stream}
+        for spout in self.spec.spouts if self.spec.exactly_once else ():
+            if not callable(getattr(self.classes[spout.name], "rewind", None)):
+                raise TopologyError(f"spout {spout.name!r}: {GUARANTEE_KEY}: exactly_once reads every record "
+                                    f"again from the last checkpoint after a failure, which only an offset spout "
+                                    f"can (LogSpout, KafkaSpout, an OffsetSpout of your own); "
+                                    f"{self.classes[spout.name].__name__} is not one: read its data through one, "
+                                    "or use at_least_once")
 
     def _window_streams(self, bolt: BoltSpec) -> None:
         """A windowed bolt's timestamp field is a field of every input, and its late-tuple stream carries

@@ -17,7 +17,8 @@ import yaml
 from pydantic import AfterValidator, Field, PrivateAttr, ValidationError, model_validator
 
 from squall.errors import TopologyError
-from squall.state.config import CHECKPOINT_INTERVAL_KEY, DEFAULT_CHECKPOINT_INTERVAL_MS
+from squall.state.config import CHECKPOINT_INTERVAL_KEY, DEFAULT_CHECKPOINT_INTERVAL_MS, EXACTLY_ONCE, GUARANTEE_KEY
+from squall.state.config import GUARANTEES as STATE_GUARANTEES
 from squall.state.config import PROVIDER_KEY as STATE_PROVIDER_KEY
 from squall.state.config import PROVIDERS as STATE_PROVIDERS
 from squall.system import DEFAULT_STREAM
@@ -289,6 +290,11 @@ class TopologySpec(SpecModel):
         """A bolt is stateful: the topology runs Storm's checkpoint protocol (``squall.state``)."""
         return any(bolt.stateful for bolt in self.bolts)
 
+    @property
+    def exactly_once(self) -> bool:
+        """The config asks for exactly-once state (``topology.state.guarantee: exactly_once``)."""
+        return self.config.get(GUARANTEE_KEY) == EXACTLY_ONCE
+
     def component(self, name: str) -> ComponentSpec:
         for comp in self.components():
             if comp.name == name:
@@ -317,6 +323,18 @@ class TopologySpec(SpecModel):
 
     @model_validator(mode="after")
     def _state_can_be_checkpointed(self) -> Self:
+        guarantee = self.config.get(GUARANTEE_KEY)
+        if guarantee is not None and guarantee not in STATE_GUARANTEES:
+            raise ValueError(f"config {GUARANTEE_KEY}: {guarantee!r} is not a state guarantee; use one of "
+                             f"{', '.join(STATE_GUARANTEES)} (default: at_least_once)")
+        if self.exactly_once and not self.checkpointing:
+            raise ValueError(f"config {GUARANTEE_KEY}: exactly_once is a promise about state, and no bolt is "
+                             "stateful; make a bolt stateful (stateful: true), or leave the key out")
+        windowed = [b.name for b in self.bolts if b.window is not None]
+        if self.exactly_once and windowed:
+            raise ValueError(f"config {GUARANTEE_KEY}: exactly_once cannot checkpoint the windows of windowed "
+                             f"bolt(s) {', '.join(map(repr, windowed))} yet; use at_least_once (durable windows "
+                             "keep every tuple at least once)")
         if not self.checkpointing:
             return self
         stateful = ", ".join(repr(b.name) for b in self.bolts if b.stateful)

@@ -193,6 +193,9 @@ class Decoder:
             for sub in subs:
                 subscribed.setdefault(sub.component, set()).add(source)
         self._subscribed = {task: frozenset(subscribed.get(plan.task_component[task], ())) for task in bolt_tasks}
+        # exactly once, spouts take the checkpoint stream too
+        self._subscribed.update({task: frozenset(subscribed[plan.task_component[task]]) for task in spout_tasks
+                                 if plan.task_component[task] in subscribed})
         # (task, source task, stream) → (source component, fields): the routes seen so far; only valid ones,
         # so it holds at most one per local bolt task, source task and subscribed stream
         self._routes: dict[tuple[int, int, str], tuple[str, Fields]] = {}
