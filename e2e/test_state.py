@@ -1,7 +1,8 @@
 """Stateful bolts on a real Kubernetes: a word count whose counts live in a StatefulBolt's checkpointed
-state, on the claim every worker pod of the Topology mounts, keeps every word at least once while a
-worker pod is deleted and the Topology is rescaled 2 -> 3 -> 2 under load, refuses a change of its
-stateful bolt's tasks, and resumes its state when it is deleted and applied again under the same name.
+state, on the claim every worker pod of the Topology mounts, keeps every word at least once (exactly
+once with ``topology.state.guarantee: exactly_once``) while a worker pod is deleted and the Topology is
+rescaled 2 -> 3 -> 2 under load, refuses a change of its stateful bolt's tasks, and resumes its state when
+it is deleted and applied again under the same name.
 
 The clusters the suite runs on (kind, k8s-local) have no provisioner for the claim's class, so the test
 makes its PersistentVolume: a hostPath directory on the node (one node: a ReadWriteOnce volume that
@@ -189,15 +190,25 @@ def volume(kubectl: Kubectl):
     kubectl("delete", "pv", directory, "--ignore-not-found", "--timeout=120s")
 
 
+def apply(kubectl: Kubectl, guarantee: str) -> None:
+    """The manifest's Topology, its state's guarantee ``guarantee``."""
+    doc = json.loads(json.dumps(TOPOLOGY))
+    doc["spec"]["config"]["topology.state.guarantee"] = guarantee
+    kubectl("apply", "--filename", "-", stdin=json.dumps(doc))
+
+
+@pytest.mark.parametrize("guarantee", ["at_least_once", "exactly_once"])
 def test_a_stateful_word_count_counts_every_word_through_a_pod_deletion_and_rescales(
-        kubectl: Kubectl, volume: str, figures: Figures):
+        kubectl: Kubectl, volume: str, figures: Figures, guarantee: str):
+    """At least once, every word of the log is in the committed counts once or more; exactly once, once."""
     start = time.monotonic()
-    kubectl("apply", "--filename", str(MANIFEST))
+    apply(kubectl, guarantee)
     eventually(lambda: ready(kubectl, 2), timeout=ROLLOUT, what=f"{NAME} Ready on 2 workers")
     claim = kubectl.get("pvc", CLAIM)
     assert claim["status"]["phase"] == "Bound" and claim["spec"]["volumeName"] == volume
     assert not claim["metadata"].get("ownerReferences"), "kept when the Topology goes: no owner"
-    figures.add(f"stateful word count Ready on 2 workers {time.monotonic() - start:.1f} s after the apply")
+    figures.add(f"stateful word count ({guarantee}) Ready on 2 workers {time.monotonic() - start:.1f} s after the "
+                "apply")
 
     producer = Producer(kubectl)
     producer.start()
@@ -241,9 +252,13 @@ def test_a_stateful_word_count_counts_every_word_through_a_pod_deletion_and_resc
     state = counted(kubectl, timeout=300)
     true, total = sum(state["true"].values()), sum(state["state"].values())
     assert len(state["files"]) == TASKS, f"a store per task of {COUNT}: {state['files']}"
-    figures.add(f"stateful word count: {sum(state['ends'].values())} sentences ({producer.chunks} chunks, "
-                f"produced while worker-1 was deleted (replaced and Ready in {replaced:.1f} s) and the Topology "
-                f"rescaled 2 -> 3 -> 2) counted at least once {time.monotonic() - began:.1f} s after the last; "
+    if guarantee == "exactly_once":
+        over = {w: (state["state"].get(w, 0), n) for w, n in state["true"].items() if state["state"].get(w, 0) != n}
+        assert not over and set(state["state"]) == set(state["true"]), f"not exactly once (committed, true): {over}"
+    figures.add(f"stateful word count ({guarantee}): {sum(state['ends'].values())} sentences "
+                f"({producer.chunks} chunks, produced while worker-1 was deleted (replaced and Ready in "
+                f"{replaced:.1f} s) and the Topology rescaled 2 -> 3 -> 2) counted at least once "
+                f"{time.monotonic() - began:.1f} s after the last; "
                 f"{total} words in the committed state for {true} in the log ({total - true} counted more than "
                 f"once, {100 * (total - true) / true:.2f} %)")
 
@@ -251,7 +266,7 @@ def test_a_stateful_word_count_counts_every_word_through_a_pod_deletion_and_resc
     kubectl("delete", "topology", NAME, "--timeout=120s")
     eventually(lambda: not kubectl.pods(NAME, "worker"), timeout=300, what="the worker pods gone")
     assert kubectl.get("pvc", CLAIM)["metadata"]["uid"] == claim["metadata"]["uid"], "the claim was kept"
-    kubectl("apply", "--filename", str(MANIFEST))
+    apply(kubectl, guarantee)
     eventually(lambda: ready(kubectl, 2), timeout=ROLLOUT, what=f"{NAME} Ready again")
     again = read_state(kubectl)
     lost = {w: (again["state"].get(w, 0), n) for w, n in state["state"].items() if again["state"].get(w, 0) < n}

@@ -24,8 +24,7 @@ from squall.api import BasicBolt, StatefulBolt
 from squall.executor.acker import AckerExecutor
 from squall.executor.base import Executor, Transfer
 from squall.executor.bolt import BoltExecutor, BoltTask
-from squall.executor.checkpointing import (CheckpointedSpout, CheckpointedTask, CheckpointingBoltExecutor,
-                                           in_background)
+from squall.executor.checkpointing import CheckpointedSpout, CheckpointedTask, CheckpointingBoltExecutor, in_background
 from squall.executor.collectors import AckerRoute, BasicCollector, BoltCollector, HeldCount, SpoutCollector
 from squall.executor.reporting import ErrorLog, ErrorReporter
 from squall.executor.routing import Router

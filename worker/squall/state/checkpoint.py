@@ -148,8 +148,9 @@ class CheckpointSpout(Spout):
 
 class Barrier:
     """A bolt task's checkpoint barrier: a checkpoint counts once from each of its ``inputs`` tasks, then
-    the task acts on it (copies of different attempts of one checkpoint, different trees, never mix). What an earlier attempt left behind is failed (its tree failed already, or is
-    failed now so that the spout retries at once): a copy from a task that sends the same checkpoint
+    the task acts on it; copies of two attempts of one checkpoint (two trees) never mix. What an earlier
+    attempt left behind is failed (its tree failed already, or is failed now so that the spout retries
+    at once): a copy from a task that sends the same checkpoint
     again (a retried COMMIT), and every checkpoint still incomplete when another one completes (the
     spout has one in flight at a time, so those can no longer complete). Acked instead, their edges
     would complete a tree whose checkpoint this task never acted on."""
