@@ -16,6 +16,7 @@ import threading
 import time
 from dataclasses import dataclass
 from functools import partial
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from squall.api import Bolt, OutputCollector, TopologyContext
@@ -27,7 +28,9 @@ from squall.tuples import Fields, Tuple
 from squall.values import check_values
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    import pyarrow as pa
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
 
 log = logging.getLogger(__name__)
 
@@ -145,6 +148,7 @@ class SparkBolt(Bolt):
         # timeout keeps a batch's trees alive however long its job takes.
         self._reset_every = context.message_timeout_seconds / 2
         self._fields: Fields | None = None  # the input fields, from the first tuple
+        self._input: _InputSchema | None = None  # ``schema`` parsed, on the job thread's first batch
         self._buffer: list[Tuple] = []  # the next batch, gathering
         self._buffer_due = 0.0  # when the gathering batch has waited long enough
         self._running: Batch | None = None  # the batch whose job runs (one at a time per task)
@@ -300,13 +304,7 @@ class SparkBolt(Bolt):
         ctx = self.context
         spark.sparkContext.setJobGroup(batch.job_group, f"squall {ctx.topology_name}/{ctx.component_id} task "
                                        f"{ctx.task_id}: {len(batch.inputs)} tuples", interruptOnCancel=True)
-        columns = list(batch.fields.names)
-        df = spark.createDataFrame([tup.values for tup in batch.inputs], schema=self.schema or columns)
-        if df.columns != columns:
-            raise TopologyError(f"bolt {ctx.component_id!r}: schema {self.schema!r} names the columns "
-                                f"({', '.join(df.columns)}), but the input fields are ({', '.join(columns)}); "
-                                "name the schema's columns after the fields, in order")
-        out = self.process(df)
+        out = self.process(self._dataframe(spark, batch))
         if out is None:
             return []
         if not isinstance(out, DataFrame):
@@ -327,6 +325,81 @@ class SparkBolt(Bolt):
                          max_bytes=ctx.max_value_bytes, max_frame=ctx.max_frame_bytes, anchors=trees)
             result.append(values)
         return result
+
+    def _dataframe(self, spark: SparkSession, batch: Batch) -> DataFrame:
+        """The batch as a DataFrame: as Arrow columns when ``schema`` types them all and every value fits
+        its column's type as Spark's own check would have it; else as rows, which Spark infers and checks."""
+        columns = list(batch.fields.names)
+        if self.schema is None:
+            return spark.createDataFrame([tup.values for tup in batch.inputs], schema=columns)
+        if self._input is None:
+            self._input = _InputSchema.parse(self.schema, component=self.context.component_id, fields=columns)
+        table = self._input.arrow_table(batch.inputs, slices=spark.sparkContext.defaultParallelism)
+        if table is None:
+            return spark.createDataFrame([tup.values for tup in batch.inputs], schema=self._input.struct)
+        return spark.createDataFrame(table, schema=self._input.struct)
+
+
+@dataclass(frozen=True)
+class _InputSchema:
+    """The bolt's ``schema`` as Spark and Arrow types, and the Python types Spark's row check accepts per column
+    (None for a column only rows can carry: arrays, maps, structs, decimals, dates...)."""
+
+    struct: StructType
+    arrow: pa.Schema | None  # None without pyarrow (an image that lacks it): rows, as before
+    accepts: tuple[frozenset[type] | None, ...]
+
+    @classmethod
+    def parse(cls, ddl: str, *, component: str, fields: list[str]) -> _InputSchema:
+        from pyspark.sql.types import StructType
+
+        struct = StructType.fromDDL(ddl)
+        if struct.names != fields:
+            raise TopologyError(f"bolt {component!r}: schema {ddl!r} names the columns "
+                                f"({', '.join(struct.names)}), but the input fields are ({', '.join(fields)}); "
+                                "name the schema's columns after the fields, in order")
+        accepts = []
+        for field in struct.fields:
+            flat = _FLAT.get(field.dataType.typeName())
+            accepts.append(None if flat is None else flat | {type(None)} if field.nullable else flat)
+        if importlib.util.find_spec("pyarrow") is None:
+            return cls(struct, None, tuple(accepts))
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        return cls(struct, to_arrow_schema(struct, timezone="UTC"), tuple(accepts))
+
+    def arrow_table(self, inputs: list[Tuple], *, slices: int) -> pa.Table | None:
+        """The inputs as an Arrow table in ``slices`` record batches (Spark's partitions), or None where a
+        column cannot go as Arrow: a value Spark's row check refuses (refused again there, with Spark's message),
+        or a column type Arrow would convert differently."""
+        if self.arrow is None or None in self.accepts:
+            return None
+        import pyarrow as pa
+
+        # Column by column in C loops (zip, map, set): the job thread holds the interpreter lock that the
+        # executor thread needs for as short as it can.
+        columns = list(zip(*map(_VALUES, inputs), strict=True))
+        arrays = []
+        for column, accepts, field in zip(columns, self.accepts, self.arrow, strict=True):
+            if not set(map(type, column)) <= accepts:
+                return None
+            try:
+                arrays.append(pa.array(column, type=field.type))
+            except (pa.ArrowException, OverflowError, TypeError, ValueError):
+                return None  # out of the column's range, say: the rows' check says so
+        # One record batch per partition (Spark makes a partition of each): as many as the default
+        # parallelism, so the first stage of the job uses every core, as the rows' parallelize did.
+        table = pa.Table.from_arrays(arrays, schema=self.arrow)
+        return pa.Table.from_batches(table.to_batches(max_chunksize=-(-len(inputs) // max(1, slices))))
+
+
+# Spark's own row check (``_make_type_verifier``) takes exactly these Python types for these column types.
+_FLAT: dict[str, frozenset[type]] = {
+    "string": frozenset({str}), "binary": frozenset({bytes, bytearray}), "boolean": frozenset({bool}),
+    "long": frozenset({int}), "integer": frozenset({int}), "short": frozenset({int}), "byte": frozenset({int}),
+    "double": frozenset({float}), "float": frozenset({float}),
+}
+_VALUES = attrgetter("values")
 
 
 def _cancel(job_group: str) -> None:
