@@ -13,9 +13,14 @@ back: per guarantee, records lost, duplicates, throughput and p99 latency.
 
     python bench/chaos.py [--records 1000000] [--minutes 10] [--guarantee both] [--cut 20]
                           [--kill-every 3] [--max-spout-pending 2000] [--max-uncommitted OFFSETS]
+                          [--state embedded|redis|both]
+
+With ``--state``, a stateful bolt counts the records by key instead, and ``--guarantee`` is its state's
+(at_least_once, exactly_once or both): no key under its true count at least once, every key at it
+exactly once.
 
 A benchmark prints figures and never fails; ``tests/procs/test_chaos.py`` runs a short version and
-asserts the guarantees (nothing lost at least once, nothing twice at most once).
+asserts the guarantees (nothing lost at least once, nothing twice at most once, exactly once exact).
 """
 
 from __future__ import annotations

@@ -159,8 +159,8 @@ class Runtime:
                 report=lambda exc, t=task_id: report(exc, t))
             ex.add_task(task, lambda t=task, c=context: t.spout.open(dict(conf), c, t.collector))
             if spec.exactly_once and plan_ex.component != CHECKPOINT_COMPONENT:
-                # its own count of held inputs: a spout's checkpoints are not inputs a bolt holds
-                forward = BoltCollector(executor=ex, router=router, stats=stats, acker=self._acker_route,
+                # counters of its own: a spout's acks count its trees, and a checkpoint is no input a bolt holds
+                forward = BoltCollector(executor=ex, router=router, stats=TaskStats(), acker=self._acker_route,
                                         report=lambda exc, t=task_id: report(exc, t), clock=self.clock,
                                         post=self.post, held=HeldCount())
                 ex.checkpoints[task_id] = CheckpointedSpout(
