@@ -4,7 +4,8 @@ The click-stream work of ``examples/clickstream.py`` (per user and micro-batch: 
 top pages), at each batch size, done two ways on the process's one local Spark:
 
 - **SparkBolt**: ``SessionStats`` in a topology (LocalCluster, in process): a spout with message ids and
-  ``maxSpoutPending`` = 2 batches, each result row anchored to every click of its batch. Latency: each
+  ``maxSpoutPending`` = a batch per job in flight and one gathering, each result row anchored to every
+  click of its batch. Latency: each
   click's complete latency (emit to tree acked), measured at the spout.
 - **Structured Streaming**: the same ``SessionStats.process`` called by ``foreachBatch`` on each
   micro-batch (its rows collected, as the bolt collects them), fed by a Python streaming data source
@@ -16,7 +17,7 @@ reversed every other round, each measured for ``--seconds`` after a few batches 
 has each case's median over the rounds, and the ratio Structured Streaming ÷ SparkBolt (median and range
 over the rounds). Every round prints the load average, since the machine is shared.
 
-    python bench/spark.py [--seconds 15] [--batches 1000,10000] [--rounds 4] [--users 20]
+    python bench/spark.py [--seconds 15] [--batches 1000,10000] [--rounds 4] [--users 20] [--jobs N] [--target-ms MS]
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), os.environ.get
 from examples.clickstream import ClickSpout, SessionStats, clicks  # noqa: E402
 
 from squall import Bolt, TopologyBuilder  # noqa: E402
+from squall.spark.bolt import DEFAULT_JOBS_IN_FLIGHT  # noqa: E402
 from squall.spark.session import get_session  # noqa: E402
 from squall.testing import LocalCluster  # noqa: E402
 
@@ -70,14 +72,16 @@ class Sink(Bolt):
         self.collector.ack(tup)
 
 
-def spark_bolt(*, batch: int, users: int, seconds: float) -> tuple[float, float, float]:
+def spark_bolt(*, batch: int, users: int, seconds: float, bolt_config: dict) -> tuple[float, float, float]:
     """(clicks/s, p50 and p99 complete latency in s) of the SparkBolt over ``seconds``."""
     builder = TopologyBuilder("bench-spark")
     builder.set_spout("clicks", TimedClickSpout, config={"clickstream.users": users})
-    builder.set_bolt("stats", SessionStats, config={"spark.batch.size": batch, "spark.batch.max.wait.ms": 1000}
-                     ).fields_grouping("clicks", ["user"])
+    config = {"spark.batch.size": batch, "spark.batch.max.wait.ms": 1000, **bolt_config}
+    builder.set_bolt("stats", SessionStats, config=config).fields_grouping("clicks", ["user"])
     builder.set_bolt("sink", Sink).global_grouping("stats")
-    with LocalCluster(builder.build(message_timeout_seconds=60, max_spout_pending=2 * batch)) as cluster:
+    # a batch gathering behind every job in flight
+    pending = (config.get("spark.jobs.in.flight", DEFAULT_JOBS_IN_FLIGHT) + 1) * batch
+    with LocalCluster(builder.build(message_timeout_seconds=60, max_spout_pending=pending)) as cluster:
         (spout,) = cluster.instances("clicks")
         cluster.run(until=lambda c: c.trees_acked() >= WARM_BATCHES * batch, seconds=120)
         spout.latencies.clear()
@@ -131,7 +135,7 @@ def _offset(value) -> int:
     return (json.loads(value) if isinstance(value, str) else value)["n"]
 
 
-def structured_streaming(*, batch: int, users: int, seconds: float) -> tuple[float, float, float]:
+def structured_streaming(*, batch: int, users: int, seconds: float, bolt_config: dict) -> tuple[float, float, float]:
     """(clicks/s, p50 and p99 micro-batch duration in s) of Structured Streaming over ``seconds``."""
     spark = get_session()
     stats = SessionStats.__new__(SessionStats)  # only its process(): no topology, no prepare
@@ -188,14 +192,19 @@ def main() -> None:
     parser.add_argument("--batches", default="1000,10000", help="comma-separated batch sizes")
     parser.add_argument("--rounds", type=int, default=4, help="alternated rounds (order reversed every other)")
     parser.add_argument("--users", type=int, default=20, help="distinct users: result rows per batch at most")
+    parser.add_argument("--jobs", type=int, help="the SparkBolt's spark.jobs.in.flight (default: the bolt's)")
+    parser.add_argument("--target-ms", type=float, help="the SparkBolt's spark.batch.target.ms (default: none; "
+                        "the batch size is then its most)")
     args = parser.parse_args()
     sizes = [int(s) for s in args.batches.split(",")]
+    bolt_config = {key: value for key, value in (("spark.jobs.in.flight", args.jobs),
+                                                 ("spark.batch.target.ms", args.target_ms)) if value is not None}
 
     started = time.monotonic()
     session = get_session()
     print(f"SparkBolt vs Structured Streaming, click-stream sessions, {args.users} users; {os.cpu_count()} cores; "
           f"Spark {session.version} {session.sparkContext.master} (started in {time.monotonic() - started:.1f} s); "
-          f"{args.rounds} rounds of {args.seconds:g} s per case")
+          f"{args.rounds} rounds of {args.seconds:g} s per case; SparkBolt config {bolt_config or 'default'}")
     session.dataSource.register(click_source())
     times = warm_up(users=args.users)
     print(f"JVM warm-up: {len(times)} jobs of 10,000 clicks until steady, "
@@ -206,7 +215,7 @@ def main() -> None:
         order = list(CASES) if r % 2 == 0 else list(CASES)[::-1]
         for size in sizes:
             for name in order:
-                figures = CASES[name](batch=size, users=args.users, seconds=args.seconds)
+                figures = CASES[name](batch=size, users=args.users, seconds=args.seconds, bolt_config=bolt_config)
                 results.setdefault((size, name), []).append(figures)
                 print(f"round {r + 1} batch {size:>6,} {name:<21} {figures[0]:>8,.0f} clicks/s  "
                       f"p50 {figures[1] * 1e3:>5.0f} ms  p99 {figures[2] * 1e3:>5.0f} ms", flush=True)

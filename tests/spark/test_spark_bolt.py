@@ -239,8 +239,9 @@ def test_a_job_that_runs_past_its_timeout_fails_its_batch_and_the_bolt_goes_on()
     full, the whole bolt, with no error, for good (found by the Spark audit)."""
     # The timeout is far above what a job of 5 tuples takes, even on a loaded machine: with 1.5 s, a CI run
     # under load timed the jobs after the stuck one out too.
-    with parity_topology(count=10, batch=5, wait_ms=200, block_first=True, **{"spark.job.timeout.ms": 5000}) \
-            as cluster:
+    # One job thread: with two, the first process() call, the one that blocks, may be the second batch's.
+    with parity_topology(count=10, batch=5, wait_ms=200, block_first=True,
+                         **{"spark.job.timeout.ms": 5000, "spark.jobs.in.flight": 1}) as cluster:
         spout, bolt = cluster.instance("spout"), cluster.instance("spark")
         try:
             cluster.run_until(lambda: len(spout.failed) >= 5, seconds=DEADLINE)
@@ -259,8 +260,9 @@ def test_batches_failed_at_their_deadline_behind_a_stuck_job_are_not_run_once_it
     held in memory, and every one was run once the thread returned: Spark jobs (and the side effects of a
     process() that writes) for tuples failed and replayed already (found by the Spark audit)."""
     # a job timeout a loaded JVM's jobs keep well under (5 s was passed once, on a fresh CI run)
-    with parity_topology(count=10, batch=5, wait_ms=200, block_first=True, **{"spark.job.timeout.ms": 15_000}) \
-            as cluster:
+    # one job thread: the one stuck (with two, the second would run the next batch)
+    with parity_topology(count=10, batch=5, wait_ms=200, block_first=True,
+                         **{"spark.job.timeout.ms": 15_000, "spark.jobs.in.flight": 1}) as cluster:
         spout, bolt = cluster.instance("spout"), cluster.instance("spark")
         try:  # the stuck job's batch fails at its deadline, and then the next one, handed over behind it
             cluster.run_until(lambda: len(spout.failed) >= 10, seconds=DEADLINE)
@@ -282,7 +284,8 @@ def test_a_job_that_raises_system_exit_fails_its_batch_and_the_bolt_goes_on():
 
 def test_a_full_next_batch_pauses_input_until_the_running_job_is_over():
     count, batch = 200, 50
-    with parity_topology(count=count, batch=batch, block_first=True) as cluster:
+    # one job in flight (tests/spark/test_jobs.py pauses with more)
+    with parity_topology(count=count, batch=batch, block_first=True, **{"spark.jobs.in.flight": 1}) as cluster:
         spout, bolt = cluster.instance("spout"), cluster.instance("spark")
         try:
             # The spout emits everything (maxSpoutPending is 1000); the bolt stops taking it in.

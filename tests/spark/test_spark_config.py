@@ -75,8 +75,27 @@ def test_a_bad_job_timeout_is_refused_with_the_key(value):
         start(**{"spark.job.timeout.ms": value})
 
 
+@pytest.mark.parametrize("value", [0, -1, "2", 1.5, True])
+def test_a_bad_jobs_in_flight_is_refused_with_the_key(value):
+    with pytest.raises(ConfigError, match=r"spark\.jobs\.in\.flight=.* must be a whole number >= 1"):
+        start(**{"spark.jobs.in.flight": value})
+
+
+@pytest.mark.parametrize("value", [0, -1, "500", float("nan"), float("inf")])
+def test_a_bad_latency_target_is_refused_with_the_key(value):
+    with pytest.raises(ConfigError, match=r"spark\.batch\.target\.ms=.* must be a finite number of milliseconds > 0"):
+        start(**{"spark.batch.target.ms": value})
+
+
+def test_jobs_in_flight_and_the_latency_target_are_read():
+    assert Batching.from_conf({"spark.jobs.in.flight": 3, "spark.batch.target.ms": 500}, component="c",
+                              message_timeout=30) == Batching(1000, 1.0, 300.0, in_flight=3, target=0.5)
+
+
 @pytest.mark.parametrize(("key", "meant"), [("spark.batch.sise", "spark.batch.size"),
-                                            ("spark.batch.max.wait", "spark.batch.max.wait.ms")])
+                                            ("spark.batch.max.wait", "spark.batch.max.wait.ms"),
+                                            ("spark.job.in.flight", "spark.jobs.in.flight"),
+                                            ("spark.batch.target", "spark.batch.target.ms")])
 def test_a_misspelled_batching_key_is_refused_with_the_one_meant(key, meant):
     """Read by no one, it left the batching at its default in silence (found by the configuration audit)."""
     with pytest.raises(ConfigError, match=f"'spark': config key '{key}' is read by no one; did you mean '{meant}'"):

@@ -2,9 +2,10 @@
 
 A batch is acked only when its Spark job succeeded and its result rows were emitted, each row
 anchored to every input of the batch; a job that raises fails every input, so the spouts replay
-them. The job runs on the task's own background thread, because the executor thread is shared by
-every executor of the worker process; everything that touches the collector is handed back to the
-executor thread with ``call_soon_threadsafe``.
+them. Jobs run on the task's own background threads (``spark.jobs.in.flight`` of them, so Spark
+runs that many jobs of the task at once), because the executor thread is shared by every executor
+of the worker process; everything that touches the collector is handed back to the executor thread
+with ``call_soon_threadsafe``, and batches are decided there in the order they were cut.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import logging
 import math
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass
 from functools import partial
 from operator import attrgetter
@@ -37,9 +39,13 @@ log = logging.getLogger(__name__)
 BATCH_SIZE = "spark.batch.size"
 MAX_WAIT_MS = "spark.batch.max.wait.ms"
 JOB_TIMEOUT_MS = "spark.job.timeout.ms"
+JOBS_IN_FLIGHT = "spark.jobs.in.flight"
+TARGET_MS = "spark.batch.target.ms"
 DEFAULT_BATCH_SIZE = 1000
+DEFAULT_JOBS_IN_FLIGHT = 2
 DEFAULT_MAX_WAIT_MS = 1000.0
 DEFAULT_JOB_TIMEOUTS = 10  # message timeouts: the default longest job
+JOB_TIME_WEIGHT = 0.3  # of the latest job in the running estimate of a job's time (spark.batch.target.ms)
 
 
 @dataclass(frozen=True)
@@ -49,15 +55,26 @@ class Batching:
     size: int  # a batch is submitted as soon as it holds this many tuples
     max_wait: float  # seconds: ... or when its first tuple has waited this long
     job_timeout: float  # seconds a job may run before it is cancelled and its batch failed
+    in_flight: int = DEFAULT_JOBS_IN_FLIGHT  # batches submitted and not yet decided, at most
+    target: float | None = None  # seconds: ... or when its first tuple has waited this less a job's time
 
     @classmethod
     def from_conf(cls, conf: dict[str, Any], *, component: str, message_timeout: float) -> Batching:
-        """Read ``spark.batch.size``, ``spark.batch.max.wait.ms`` and ``spark.job.timeout.ms``; raise
-        :class:`ConfigError` naming the fix."""
+        """Read ``spark.batch.size``, ``spark.batch.max.wait.ms``, ``spark.batch.target.ms``,
+        ``spark.jobs.in.flight`` and ``spark.job.timeout.ms``; raise :class:`ConfigError` naming the fix."""
         size = conf.get(BATCH_SIZE, DEFAULT_BATCH_SIZE)
         if type(size) is not int or size < 1:
             raise ConfigError(f"bolt {component!r}: {BATCH_SIZE}={size!r} must be a whole number >= 1 "
                               "(the most tuples in one micro-batch)")
+        in_flight = conf.get(JOBS_IN_FLIGHT, DEFAULT_JOBS_IN_FLIGHT)
+        if type(in_flight) is not int or in_flight < 1:
+            raise ConfigError(f"bolt {component!r}: {JOBS_IN_FLIGHT}={in_flight!r} must be a whole number >= 1 "
+                              "(the most Spark jobs of one task running at once)")
+        target = conf.get(TARGET_MS)
+        if target is not None and (type(target) not in (int, float) or not 0 < target < math.inf):
+            raise ConfigError(f"bolt {component!r}: {TARGET_MS}={target!r} must be a finite number of "
+                              "milliseconds > 0 (the latency a batch's first tuple aims at, its job included)")
+        target = None if target is None else target / 1000
         timeout_ms = message_timeout * 1000
         job = conf.get(JOB_TIMEOUT_MS, DEFAULT_JOB_TIMEOUTS * timeout_ms)
         if type(job) not in (int, float) or not 0 < job < math.inf:
@@ -65,7 +82,7 @@ class Batching:
                               "milliseconds > 0 (the longest a job may run before its batch fails)")
         if MAX_WAIT_MS not in conf:
             # The default must fit any valid message timeout, however short.
-            return cls(size, min(DEFAULT_MAX_WAIT_MS, timeout_ms / 2) / 1000, job / 1000)
+            return cls(size, min(DEFAULT_MAX_WAIT_MS, timeout_ms / 2) / 1000, job / 1000, in_flight, target)
         wait = conf[MAX_WAIT_MS]
         if type(wait) not in (int, float) or not wait > 0:
             raise ConfigError(f"bolt {component!r}: {MAX_WAIT_MS}={wait!r} must be a number of milliseconds > 0")
@@ -74,7 +91,7 @@ class Batching:
                               f"({message_timeout:g} s = {timeout_ms:g} ms), so a batch's first tuple could time "
                               f"out before its batch even starts; lower {MAX_WAIT_MS} or raise "
                               "messageTimeoutSeconds")
-        return cls(size, wait / 1000, job / 1000)
+        return cls(size, wait / 1000, job / 1000, in_flight, target)
 
 
 @dataclass
@@ -87,6 +104,9 @@ class Batch:
     deadline: float  # when the job has run too long: cancelled, and the batch failed
     job_group: str  # its Spark job group: a cancel reaches its own job, never the next batch's
     abandoned: bool = False  # failed at its deadline: never started if it has not been yet
+    done: bool = False  # its job is over: decided once every batch cut before it is
+    rows: list[list[Any]] | None = None  # its job's result rows, or None if it raised
+    error: BaseException | None = None
 
 
 class SparkBolt(Bolt):
@@ -109,7 +129,10 @@ class SparkBolt(Bolt):
     input of the batch; then every input is acked. If ``process`` or the Spark job raises, every
     input of the batch is failed and the error reported. Config keys (the bolt's ``conf``):
     ``spark.batch.size`` (default 1000), ``spark.batch.max.wait.ms`` (default 1000, and at most
-    half the message timeout; a value at or above the message timeout is refused) and
+    half the message timeout; a value at or above the message timeout is refused),
+    ``spark.batch.target.ms`` (default none: a batch is also cut once its first tuple has waited
+    this less the recent jobs' time), ``spark.jobs.in.flight`` (default 2: Spark jobs of the task
+    running at once; their batches are decided in the order they were cut) and
     ``spark.job.timeout.ms`` (default ten message timeouts: a job still running then is cancelled,
     and its batch failed).
 
@@ -130,7 +153,7 @@ class SparkBolt(Bolt):
     @classmethod
     def check_config(cls, component: str, conf: dict[str, Any], *, message_timeout_seconds: int) -> None:
         """Refuse misspelled or bad batching keys, more than one output stream, or a worker without PySpark."""
-        refuse_misspelled(component, conf, (BATCH_SIZE, MAX_WAIT_MS, JOB_TIMEOUT_MS))
+        refuse_misspelled(component, conf, (BATCH_SIZE, MAX_WAIT_MS, JOB_TIMEOUT_MS, JOBS_IN_FLIGHT, TARGET_MS))
         Batching.from_conf(conf, component=component, message_timeout=message_timeout_seconds)
         _output_stream(cls, component)
         if importlib.util.find_spec("pyspark") is None:
@@ -150,20 +173,24 @@ class SparkBolt(Bolt):
         self._fields: Fields | None = None  # the input fields, from the first tuple
         self._input: _InputSchema | None = None  # ``schema`` parsed, on the job thread's first batch
         self._buffer: list[Tuple] = []  # the next batch, gathering
-        self._buffer_due = 0.0  # when the gathering batch has waited long enough
-        self._running: Batch | None = None  # the batch whose job runs (one at a time per task)
+        self._buffer_since = 0.0  # when the gathering batch's first tuple came
+        self._job_time: float | None = None  # seconds: a running estimate of a job's time (target only)
+        self._in_flight: deque[Batch] = deque()  # submitted and not yet decided, in the order they were cut
         self._job_group = f"squall:{context.topology_name}:{component}:{context.task_id}"
+        # Every task of the bolt in one FAIR pool: jobs of other bolts get their share of the executors.
+        self._pool = f"squall:{context.topology_name}:{component}"
         self._batches = 0  # numbers each batch's job group
-        # One slot between this thread and the job thread: a batch handed over while the job thread is
-        # still busy (with a batch failed at its deadline) replaces a batch in the slot, which failed at its
-        # deadline too. A queue kept them all, and ran every one once the thread was free.
-        self._slot: Batch | None = None
+        # The batches handed to the job threads and not yet taken. A batch failed at its deadline is dropped
+        # from here when the next one is handed over (it may be there because every job thread is stuck): a
+        # queue that kept them all ran every one once a thread was free. It holds at most in_flight batches.
+        self._handed_over: deque[Batch] = deque()
         self._closed = False
         self._handed = threading.Condition(threading.Lock())
         name = f"squall-spark-{component}-{context.task_id}"
         self._alarm = Alarm(name=f"{name}-alarm", post=collector.call_soon_threadsafe, fire=self._on_alarm)
-        # A daemon: a job stuck in Spark must not keep the worker process from exiting.
-        threading.Thread(target=self._job_loop, name=name, daemon=True).start()
+        # Daemons: a job stuck in Spark must not keep the worker process from exiting.
+        for i in range(self.batching.in_flight):
+            threading.Thread(target=self._job_loop, name=f"{name}-{i}", daemon=True).start()
 
     def execute(self, tup: Tuple) -> None:
         if tup.is_tick:  # a bolt keeps its own time; ticks are untracked
@@ -184,24 +211,37 @@ class SparkBolt(Bolt):
         n = len(buffer)
         if n == 1:
             now = time.monotonic()
-            self._buffer_due = now + self.batching.max_wait
+            self._buffer_since = now
             self._advance(now)
         elif n >= self.batching.size:
             self._advance(time.monotonic())
 
     def cleanup(self) -> None:
-        """Stop the threads and cancel a running job; its inputs time out and are replayed."""
+        """Stop the threads and cancel the running jobs; their inputs time out and are replayed."""
         self._alarm.close()
         with self._handed:
             self._closed = True
-            self._handed.notify()
-        if self._running is not None:
-            _cancel(self._running.job_group)
+            self._handed.notify_all()
+        for batch in self._in_flight:
+            _cancel(batch.job_group)
+
+    def _wait(self) -> float:
+        """How long the gathering batch's first tuple waits before the batch is cut (unless it fills first):
+        the max wait, or with a target the target less a job's recent time, so that the first tuple's
+        latency, wait and job, stays near the target. Under load (jobs slower than the target) that is no
+        wait at all: a batch is cut as soon as a job thread is free, with all that came in meanwhile, up to
+        ``spark.batch.size``, so batches grow with the load; idle, they are cut small, early."""
+        target, job = self.batching.target, self._job_time
+        if target is None:
+            return self.batching.max_wait
+        return min(self.batching.max_wait, max(0.0, target - (job or 0.0)))
 
     def _advance(self, now: float) -> None:
-        """Start the next job when it is due, and keep ``paused`` and the alarm in step with the state."""
-        buffer, size = self._buffer, self.batching.size
-        if self._running is None and buffer and (len(buffer) >= size or now >= self._buffer_due):
+        """Submit the batches that are due while fewer than ``in_flight`` are undecided, and keep ``paused``
+        and the alarm in step with the state."""
+        buffer, size, in_flight = self._buffer, self.batching.size, self._in_flight
+        most = self.batching.in_flight
+        while buffer and len(in_flight) < most and (len(buffer) >= size or now >= self._buffer_since + self._wait()):
             self._batches += 1
             batch = Batch(buffer[:size], self._fields, reset_due=now + self._reset_every,
                           deadline=now + self.batching.job_timeout, job_group=f"{self._job_group}:{self._batches}")
@@ -209,47 +249,69 @@ class SparkBolt(Bolt):
             for tup in batch.inputs:
                 self.collector.reset_timeout(tup)
             self._buffer = buffer = buffer[size:]
-            if buffer:
-                self._buffer_due = now + self.batching.max_wait
-            self._running = batch
+            self._buffer_since = now
+            in_flight.append(batch)
             with self._handed:
-                self._slot = batch
+                handed = self._handed_over
+                if handed and any(b.abandoned for b in handed):
+                    self._handed_over = handed = deque(b for b in handed if not b.abandoned)
+                handed.append(batch)
                 self._handed.notify()
-        running = self._running
-        # Backpressure: with a job running and the next batch full, take no more input.
-        self.collector.paused = running is not None and len(buffer) >= size
-        if running is not None:
-            self._alarm.set(min(running.reset_due, running.deadline))
-        elif buffer:
-            self._alarm.set(self._buffer_due)
+        # Backpressure: with every job thread busy and the next batch full, take no more input.
+        self.collector.paused = len(in_flight) >= most and len(buffer) >= size
+        if in_flight:
+            self._alarm.set(min(in_flight[0].deadline, min(b.reset_due for b in in_flight)))
+        if buffer and len(in_flight) < most:
+            self._alarm.set(self._buffer_since + self._wait())
 
     def _on_alarm(self) -> None:
         now = time.monotonic()
-        running = self._running
-        if running is not None and now >= running.deadline:
+        in_flight = self._in_flight
+        # The batch cut first has the first deadline: those past theirs are at the front.
+        while in_flight and now >= in_flight[0].deadline:
             # A job that never ends (executors that never come, a hung process) must not hold its inputs,
             # and the bolt, for good: its batch failed and replayed, its job cancelled, the bolt going on.
-            running.abandoned = True
-            self._finish(running, None, TimeoutError(
-                f"bolt {self.context.component_id!r}: a Spark job of {len(running.inputs)} tuples ran "
+            batch = in_flight.popleft()
+            batch.abandoned = True
+            self._decide(batch, None, TimeoutError(
+                f"bolt {self.context.component_id!r}: a Spark job of {len(batch.inputs)} tuples ran "
                 f"{self.batching.job_timeout:g} s ({JOB_TIMEOUT_MS}) without ending: cancelled, and its tuples "
                 f"failed; raise {JOB_TIMEOUT_MS} if its jobs take that long"))
-            _cancel(running.job_group)
-            return
-        if running is not None and now >= running.reset_due:
-            # The next batch waits for this job too, so its trees need the reset as much.
-            reset = self.collector.reset_timeout
-            for tup in running.inputs:
-                reset(tup)
+            _cancel(batch.job_group)
+        self._decide_done()
+        reset, reset_buffer = self.collector.reset_timeout, False
+        for batch in in_flight:
+            if now >= batch.reset_due:
+                for tup in batch.inputs:
+                    reset(tup)
+                batch.reset_due = now + self._reset_every
+                reset_buffer = True
+        if reset_buffer:  # the next batch waits for these jobs too, so its trees need the reset as much
             for tup in self._buffer:
                 reset(tup)
-            running.reset_due = now + self._reset_every
         self._advance(now)
 
-    def _finish(self, batch: Batch, rows: list[list[Any]] | None, error: BaseException | None) -> None:
-        """The job of ``batch`` is over: emit its rows anchored to every input and ack them, or fail them."""
-        if batch is not self._running:  # it ran past its deadline, and was failed then
+    def _finish(self, batch: Batch, rows: list[list[Any]] | None, error: BaseException | None,
+                took: float) -> None:
+        """The job of ``batch`` is over (``took`` seconds): decide it, and every batch behind it that waited
+        for it, in the order they were cut."""
+        if batch.abandoned:  # it ran past its deadline, and was failed then
             return
+        batch.rows, batch.error, batch.done = rows, error, True
+        if self.batching.target is not None:
+            job = self._job_time
+            self._job_time = took if job is None else job + JOB_TIME_WEIGHT * (took - job)
+        self._decide_done()
+        self._advance(time.monotonic())
+
+    def _decide_done(self) -> None:
+        in_flight = self._in_flight
+        while in_flight and in_flight[0].done:
+            batch = in_flight.popleft()
+            self._decide(batch, batch.rows, batch.error)
+
+    def _decide(self, batch: Batch, rows: list[list[Any]] | None, error: BaseException | None) -> None:
+        """Emit the batch's rows anchored to every input and ack them, or fail them."""
         collector = self.collector
         try:
             if error is None:
@@ -267,9 +329,6 @@ class SparkBolt(Bolt):
                 if not tup.done:  # those acked before the emit that raised stay acked
                     collector.fail(tup)
             collector.report_error(exc)
-        finally:
-            self._running = None
-            self._advance(time.monotonic())
 
     # -- on the job thread ------------------------------------------------------------------
 
@@ -283,18 +342,19 @@ class SparkBolt(Bolt):
             post(partial(self.collector.report_error, exc))
         while True:
             with self._handed:
-                while self._slot is None and not self._closed:
+                while not self._handed_over and not self._closed:
                     self._handed.wait()
                 if self._closed:
                     return
-                batch, self._slot = self._slot, None
-            if batch.abandoned:  # failed at its deadline while this thread was busy with another
+                batch = self._handed_over.popleft()
+            if batch.abandoned:  # failed at its deadline while every job thread was busy
                 continue
+            began = time.monotonic()
             try:
                 rows, error = self._run(batch), None
             except BaseException as exc:  # noqa: BLE001 - even SystemExit: the batch must be decided
                 rows, error = None, exc
-            post(partial(self._finish, batch, rows, error))
+            post(partial(self._finish, batch, rows, error, time.monotonic() - began))
 
     def _run(self, batch: Batch) -> list[list[Any]]:
         """One Spark job: the batch as a DataFrame, ``process``, and the result rows as checked tuple values."""
@@ -302,6 +362,7 @@ class SparkBolt(Bolt):
 
         spark = get_session()
         ctx = self.context
+        spark.sparkContext.setLocalProperty("spark.scheduler.pool", self._pool)
         spark.sparkContext.setJobGroup(batch.job_group, f"squall {ctx.topology_name}/{ctx.component_id} task "
                                        f"{ctx.task_id}: {len(batch.inputs)} tuples", interruptOnCancel=True)
         out = self.process(self._dataframe(spark, batch))

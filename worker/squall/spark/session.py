@@ -37,6 +37,9 @@ DEFAULTS: dict[str, str] = {
     "spark.ui.enabled": "false",
     "spark.ui.showConsoleProgress": "false",
     "spark.sql.shuffle.partitions": "4",  # micro-batches are small: the default 200 is mostly overhead
+    # Each SparkBolt's jobs in a pool of their own, pools sharing the executors fairly: one bolt's jobs in
+    # flight never hold another bolt's behind them, as Spark's default FIFO would.
+    "spark.scheduler.mode": "FAIR",
     "spark.driver.memory": "1g",
     "spark.log.level": "WARN",
 }
