@@ -290,14 +290,18 @@ class CheckpointedTask:
         if not self.initialized:
             self.waiting.append(tup)
             return
+        self._anchored_run(tup)
+        if not tup.done:
+            self.pending.append(tup)
+
+    def _anchored_run(self, tup: Tuple) -> None:
+        """Execute ``tup``, the emits of a stateful bolt's ``execute`` anchored to it."""
         assert self._run is not None
         self.collector.anchors = tup
         try:
             self._run(tup)
         finally:
             self.collector.anchors = None
-        if not tup.done:
-            self.pending.append(tup)
 
     def take(self, tup: Tuple) -> None:
         """Exactly once: a data tuple. Held while its sender is past a checkpoint this task has not acted on;
@@ -311,12 +315,7 @@ class CheckpointedTask:
         if not self.initialized:
             out.ack(tup)
             return
-        assert self._run is not None
-        self.collector.anchors = tup
-        try:
-            self._run(tup)
-        finally:
-            self.collector.anchors = None
+        self._anchored_run(tup)
         if tup.done == FAILED:
             self.dirty = True
         elif self.stateful and not tup.done:
