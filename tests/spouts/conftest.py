@@ -121,13 +121,13 @@ def rig(log_path: Path, clock: Clock) -> Callable[..., CoreRig]:
     made: list[CoreRig] = []
 
     def build(*, partitions: int = 1, per_partition: int = 10, translate: Any = None, topology: str = "topo",
-              retry: RetryPolicy | None = None, **config: Any) -> CoreRig:
+              retry: RetryPolicy | None = None, exactly_once: bool = False, **config: Any) -> CoreRig:
         log = fill(log_path, partitions=partitions, per_partition=per_partition) if not made else made[0].log
         source = SpySource(DurableLog(log_path), topic=TOPIC, group="g", partitions=range(partitions))
         emits, reports = Emits(), []
         extra = {"translate": translate} if translate else {}
         core = OffsetCore(source, config=OffsetSpoutConfig(retry=retry or RetryPolicy(), **config), emit=emits,
-                          topology=topology, report=reports.append, now=clock, **extra)
+                          topology=topology, report=reports.append, now=clock, exactly_once=exactly_once, **extra)
         core.start()
         made.append(CoreRig(core, source, emits, reports, log))
         return made[-1]

@@ -172,6 +172,28 @@ def test_at_most_once_emits_nothing_it_could_not_commit(rig):
     assert r.emits.offsets == [0, 1] and r.committed() == {0: 2}
 
 
+def test_exactly_once_records_positions_rewinds_to_them_and_neither_commits_nor_retries_on_its_own(rig, clock):
+    """Exactly once, the topology's checkpoints decide: the core reports where it stands (the first offset not
+    emitted), goes back there when told, commits what it is given, and a failure only marks it lost (the
+    topology goes back instead of a retry), whatever processing.guarantee says."""
+    r = rig(per_partition=6, max_poll_records=4, exactly_once=True, guarantee=ProcessingGuarantee.AT_MOST_ONCE)
+    r.step(3)
+    assert r.emits.offsets == [0, 1, 2] and all(isinstance(i, MessageId) for i in r.emits.ids), "tracked"
+    assert r.core.positions() == {TP0: 3}, "offset 3 is polled, not emitted"
+    r.core.fail(r.emits.ids[1])
+    assert r.core.lost
+    clock.advance(60)
+    r.drain()
+    assert r.emits.offsets == [0, 1, 2, 3, 4, 5], "no retry"
+    assert r.source.commits == [], "no commit of its own: not after a poll, not every period"
+    r.core.rewind({TP0: 2})
+    assert not r.core.lost and r.core.positions() == {TP0: 2}
+    r.drain()
+    assert r.emits.offsets[6:] == [2, 3, 4, 5]
+    r.core.commit_positions({TP0: 6})
+    assert r.committed() == {0: 6}
+
+
 def test_no_guarantee_commits_the_polled_position_asynchronously_every_period(rig, clock):
     r = rig(per_partition=5, guarantee=ProcessingGuarantee.NO_GUARANTEE, commit_period=10.0)
     r.drain()

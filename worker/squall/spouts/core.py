@@ -267,7 +267,7 @@ class OffsetCore:
             if self.source.position(tp) > offset:
                 self.source.seek(tp, offset)
         self._set_paused(self._assigned - pollable)
-        at_most_once = self.config.guarantee is ProcessingGuarantee.AT_MOST_ONCE
+        at_most_once = self.config.guarantee is ProcessingGuarantee.AT_MOST_ONCE and not self._exactly_once
         # where reading stood: at most once, to seek back to; at least once, to tell a client's offset reset
         before = {tp: self.source.position(tp) for tp in pollable} if at_most_once or self._at_least_once else {}
         # Polled even when every partition is paused: a Kafka consumer that stops polling leaves its group.
