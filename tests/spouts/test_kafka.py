@@ -97,6 +97,14 @@ def test_config_errors_name_the_key(conf, message):
         open_spout(conf)
 
 
+def test_exactly_once_refuses_a_consumer_groups_subscription_before_anything_runs():
+    """A group's rebalance would move partitions between tasks, whose checkpoints keep their positions."""
+    conf = {"kafka.topics": "clicks", "kafka.config": UNREACHABLE, "topology.state.guarantee": "exactly_once"}
+    with pytest.raises(ConfigError, match="spout 'clicks': .* set kafka.subscription: assign"):
+        KafkaSpout.check_config("clicks", conf, message_timeout_seconds=30)
+    KafkaSpout.check_config("clicks", {**conf, "kafka.subscription": "assign"}, message_timeout_seconds=30)
+
+
 def test_subscribing_needs_no_broker_until_records_are_polled():
     spout, collector = open_spout({"kafka.topics": ["clicks"], "kafka.config": UNREACHABLE})
     spout.next_tuple()
