@@ -45,6 +45,9 @@ def spec(*, bolts=None, **top) -> TopologySpec:
     ({"config": {"topology.state.guarantee": "exactly_once"}, "bolts": [{"name": "plain", "className": "m:Plain",
                                                                        "inputs": [{"component": "src"}]}]},
      "exactly_once is a promise about state, and no bolt is stateful"),
+    ({"bolts": [{"name": "count", "className": "m:Count", "stateful": True, "inputs": [{"component": "src"}],
+                 "config": {"topology.state.guarantee": "exactly_once"}}]},
+     "component(s) 'count': config topology.state.guarantee is the topology's"),
 ])
 def test_a_spec_that_cannot_checkpoint_is_refused_naming_the_field_and_the_fix(top, message):
     with pytest.raises(TopologyError, match=message.replace("(", r"\(").replace(")", r"\)")):

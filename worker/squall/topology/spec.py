@@ -327,6 +327,11 @@ class TopologySpec(SpecModel):
         if guarantee is not None and guarantee not in STATE_GUARANTEES:
             raise ValueError(f"config {GUARANTEE_KEY}: {guarantee!r} is not a state guarantee; use one of "
                              f"{', '.join(STATE_GUARANTEES)} (default: at_least_once)")
+        local = [c.name for c in self.components() if GUARANTEE_KEY in c.config]
+        if local:
+            raise ValueError(f"component(s) {', '.join(map(repr, local))}: config {GUARANTEE_KEY} is the "
+                             "topology's (its checkpoints and its spouts' positions go together); set it in the "
+                             "topology's config")
         if self.exactly_once and not self.checkpointing:
             raise ValueError(f"config {GUARANTEE_KEY}: exactly_once is a promise about state, and no bolt is "
                              "stateful; make a bolt stateful (stateful: true), or leave the key out")
