@@ -124,6 +124,8 @@ class SpoutExecutor(Executor):
         for task in self.tasks.values():
             if task.opened:  # close is for what open built
                 self._call(task, task.spout.close)
+        for checkpointed in self.checkpoints.values():
+            checkpointed.close()
 
     def _call(self, task: SpoutTask, fn: Callable[..., None], arg: Any = _NO_ARG) -> bool:
         """Run user code, ``fn()`` or ``fn(arg)``; an exception is reported instead of killing the executor,
