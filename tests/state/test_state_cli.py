@@ -107,6 +107,17 @@ def test_json_holds_every_task_and_any_value_a_state_keeps(tmp_path, capsys):
     assert code == 0
 
 
+def test_exactly_once_a_spouts_positions_are_shown_as_its_state(tmp_path, capsys):
+    """Exactly once, each spout task's checkpoint holds its positions (the first offset not emitted, per
+    partition): the offsets the committed counts hold every record before."""
+    conf = {"topology.state.dir": str(tmp_path / "state"), "topology.state.guarantee": "exactly_once"}
+    commit(conf, "tally", "source", 2, 4, {"clicks/0": 120, "clicks/1": 98})
+    code, out, _ = show(topology(tmp_path, **conf), "--component", "source", capsys=capsys)
+    assert code == 0
+    assert out.splitlines()[1:] == ["  KEY       VALUE", "  clicks/0  120", "  clicks/1  98"]
+    assert out.startswith("source task 2 (txid 4)")
+
+
 def test_the_state_directory_comes_from_the_config_then_the_environment_then_the_run_directory(tmp_path, capsys,
                                                                                                 monkeypatch):
     elsewhere = tmp_path / "elsewhere"

@@ -57,7 +57,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "$SQUALL_STATE_REDIS_URL). Reads only; a running topology goes on.",
         epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("topology", help="path to the topology YAML")
-    p.add_argument("--component", metavar="BOLT", help="only this stateful bolt (default: every one)")
+    p.add_argument("--component", metavar="BOLT", help="only this stateful bolt (default: every one); exactly once, "
+                                                       "a spout too: its tasks' checkpointed positions")
     p.add_argument("--task", type=int, metavar="ID", help="only this task id (default: every task)")
     p.add_argument("--run-dir", default=RUN_DIR, metavar="RUN_DIR",
                    help=f"the squall run's directory, whose state/ holds the embedded stores (default {RUN_DIR})")
@@ -112,6 +113,8 @@ def stateful_tasks(spec: TopologySpec, *, component: str | None = None,
     if not stateful:
         raise SquallError(f"topology {spec.name!r} has no stateful bolt (a squall.StatefulBolt declared stateful: "
                           "true): it keeps no state")
+    if spec.exactly_once:  # each spout task's positions are its state: `--component SPOUT` shows them
+        stateful += [s.name for s in spec.spouts]
     names = ", ".join(map(repr, stateful))
     if component is not None:
         if component not in {c.name for c in spec.components()}:
