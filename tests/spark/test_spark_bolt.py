@@ -213,8 +213,10 @@ def test_a_job_longer_than_the_message_timeout_keeps_its_trees_alive():
     # Trees time out 2 to 4 s after their last reset; the first job takes 5 s, and the second batch
     # waits behind it. Without resets every one of them would time out. (The job timeout, 10 message
     # timeouts by default, is raised: a fresh CI run's loaded JVM once took over 20 s for a job.)
+    # One job thread, so the second batch waits behind the first (with two, the first process() call, the one
+    # that sleeps, may be the second batch's, and the first batch is acked with one reset).
     with parity_topology(count=10, batch=5, wait_ms=500, timeout=2, sleep_first=5,
-                         **{"spark.job.timeout.ms": 120_000}) as cluster:
+                         **{"spark.job.timeout.ms": 120_000, "spark.jobs.in.flight": 1}) as cluster:
         spout, bolt = cluster.instance("spout"), cluster.instance("spark")
         cluster.run_until(lambda: spout.done() and cluster.pending() == 0, seconds=DEADLINE)
 
