@@ -4,8 +4,7 @@ The click-stream work of ``examples/clickstream.py`` (per user and micro-batch: 
 top pages), at each batch size, done two ways on the process's one local Spark:
 
 - **SparkBolt**: ``SessionStats`` in a topology (LocalCluster, in process): a spout with message ids and
-  ``maxSpoutPending`` = a batch per job in flight and one gathering, each result row anchored to every
-  click of its batch. Latency: each
+  ``maxSpoutPending`` = 2 batches, each result row anchored to every click of its batch. Latency: each
   click's complete latency (emit to tree acked), measured at the spout.
 - **Structured Streaming**: the same ``SessionStats.process`` called by ``foreachBatch`` on each
   micro-batch (its rows collected, as the bolt collects them), fed by a Python streaming data source
@@ -41,7 +40,6 @@ os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), os.environ.get
 from examples.clickstream import ClickSpout, SessionStats, clicks  # noqa: E402
 
 from squall import Bolt, TopologyBuilder  # noqa: E402
-from squall.spark.bolt import DEFAULT_JOBS_IN_FLIGHT  # noqa: E402
 from squall.spark.session import get_session  # noqa: E402
 from squall.testing import LocalCluster  # noqa: E402
 
@@ -79,9 +77,8 @@ def spark_bolt(*, batch: int, users: int, seconds: float, bolt_config: dict) -> 
     config = {"spark.batch.size": batch, "spark.batch.max.wait.ms": 1000, **bolt_config}
     builder.set_bolt("stats", SessionStats, config=config).fields_grouping("clicks", ["user"])
     builder.set_bolt("sink", Sink).global_grouping("stats")
-    # a batch gathering behind every job in flight
-    pending = (config.get("spark.jobs.in.flight", DEFAULT_JOBS_IN_FLIGHT) + 1) * batch
-    with LocalCluster(builder.build(message_timeout_seconds=60, max_spout_pending=pending)) as cluster:
+    # Two batches in flight: more only adds to the latency (emit to ack is max spout pending ÷ clicks/s).
+    with LocalCluster(builder.build(message_timeout_seconds=60, max_spout_pending=2 * batch)) as cluster:
         (spout,) = cluster.instances("clicks")
         cluster.run(until=lambda c: c.trees_acked() >= WARM_BATCHES * batch, seconds=120)
         spout.latencies.clear()
