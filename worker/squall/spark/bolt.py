@@ -131,8 +131,8 @@ class SparkBolt(Bolt):
     ``spark.batch.size`` (default 1000), ``spark.batch.max.wait.ms`` (default 1000, and at most
     half the message timeout; a value at or above the message timeout is refused),
     ``spark.batch.target.ms`` (default none: a batch is also cut once its first tuple has waited
-    this less the recent jobs' time), ``spark.jobs.in.flight`` (default 2: Spark jobs of the task
-    running at once; their batches are decided in the order they were cut) and
+    this less the recent jobs' time, but at least half of it), ``spark.jobs.in.flight`` (default
+    2: Spark jobs of the task running at once; their batches are decided in the order they were cut) and
     ``spark.job.timeout.ms`` (default ten message timeouts: a job still running then is cancelled,
     and its batch failed).
 
