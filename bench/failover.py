@@ -38,7 +38,6 @@ import logging
 import os
 import random
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -57,6 +56,7 @@ sys.path.insert(0, str(REPO))
 from kubernetes import client, config  # noqa: E402
 from kubernetes.client.exceptions import ApiException  # noqa: E402
 
+from squall.process.supervisor import free_ports  # noqa: E402
 from squall_operator.leader import LeaseTimes  # noqa: E402
 
 NAMESPACE = "squall-bench-failover"
@@ -271,20 +271,15 @@ def until(condition: Callable[[], Any], timeout: float, what: str) -> Any:
     raise TimeoutError(f"waited {timeout:.0f} s for {what}")
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def start(mode: Mode, logs: Path, number: int) -> Candidate:
     """Candidate ``number`` of ``mode``: the operator's entrypoint with a Lease, or kopf's peering with
     priority 1000 − ``number`` (each later one below every earlier one)."""
     name = f"candidate-{number}"
+    liveness, metrics = free_ports(2)
     env = os.environ | {"SQUALL_OPERATOR_NAMESPACES": NAMESPACE, "SQUALL_OPERATOR_POD_NAMESPACE": NAMESPACE,
                         "SQUALL_OPERATOR_RESYNC_SECONDS": "3600", "SQUALL_OPERATOR_LOG_LEVEL": "INFO",
-                        "SQUALL_OPERATOR_LIVENESS": f"http://127.0.0.1:{free_port()}/healthz",
-                        "SQUALL_OPERATOR_METRICS_PORT": str(free_port()), "POD_ID": name}
+                        "SQUALL_OPERATOR_LIVENESS": f"http://127.0.0.1:{liveness}/healthz",
+                        "SQUALL_OPERATOR_METRICS_PORT": str(metrics), "POD_ID": name}
     if mode.lifetime is None:
         command = [sys.executable, "-m", "squall_operator"]
         env["SQUALL_OPERATOR_LEASE"] = LEASE
