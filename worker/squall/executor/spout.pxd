@@ -6,6 +6,7 @@ from squall.executor.collectors cimport SpoutCollector
 from squall.executor.rotating cimport RotatingMap
 from squall.executor.hdr cimport HdrHistogram
 from squall.executor.stats cimport Histogram, TaskStats
+from squall.tuples cimport Tuple
 
 
 cdef class SpoutTask:
