@@ -130,6 +130,25 @@ def test_partitions_are_split_among_tasks_by_index(log_path):
     assert owned == [[0, 3], [1], [2]]
 
 
+def test_exactly_once_a_spout_waits_for_its_first_rewind_and_has_no_positions_after_a_failure(log_path):
+    """Exactly once, the topology's checkpoints say where a spout reads from: nothing before the first
+    rewind; its positions are the first offsets not emitted; a failed tuple leaves it none to record (the
+    checkpoint must not call that offset done) until the next rewind."""
+    make_log(log_path, partitions=1, records=4).close()
+    conf = {"log.path": str(log_path), "log.topic": "clicks", "topology.state.guarantee": "exactly_once"}
+    spout, collector = open_spout(conf)
+    assert run(spout, collector) == [], "no read before the checkpoints say where from"
+    spout.rewind({"clicks/0": 1})
+    emitted = run(spout, collector)
+    assert [values[2] for values, _, _ in emitted] == [1, 2, 3]
+    assert spout.snapshot() == {"clicks/0": 4}
+    spout.fail(emitted[0][2])
+    assert spout.snapshot() is None
+    spout.rewind({"clicks/0": 2})
+    assert spout.snapshot() == {"clicks/0": 2}
+    spout.close()
+
+
 def test_spout_emits_tracked_records_commits_acks_on_close_and_resumes(log_path):
     make_log(log_path).close()
     conf = {"log.path": str(log_path), "log.topic": "clicks", "log.group": "counter"}

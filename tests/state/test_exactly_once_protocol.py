@@ -286,3 +286,23 @@ def test_exactly_once_state_is_a_fold_over_a_prefix_of_each_partition_each_recor
     txids, counts, positions = world.committed()
     assert len(txids) == 1 and positions == {s: len(world.partitions[s]) for s in SPOUTS}, (txids, positions)
     assert counts == collections.Counter(one + two)
+
+
+def test_a_spout_whose_tuple_failed_fails_the_prepare_and_the_topology_goes_back(tmp_path):
+    """A failed (or timed-out) spout tuple leaves its spout without positions to record: the PREPARE fails at
+    that spout, never reaching the count, and the recovery rewinds every spout to the last commit."""
+    world = World(directory=tmp_path, partitions={1: ["a", "b"], 2: ["c"]})
+    world.checkpoint()  # INITSTATE: the spouts rewind and may emit
+    for task in SPOUTS:
+        world.deliver(task)
+    world.settle()
+    world.emit(1)
+    world.deliver(1)
+    world.spouts[1].spout.lost = True  # its tuple for "a" failed downstream, as OffsetCore.fail marks it
+    world.checkpoint()  # PREPARE 0
+    prepare = world.trees[-1]
+    assert prepare.failed and world.links[1] == collections.deque(), "not forwarded by the spout that lost"
+    world.settle()
+    world.checkpoint()  # the recovery: ROLLBACK
+    world.settle()
+    assert world.spouts[1].spout.next == 0 and not world.spouts[1].spout.lost, "rewound to the last commit"
