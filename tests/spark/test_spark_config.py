@@ -174,8 +174,17 @@ def test_a_session_whose_context_stopped_or_jvm_died_is_built_again(spark, tmp_p
         "second.sparkContext._gateway.proc.kill()\n"  # its JVM killed, as for its memory
         "second.sparkContext._gateway.proc.wait()\n"
         "third = get_session()\n"
-        "print('after the JVM died, rows', third.range(4).count())\n")
+        "print('after the JVM died, rows', third.range(4).count())\n"
+        # Killed again, and its exit not seen: as while another thread waits for it, poll() says it runs
+        "proc = third.sparkContext._gateway.proc\n"
+        "proc.kill()\n"
+        "os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT)\n"  # dead, and not reaped
+        "with proc._waitpid_lock:\n"
+        "    assert proc.poll() is None\n"
+        "    fourth = get_session()\n"
+        "print('after an unseen death, rows', fourth.range(5).count())\n")
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
     assert "rows 3 new context True" in done.stdout, done.stderr[-3000:]
     assert "after the JVM died, rows 4" in done.stdout, done.stderr[-3000:]
+    assert "after an unseen death, rows 5" in done.stdout, done.stdout + done.stderr[-3000:]
     assert "the SparkSession is gone (its JVM exited or its context stopped): building another" in done.stderr
