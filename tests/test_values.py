@@ -261,7 +261,8 @@ def test_the_values_of_a_tuple_together_must_fit_a_frame_in_every_mode():
 
 class Gather(Bolt):
     """Holds every input; at the last, emits a large value anchored to them all (refused: their ids do not
-    fit in a frame beside it), then anchored to ten of them, and acks them all."""
+    fit in a frame beside it), then anchored to ten of them, each named 30 times (300 anchors in ten trees:
+    it fits), and acks them all."""
 
     outputs = ["blob"]
 
@@ -279,7 +280,7 @@ class Gather(Bolt):
             self.collector.emit(["y" * 58_000], anchors=self.held)
         except EmitError as exc:
             self.refused.append(str(exc))
-        self.collector.emit(["y" * 58_000], anchors=self.held[:10])
+        self.collector.emit(["y" * 58_000], anchors=self.held[:10] * 30)
         for held in self.held:
             self.collector.ack(held)
 
@@ -287,7 +288,8 @@ class Gather(Bolt):
 def test_a_tuple_anchored_to_more_trees_than_a_frame_has_room_for_is_refused_and_its_anchors_unharmed():
     """A tuple's anchors travel with it (16 bytes per tree): one anchored to 300 trees beside a 58,000-byte
     value does not fit a frame of 64 KiB. The emit is refused before any edge id is drawn, so each input
-    can still be acked and every tree completes; with ten anchors the same value goes."""
+    can still be acked and every tree completes; anchored to ten trees the same value goes, even when the
+    ten inputs are named 300 times (the trees are counted, not the anchors)."""
     builder = TopologyBuilder("gather")
     builder.set_spout("spout", Numbers, config={"count": 300})
     builder.set_bolt("gather", Gather, config={"count": 300}).global_grouping("spout")

@@ -69,6 +69,9 @@ cdef class BoltCollector:
                    edge=cython.ulonglong, task_id=cython.longlong, trees=Py_ssize_t)
     cpdef list _emit(self, list targets, list values, Fields fields, str stream, object anchors)
 
+    @cython.locals(edges=dict, ids=EdgeIds, anchor=Tuple, root=object, prior=object, edge=cython.ulonglong)
+    cpdef dict _edges(self, object anchors)
+
     @cython.locals(executor=Executor, acker=AckerRoute, tasks=tuple, n=Py_ssize_t, ack_val=cython.ulonglong,
                    root=object, edge=cython.ulonglong, at=cython.ulonglong)
     cpdef ack(self, Tuple tup)
