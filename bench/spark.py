@@ -40,8 +40,10 @@ os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), os.environ.get
 from examples.clickstream import ClickSpout, SessionStats, clicks  # noqa: E402
 
 from squall import Bolt, TopologyBuilder  # noqa: E402
+from squall.process.pod import tune_interpreter  # noqa: E402
 from squall.spark.session import get_session  # noqa: E402
 from squall.testing import LocalCluster  # noqa: E402
+from squall.topology.spec import Transfer  # noqa: E402
 
 WARM_BATCHES = 3  # per case and round, before its window: each query or topology compiles its plans anew
 
@@ -70,8 +72,9 @@ class Sink(Bolt):
         self.collector.ack(tup)
 
 
-def spark_bolt(*, batch: int, users: int, seconds: float, bolt_config: dict) -> tuple[float, float, float]:
-    """(clicks/s, p50 and p99 complete latency in s) of the SparkBolt over ``seconds``."""
+def spark_bolt(*, batch: int, users: int, seconds: float, bolt_config: dict) -> tuple[float, float, float, float]:
+    """(clicks/s, p50 and p99 complete latency in s, the executor thread's CPU µs per click) of the SparkBolt
+    over ``seconds``. LocalCluster runs the executor thread on this one, so its thread time is that thread's."""
     builder = TopologyBuilder("bench-spark")
     builder.set_spout("clicks", TimedClickSpout, config={"clickstream.users": users})
     config = {"spark.batch.size": batch, "spark.batch.max.wait.ms": 1000, **bolt_config}
@@ -82,11 +85,12 @@ def spark_bolt(*, batch: int, users: int, seconds: float, bolt_config: dict) -> 
         (spout,) = cluster.instances("clicks")
         cluster.run(until=lambda c: c.trees_acked() >= WARM_BATCHES * batch, seconds=120)
         spout.latencies.clear()
-        acked, start = cluster.trees_acked(), time.monotonic()
+        acked, start, cpu = cluster.trees_acked(), time.monotonic(), time.thread_time()
         cluster.run(seconds=seconds)
-        rate = (cluster.trees_acked() - acked) / (time.monotonic() - start)
+        cpu, clicks_acked = time.thread_time() - cpu, cluster.trees_acked() - acked
+        rate = clicks_acked / (time.monotonic() - start)
         p50, p99 = np.quantile(spout.latencies, [0.5, 0.99]) if spout.latencies else (float("nan"),) * 2
-        return rate, float(p50), float(p99)
+        return rate, float(p50), float(p99), cpu * 1e6 / max(clicks_acked, 1)
 
 
 def click_source():
@@ -132,8 +136,10 @@ def _offset(value) -> int:
     return (json.loads(value) if isinstance(value, str) else value)["n"]
 
 
-def structured_streaming(*, batch: int, users: int, seconds: float, bolt_config: dict) -> tuple[float, float, float]:
-    """(clicks/s, p50 and p99 micro-batch duration in s) of Structured Streaming over ``seconds``."""
+def structured_streaming(*, batch: int, users: int, seconds: float,
+                         bolt_config: dict) -> tuple[float, float, float, float]:
+    """(clicks/s, p50 and p99 micro-batch duration in s, NaN: no executor thread) of Structured Streaming over
+    ``seconds``."""
     spark = get_session()
     stats = SessionStats.__new__(SessionStats)  # only its process(): no topology, no prepare
 
@@ -158,7 +164,7 @@ def structured_streaming(*, batch: int, users: int, seconds: float, bolt_config:
     moved = sum(_offset(p["sources"][0]["endOffset"]) - _offset(p["sources"][0]["startOffset"]) for p in progress)
     durations = [p["durationMs"]["triggerExecution"] / 1000 for p in progress]
     p50, p99 = np.quantile(durations, [0.5, 0.99]) if durations else (float("nan"),) * 2
-    return moved / elapsed, float(p50), float(p99)
+    return moved / elapsed, float(p50), float(p99), float("nan")
 
 
 def warm_up(*, users: int, rows: int = 10_000, steady: float = 0.15, tries: int = 40) -> list[float]:
@@ -192,7 +198,13 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, help="the SparkBolt's spark.jobs.in.flight (default: the bolt's)")
     parser.add_argument("--target-ms", type=float, help="the SparkBolt's spark.batch.target.ms (default: none; "
                         "the batch size is then its most)")
+    parser.add_argument("--untuned", action="store_true", help="keep CPython's collector thresholds and switch "
+                        "interval; by default the process is tuned as every worker process is")
     args = parser.parse_args()
+    if not args.untuned:
+        # LocalCluster leaves its host process alone; a deployed SparkBolt runs in a worker process, tuned so.
+        # Structured Streaming's driver, this same process, gets the same settings.
+        tune_interpreter(Transfer().gil_switch_interval_ms)
     sizes = [int(s) for s in args.batches.split(",")]
     bolt_config = {key: value for key, value in (("spark.jobs.in.flight", args.jobs),
                                                  ("spark.batch.target.ms", args.target_ms)) if value is not None}
@@ -201,21 +213,23 @@ def main() -> None:
     session = get_session()
     print(f"SparkBolt vs Structured Streaming, click-stream sessions, {args.users} users; {os.cpu_count()} cores; "
           f"Spark {session.version} {session.sparkContext.master} (started in {time.monotonic() - started:.1f} s); "
-          f"{args.rounds} rounds of {args.seconds:g} s per case; SparkBolt config {bolt_config or 'default'}")
+          f"{args.rounds} rounds of {args.seconds:g} s per case; SparkBolt config {bolt_config or 'default'}; "
+          f"interpreter {'untuned' if args.untuned else 'tuned as a worker process'}")
     session.dataSource.register(click_source())
     times = warm_up(users=args.users)
     print(f"JVM warm-up: {len(times)} jobs of 10,000 clicks until steady, "
           f"ms: {', '.join(f'{t * 1e3:.0f}' for t in times)}", flush=True)
 
-    results: dict[tuple[int, str], list[tuple[float, float, float]]] = {}
+    results: dict[tuple[int, str], list[tuple[float, float, float, float]]] = {}
     for r in range(args.rounds):
         order = list(CASES) if r % 2 == 0 else list(CASES)[::-1]
         for size in sizes:
             for name in order:
                 figures = CASES[name](batch=size, users=args.users, seconds=args.seconds, bolt_config=bolt_config)
                 results.setdefault((size, name), []).append(figures)
+                cpu = "" if figures[3] != figures[3] else f"  executor thread {figures[3]:.1f} CPU µs/click"
                 print(f"round {r + 1} batch {size:>6,} {name:<21} {figures[0]:>8,.0f} clicks/s  "
-                      f"p50 {figures[1] * 1e3:>5.0f} ms  p99 {figures[2] * 1e3:>5.0f} ms", flush=True)
+                      f"p50 {figures[1] * 1e3:>5.0f} ms  p99 {figures[2] * 1e3:>5.0f} ms{cpu}", flush=True)
         print(f"round {r + 1}: load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
 
     print("\n| batch | SparkBolt clicks/s, p50 / p99 | Structured Streaming clicks/s, batch p50 / p99 "
@@ -233,7 +247,9 @@ def main() -> None:
         print(f"| {size:,} | {cell(bolt)} | {cell(ss)} | {statistics.median(speed):.2f} "
               f"({min(speed):.2f}–{max(speed):.2f}) | {statistics.median(latency):.2f} "
               f"({min(latency):.2f}–{max(latency):.2f}) |")
-    print(f"\nload average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    print("\nSparkBolt's executor thread, CPU µs per click (median): " + ", ".join(
+        f"batch {size:,} {statistics.median(x[3] for x in results[(size, 'SparkBolt')]):.1f}" for size in sizes))
+    print(f"load average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 
 if __name__ == "__main__":
