@@ -334,6 +334,23 @@ def test_a_young_trees_fail_or_reset_brings_its_init_into_a_batch_with_one_place
     assert _sent(box) == ([(ACK, 9, 0b1, -1), (INIT, 5, 0b11, 2), (kind, 5, 0, -1)], [])
 
 
+def test_a_batch_one_past_full_takes_no_expired_young_tree():
+    """A young tree's RESET filled a batch one past its capacity; the next expire computed its room as -1,
+    found no tree the room stopped at, and moved every kept tree in: the OverflowError killed the worker
+    about once a minute under a SparkBolt, which resets a whole batch's inputs at once (found on k8s-local
+    by bench/spark_executors.py)."""
+    box = AckerOutbox(link=None, capacity=2, keep=0.0)
+    box.expire(1.0)
+    box.add((ACK, 9, 0b1, -1))
+    for root in (5, 6):
+        box.add((INIT, root, 0b11, 2))  # kept young
+    box.add((RESET, 5, 0, -1))  # its INIT and itself: one past full
+    assert box.size == 3 and box.kept() == 1
+    box.expire(2.0)  # tree 6 is old enough, and there is no room for it
+    assert box.size == 3 and box.kept() == 1
+    assert _sent(box)[0] == [(ACK, 9, 0b1, -1), (INIT, 5, 0b11, 2), (RESET, 5, 0, -1)]
+
+
 def test_a_young_tree_is_kept_from_its_acker_as_long_as_the_outbox_keeps_trees():
     from squall.transport.outbox import YOUNG_SECONDS
 

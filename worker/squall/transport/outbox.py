@@ -159,6 +159,8 @@ class AckerOutbox(Outbox):
         if not young:
             return
         room = self.capacity - self._n
+        if room <= 0:  # full, or one past it: a young tree's FAIL or RESET added its INIT and itself
+            return
         before = now - self.keep
         old = []
         for root, tree in young.items():  # oldest first
