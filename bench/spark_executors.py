@@ -18,12 +18,10 @@ its click limit, with ``spark.executors`` set to the round's count, then:
    the executor pods' CPU throttling (their cgroup's ``cpu.stat``), and the clicks failed (replays);
 4. deletes the Topology (its executor pods go with their driver) and waits for its pods to go.
 
-``transfer.batchSize`` is 65,536 by default, not 1,024: with 1,024, the worker process died about once a
-minute (``OverflowError: an acker batch holds 1025 messages at most``, from ``AckerOutbox.expire``): the
-SparkBolt resets the timeout of every click of a 10,000-click batch at each hand-over, a young tree's
-RESET puts two messages in the acker batch and can fill it to its one spare row, and ``expire`` then
-computes a room of -1 and moves every young tree into the full batch. A batch 64 times larger fills 64
-times less often; ``--transfer-batch 0`` goes back to the default.
+``--transfer-batch`` sets ``transfer.batchSize`` (default: the topology's, 1,024). The runs in
+bench/HISTORY.md ("Spark executor pods") used 65,536: with 1,024 the worker died about once a minute,
+from a bug in ``AckerOutbox.expire`` since fixed (a batch one past full, after a young tree's RESET,
+took every expired young tree in).
 
 The rounds follow ``--order`` (default ``1,2,2,1``: alternated, so that a machine growing slower or
 faster over the run, shared as it is, weighs on both counts alike). It prints a line per round, then
@@ -277,8 +275,8 @@ def main() -> int:
     parser.add_argument("--max-wait-ms", type=int, default=2000, help="spark.batch.max.wait.ms (default 2000)")
     parser.add_argument("--max-pending", type=int, help="maxSpoutPending (default 3 batches)")
     parser.add_argument("--message-timeout", type=int, default=60, help="messageTimeoutSeconds (default 60)")
-    parser.add_argument("--transfer-batch", type=int, default=65536,
-                        help="transfer.batchSize (default 65536; 0: the topology's default, 1024): see the docstring")
+    parser.add_argument("--transfer-batch", type=int, default=0,
+                        help="transfer.batchSize (default 0: the topology's, 1024)")
     parser.add_argument("--jobs", type=int, help="spark.jobs.in.flight (default: the bolt's)")
     parser.add_argument("--users", type=int, default=20, help="clickstream.users (default 20)")
     parser.add_argument("--executor-cpu", default="500m",
