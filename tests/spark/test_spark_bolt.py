@@ -44,6 +44,8 @@ class RecordingCollector:
     def __init__(self, inner):
         object.__setattr__(self, "_inner", inner)
         object.__setattr__(self, "counts", {"ack": Counter(), "fail": Counter(), "reset_timeout": Counter()})
+        object.__setattr__(self, "first_reset", {})  # per input's values: when it was first reset
+        object.__setattr__(self, "reset_seen", threading.Event())
 
     def __getattr__(self, name):
         counts = self.counts.get(name)
@@ -52,7 +54,11 @@ class RecordingCollector:
         original = getattr(self._inner, name)
 
         def recorded(tup):
-            counts[tuple(tup.values)] += 1
+            values = tuple(tup.values)
+            counts[values] += 1
+            if name == "reset_timeout":
+                self.first_reset.setdefault(values, time.monotonic())
+                self.reset_seen.set()
             original(tup)
         return recorded
 
@@ -67,13 +73,20 @@ class Recording:
         recorder = RecordingCollector(collector)
         super().prepare(conf, context, recorder)
         self.acks, self.fails, self.resets = (recorder.counts[name] for name in ("ack", "fail", "reset_timeout"))
+        self.first_reset, self.reset_seen = recorder.first_reset, recorder.reset_seen
+        self.arrived: dict[tuple, float] = {}  # per input's values: when it first came
         self.calls = 0
+
+    def execute(self, tup):
+        self.arrived.setdefault(tuple(tup.values), time.monotonic())
+        super().execute(tup)
 
 
 class ParityCounts(Recording, SparkBolt):
     """Counts the ids of a batch by parity; with ``conf["raise_first"]`` its first job fails in Spark,
     with ``conf["sleep_first"]`` its first job takes that many seconds, and with ``conf["block_first"]``
-    its first job waits for ``self.release``, and with ``conf["exit_first"]`` it raises SystemExit;
+    its first job waits for ``self.release``, with ``conf["reset_first"]`` it waits until an input was reset,
+    and with ``conf["exit_first"]`` it raises SystemExit;
     ``self.sizes`` has the rows of each batch it was given."""
 
     outputs = ["parity", "n"]
@@ -92,6 +105,8 @@ class ParityCounts(Recording, SparkBolt):
             # and a test that needs it stuck ran the next batches instead of failing them
             self.release.wait(DEADLINE)
         self.sizes.append(df.count())
+        if first and self.conf.get("reset_first"):
+            self.reset_seen.wait(DEADLINE)  # a job as long as that, as far as the bolt can tell
         if first and self.conf.get("sleep_first"):
             time.sleep(self.conf["sleep_first"])  # a long job, as far as the bolt can tell
         if first and self.conf.get("exit_first"):
@@ -226,14 +241,29 @@ def test_a_job_longer_than_the_message_timeout_keeps_its_trees_alive():
         assert all(bolt.resets[(i,)] >= 2 for i in range(10))  # the running batch and the waiting one
 
 
-def test_a_batchs_timeouts_are_reset_when_its_job_starts():
-    """Its first tuple may have waited almost the max wait already: before, the first reset came half a
-    message timeout after the job started, so a job a little longer than that timed out trees whose
-    batch had waited (found by the Spark audit)."""
+def test_a_batch_decided_within_half_a_timeout_of_its_first_tuple_resets_no_timeout():
+    """Resets cost a message to the ackers per input: a batch decided in time, the usual case, sends none."""
     with parity_topology(count=10, batch=10) as cluster:
         spout, bolt = cluster.instance("spout"), cluster.instance("spark")
         cluster.run_until(lambda: spout.done() and cluster.pending() == 0, seconds=DEADLINE)
-        assert all(bolt.resets[(i,)] >= 1 for i in range(10)), bolt.resets
+        assert sorted(spout.acked) == list(range(10))
+        assert not bolt.resets
+
+
+def test_a_batch_is_reset_half_a_timeout_after_its_first_tuple_came_not_after_its_job_started():
+    """Its first tuple may have waited almost the max wait before the job started: a first reset counted
+    from the job's start came almost a whole timeout after that tuple came (found by the Spark audit)."""
+    # Timeout 4 s: resets due 2 s after the first tuple came; the batch never fills and is cut at its max
+    # wait, 1.9 s; its job runs until the reset. Counted from the job's start, the reset would come 3.9 s
+    # after the tuples came.
+    with parity_topology(count=10, batch=100, wait_ms=1900, timeout=4, reset_first=True,
+                         **{"spark.job.timeout.ms": 120_000}) as cluster:
+        spout, bolt = cluster.instance("spout"), cluster.instance("spark")
+        cluster.run_until(lambda: spout.done() and cluster.pending() == 0, seconds=DEADLINE)
+        assert sorted(spout.acked) == list(range(10))
+        late = {v: bolt.first_reset[v] - bolt.arrived[v] for v in bolt.arrived if v in bolt.first_reset}
+        assert len(late) == 10, bolt.resets
+        assert max(late.values()) < 3.0, late
 
 
 def test_a_job_that_runs_past_its_timeout_fails_its_batch_and_the_bolt_goes_on():

@@ -100,7 +100,7 @@ class Batch:
 
     inputs: list[Tuple]
     fields: Fields
-    reset_due: float  # when the inputs' message timeout is next reset, while the job runs
+    reset_due: float  # when the inputs' timeouts are next reset: half a timeout after the first came, then every half
     deadline: float  # when the job has run too long: cancelled, and the batch failed
     job_group: str  # its Spark job group: a cancel reaches its own job, never the next batch's
     abandoned: bool = False  # failed at its deadline: never started if it has not been yet
@@ -167,13 +167,14 @@ class SparkBolt(Bolt):
         component = context.component_id
         self.batching = Batching.from_conf(conf, component=component, message_timeout=context.message_timeout_seconds)
         self._stream, self._out_fields = _output_stream(type(self), component)
-        # The message timeout counts from a tree's emit or its last reset; resetting twice per
-        # timeout keeps a batch's trees alive however long its job takes.
+        # The message timeout counts from a tree's emit or its last reset; resetting every half timeout,
+        # counted from when the batch's first tuple came, keeps its trees alive however long it is held.
         self._reset_every = context.message_timeout_seconds / 2
         self._fields: Fields | None = None  # the input fields, from the first tuple
         self._input: _InputSchema | None = None  # ``schema`` parsed, on the job thread's first batch
         self._buffer: list[Tuple] = []  # the next batch, gathering
         self._buffer_since = 0.0  # when the gathering batch's first tuple came
+        self._buffer_reset_due = 0.0  # when the gathering tuples' timeouts are next reset
         self._job_time: float | None = None  # seconds: a running estimate of a job's time (target only)
         self._in_flight: deque[Batch] = deque()  # submitted and not yet decided, in the order they were cut
         self._job_group = f"squall:{context.topology_name}:{component}:{context.task_id}"
@@ -212,6 +213,7 @@ class SparkBolt(Bolt):
         if n == 1:
             now = time.monotonic()
             self._buffer_since = now
+            self._buffer_reset_due = now + self._reset_every
             self._advance(now)
         elif n >= self.batching.size:
             self._advance(time.monotonic())
@@ -248,11 +250,11 @@ class SparkBolt(Bolt):
         most = self.batching.in_flight
         while buffer and len(in_flight) < most and (len(buffer) >= size or now >= self._buffer_since + self._wait()):
             self._batches += 1
-            batch = Batch(buffer[:size], self._fields, reset_due=now + self._reset_every,
+            # No reset at hand-over (a RESET per input for the ackers): the batch's resets stay due half a
+            # timeout after its first tuple came, which a batch decided sooner, the usual case, never reaches.
+            # The tuples left gathering keep that due too: theirs is no earlier.
+            batch = Batch(buffer[:size], self._fields, reset_due=self._buffer_reset_due,
                           deadline=now + self.batching.job_timeout, job_group=f"{self._job_group}:{self._batches}")
-            # Their timeouts count from now: the first of them may have waited almost max wait already
-            for tup in batch.inputs:
-                self.collector.reset_timeout(tup)
             self._buffer = buffer = buffer[size:]
             self._buffer_since = now
             in_flight.append(batch)
@@ -266,8 +268,10 @@ class SparkBolt(Bolt):
         self.collector.paused = len(in_flight) >= most and len(buffer) >= size
         if in_flight:
             self._alarm.set(min(in_flight[0].deadline, min(b.reset_due for b in in_flight)))
-        if buffer and len(in_flight) < most:
-            self._alarm.set(self._buffer_since + self._wait())
+        if buffer:
+            self._alarm.set(self._buffer_reset_due)
+            if len(in_flight) < most:
+                self._alarm.set(self._buffer_since + self._wait())
 
     def _on_alarm(self) -> None:
         now = time.monotonic()
@@ -284,16 +288,16 @@ class SparkBolt(Bolt):
                 f"failed; raise {JOB_TIMEOUT_MS} if its jobs take that long"))
             _cancel(batch.job_group)
         self._decide_done()
-        reset, reset_buffer = self.collector.reset_timeout, False
+        reset = self.collector.reset_timeout
         for batch in in_flight:
             if now >= batch.reset_due:
                 for tup in batch.inputs:
                     reset(tup)
                 batch.reset_due = now + self._reset_every
-                reset_buffer = True
-        if reset_buffer:  # the next batch waits for these jobs too, so its trees need the reset as much
+        if self._buffer and now >= self._buffer_reset_due:  # waiting for a job slot, or gathering slowly
             for tup in self._buffer:
                 reset(tup)
+            self._buffer_reset_due = now + self._reset_every
         self._advance(now)
 
     def _finish(self, batch: Batch, rows: list[list[Any]] | None, error: BaseException | None,
