@@ -228,16 +228,21 @@ class Bench:
             if pod in throttle0:
                 d = {k: throttle1[pod][k] - throttle0[pod][k] for k in throttle1[pod]}
                 throttled[pod] = (d["throttled"] / d["periods"] if d["periods"] else 0.0, d["seconds"] / (t1 - t0))
-        result = Round(executors, (n1 - n0) / (t1 - t0), window, warmup, failed1 - failed0, cores, throttled,
-                       os.getloadavg()[0], container.get("resources", {}))
-        result.cores = {("worker" if pod == worker else "executor " + pod.rsplit("-", 1)[-1] if pod in executor_pods
-                         else "node (machine)" if pod == "node" else pod.split(f"{args.name}-", 1)[-1]): cores
-                        for pod, cores in cores.items()}
+        def role(pod: str) -> str:
+            if pod == worker:
+                return "worker"
+            if pod in executor_pods:
+                return "executor " + pod.rsplit("-", 1)[-1]
+            return "node (machine)" if pod == "node" else pod.split(f"{args.name}-", 1)[-1]
+
         names = {"squall": "worker's Python", "java": "worker's driver JVM"}
-        result.worker = {names.get(command, f"worker's {command}"): (procs1[command] - procs0.get(command, 0.0))
-                         / (t1 - t0) for command in procs1}
-        result.throttled = {"executor " + pod.rsplit("-", 1)[-1]: value for pod, value in throttled.items()}
-        return result
+        return Round(
+            executors, (n1 - n0) / (t1 - t0), window, warmup, failed1 - failed0,
+            cores={role(pod): busy for pod, busy in cores.items()},
+            throttled={role(pod): value for pod, value in throttled.items()},
+            load=os.getloadavg()[0], resources=container.get("resources", {}),
+            worker={names.get(command, f"worker's {command}"): (procs1[command] - procs0.get(command, 0.0)) / (t1 - t0)
+                    for command in procs1})
 
 
 def rate(acked: Acked, seconds: float) -> float:
