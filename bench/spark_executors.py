@@ -228,6 +228,7 @@ class Bench:
             if pod in throttle0:
                 d = {k: throttle1[pod][k] - throttle0[pod][k] for k in throttle1[pod]}
                 throttled[pod] = (d["throttled"] / d["periods"] if d["periods"] else 0.0, d["seconds"] / (t1 - t0))
+
         def role(pod: str) -> str:
             if pod == worker:
                 return "worker"
