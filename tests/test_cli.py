@@ -238,7 +238,10 @@ def test_an_in_process_run_drains_its_trees_in_flight_when_it_stops(tmp_path, ca
     assert main(["run", str(spec), "--in-process", "--duration", "0.1"]) == 0
     out, err = capsys.readouterr()
     assert "stopping: spouts deactivate, in-flight trees drain (for at most the message timeout, 30 s" in err
-    assert re.search(r"^ids +5 +0 +5 +0 +0 +0$", out, re.MULTILINE), out
+    # Every tree emitted before the stop (the spout's first round, up to all 5: a loaded machine's round
+    # ends sooner) is acked; the first is still in the bolt's 0.2 s at the stop, so at least one drains.
+    emitted = re.search(r"^ids +(\d+) +0 +\1 +0 +0 +0$", out, re.MULTILINE)
+    assert emitted and int(emitted[1]) >= 1, out
     assert "still in flight" not in out
 
 

@@ -68,8 +68,10 @@ class WindowRows(DurableSink):
 
 
 class StampedSpout(NumberSpout):
-    """``(n, ts)``: ``ts`` = 10 ms × n, but every 100th number from 1,000 on is 5 s behind (late, behind a
-    1 s lag); after ``test.count`` numbers, one far ahead, so that the watermark passes every window."""
+    """``(n, ts)``: ``ts`` = 10 ms × n, but every 100th number from 1,000 on is 10 s behind (late, behind a
+    1 s lag, as long as the window task ticked its watermark in the 1.6 s before: at 5 s behind, 0.6 s,
+    which a loaded machine's full run once missed); after ``test.count`` numbers, one far ahead, so that
+    the watermark passes every window."""
 
     outputs = ["n", "ts"]
 
@@ -79,7 +81,7 @@ class StampedSpout(NumberSpout):
     @staticmethod
     def _stamped(numbers, count):
         for (n,) in numbers:
-            yield [n, n * 10 - (5000 if late(n) else 0)]
+            yield [n, n * 10 - (10_000 if late(n) else 0)]
         yield [count, FAR]
 
 

@@ -97,7 +97,7 @@ def windowed(tmp_path) -> set[int]:
 
 def test_event_time_windows_across_processes_send_late_tuples_to_the_late_stream(tmp_path, monkeypatch):
     """The window task in worker-1 (global grouping), the spout and the window sink in worker-0, the late sink in
-    worker-1: every number is in exactly one 1-second window of its timestamps, or, 5 s behind the watermark,
+    worker-1: every number is in exactly one 1-second window of its timestamps, or, 10 s behind the watermark,
     on the late stream."""
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(COMPONENTS), os.environ.get("PYTHONPATH", "")]))
     count = 2000
