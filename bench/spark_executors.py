@@ -28,12 +28,13 @@ faster over the run, shared as it is, weighs on both counts alike). It prints a 
 per executor count every round's clicks/s and their median, and the ratio of the medians (2 ÷ 1), with
 each alternated pair's ratio beside it.
 
-The executor pods' CPU is bounded so that a node of 2 cores holds both: ``--executor-cpu`` (default
-500m) is the ``sparkExecutors`` pod template's CPU limit and request. Spark replaces a template's CPU
+The executor pods' CPU is bounded so that a node of 2 cores holds both beside the worker: ``--executor-cpu``
+(default 200m) is the ``sparkExecutors`` pod template's CPU limit and request. Spark replaces a template's CPU
 request with ``spark.executor.cores`` (1, a whole core each, which such a node cannot hold twice beside
 the worker), so the request also goes to Spark as ``spark.kubernetes.executor.request.cores``.
 
-Batches are big (``spark.batch.size`` 10,000 by default, ``maxSpoutPending`` 3 batches) so that the
+Batches are big (``spark.batch.size`` 30,000 by default, ``maxSpoutPending`` 4 batches,
+``spark.jobs.in.flight`` 3: the settings that moved the most clicks in bench/HISTORY.md) so that the
 executors do the work: a Spark job costs a roughly fixed few hundred ms in the driver (planning,
 scheduling, collecting; docs/spark.md, "Benchmark") whatever its size, and the worker's Python pays
 per click (the spout, the batch's Arrow columns, anchoring and acking), none of which a second
@@ -43,7 +44,7 @@ so each executor gets a partition of every job's first stage, and ``spark.sql.sh
 (4, the session's default) spreads the rest.
 
     export KUBECONFIG=/var/lib/k8s-local/admin.kubeconfig PATH=/opt/k8s-local/bin:$PATH
-    python bench/spark_executors.py                             # 1,2,2,1: about 15 min on k8s-local
+    python bench/spark_executors.py                             # 1,2,2,1: about 25 min on k8s-local
     python bench/spark_executors.py --order 1,2 --warmup 30 --window 30
     python bench/spark_executors.py --spark-conf spark.locality.wait=0 --executor-cpu 400m
 
@@ -99,7 +100,7 @@ def topology(args: argparse.Namespace, executors: int) -> dict[str, Any]:
     doc["metadata"]["name"] = args.name
     spec = doc["spec"]
     spec["config"] = {"clickstream.users": args.users}  # no clickstream.clicks: clicks for as long as it runs
-    spec["maxSpoutPending"] = args.max_pending or 3 * args.batch
+    spec["maxSpoutPending"] = args.max_pending or 4 * args.batch
     spec["messageTimeoutSeconds"] = args.message_timeout
     if args.transfer_batch:
         spec["transfer"] = {"batchSize": args.transfer_batch}
@@ -114,7 +115,7 @@ def topology(args: argparse.Namespace, executors: int) -> dict[str, Any]:
         spec["podTemplate"]["workers"] = {"resources": {"requests": {"cpu": args.worker_cpu}}}
     (bolt,) = (b for b in spec["bolts"] if b["name"] == BOLT)
     bolt["config"] = {"spark.batch.size": args.batch, "spark.batch.max.wait.ms": args.max_wait_ms,
-                      **({"spark.jobs.in.flight": args.jobs} if args.jobs else {})}
+                      "spark.jobs.in.flight": args.jobs}
     return doc
 
 
@@ -274,19 +275,20 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--order", default="1,2,2,1",
                         help="executor pods per round, comma-separated (default 1,2,2,1: alternated pairs)")
-    parser.add_argument("--warmup", type=float, default=60, help="least seconds of warm-up after the first ack")
+    parser.add_argument("--warmup", type=float, default=180,
+                        help="least seconds of warm-up after the first ack (default 180)")
     parser.add_argument("--window", type=float, default=60, help="seconds measured per round")
     parser.add_argument("--step", type=float, default=10, help="seconds per rate while warming up and measuring")
-    parser.add_argument("--batch", type=int, default=10_000, help="spark.batch.size (default 10000)")
+    parser.add_argument("--batch", type=int, default=30_000, help="spark.batch.size (default 30000)")
     parser.add_argument("--max-wait-ms", type=int, default=2000, help="spark.batch.max.wait.ms (default 2000)")
-    parser.add_argument("--max-pending", type=int, help="maxSpoutPending (default 3 batches)")
+    parser.add_argument("--max-pending", type=int, help="maxSpoutPending (default 4 batches)")
     parser.add_argument("--message-timeout", type=int, default=60, help="messageTimeoutSeconds (default 60)")
     parser.add_argument("--transfer-batch", type=int, default=0,
                         help="transfer.batchSize (default 0: the topology's, 1024)")
-    parser.add_argument("--jobs", type=int, help="spark.jobs.in.flight (default: the bolt's)")
+    parser.add_argument("--jobs", type=int, default=3, help="spark.jobs.in.flight (default 3)")
     parser.add_argument("--users", type=int, default=20, help="clickstream.users (default 20)")
-    parser.add_argument("--executor-cpu", default="500m",
-                        help="each executor pod's CPU request and limit (default 500m)")
+    parser.add_argument("--executor-cpu", default="200m",
+                        help="each executor pod's CPU request and limit (default 200m)")
     parser.add_argument("--executor-cores", type=int, default=1, help="spark.executor.cores (default 1)")
     parser.add_argument("--executor-memory", default="512m", help="spark.executor.memory (default 512m)")
     parser.add_argument("--driver-memory", default="1g", help="spark.driver.memory (default 1g)")
