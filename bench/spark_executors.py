@@ -28,10 +28,11 @@ faster over the run, shared as it is, weighs on both counts alike). It prints a 
 per executor count every round's clicks/s and their median, and the ratio of the medians (2 ÷ 1), with
 each alternated pair's ratio beside it.
 
-The executor pods' CPU is bounded so that a node of 2 cores holds both beside the worker: ``--executor-cpu``
-(default 200m) is the ``sparkExecutors`` pod template's CPU limit and request. Spark replaces a template's CPU
-request with ``spark.executor.cores`` (1, a whole core each, which such a node cannot hold twice beside
-the worker), so the request also goes to Spark as ``spark.kubernetes.executor.request.cores``.
+The executor pods' CPU is bounded so that a node of 2 cores holds both beside the worker:
+``--executor-cpu`` (default 200m) is the ``sparkExecutors`` pod template's CPU limit and request. Spark
+replaces a template's CPU request with ``spark.executor.cores`` (1, a whole core each, which such a node
+cannot hold twice beside the worker), so the request also goes to Spark as
+``spark.kubernetes.executor.request.cores``.
 
 Batches are big (``spark.batch.size`` 30,000 by default, ``maxSpoutPending`` 4 batches,
 ``spark.jobs.in.flight`` 3: the settings that moved the most clicks in bench/HISTORY.md) so that the

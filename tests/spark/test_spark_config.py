@@ -122,8 +122,8 @@ def test_session_properties_are_the_defaults_overlaid_with_the_environment():
 
 @pytest.mark.spark
 def test_the_driver_jvm_runs_the_parallel_collector(spark):
-    """The session's default (spark.driver.defaultJavaOptions) reaches the JVM PySpark starts: with it the
-    driver took a quarter to a half less CPU per click than with G1 (bench/HISTORY.md)."""
+    """The session's default (spark.driver.defaultJavaOptions) reaches the JVM PySpark starts, not only
+    the properties PySpark passes on after the JVM is up."""
     beans = spark.sparkContext._jvm.java.lang.management.ManagementFactory.getGarbageCollectorMXBeans()
     assert sorted(bean.getName() for bean in beans) == ["PS MarkSweep", "PS Scavenge"]
 
