@@ -4,7 +4,7 @@ The click-stream work of ``examples/clickstream.py`` (per user and micro-batch: 
 top pages), at each batch size, done two ways on the process's one local Spark:
 
 - **SparkBolt**: ``SessionStats`` in a topology (LocalCluster, in process): a spout with message ids and
-  ``maxSpoutPending`` = 2 batches, each result row anchored to every click of its batch. Latency: each
+  ``maxSpoutPending`` = 2 batches, each result row anchored to its user's clicks of its batch. Latency: each
   click's complete latency (emit to tree acked), measured at the spout.
 - **Structured Streaming**: the same ``SessionStats.process`` called by ``foreachBatch`` on each
   micro-batch (its rows collected, as the bolt collects them), fed by a Python streaming data source

@@ -3,7 +3,8 @@
 ``ClickSpout`` emits click events ``(user, page, ts)`` with message ids and replays any that fail.
 ``SessionStats`` is a :class:`~squall.spark.SparkBolt`: per micro-batch, with DataFrame operations,
 it counts each user's clicks and sessions (a session ends after 30 minutes without a click) and
-finds the user's top pages; each result row is anchored to every click of the batch.
+finds the user's top pages; each result row is anchored to the clicks of its user in the batch
+(``anchor_by``), so a row failed downstream replays only its user's clicks.
 ``PrintStats`` prints the rows.
 
 Run it (Spark takes a few seconds to start): ``squall run examples/clickstream.yaml --duration 40``.
@@ -56,6 +57,7 @@ class SessionStats(SparkBolt):
 
     schema = "user STRING, page STRING, ts BIGINT"
     outputs = ["user", "clicks", "sessions", "top_pages"]
+    anchor_by = "user"  # a row derives from its user's clicks only
 
     def process(self, df: DataFrame) -> DataFrame:
         by_time = Window.partitionBy("user").orderBy("ts")

@@ -224,6 +224,45 @@ def test_a_downstream_fail_replays_every_spout_tuple_of_the_batch():
         assert sorted(sink.rows) == [(0, 5), (1, 5), (1, 5)]  # the first odd row, then the replay's rows
 
 
+class KeyedSpout(ReplaySpout):
+    """``[i % 2, i]`` with msg id ``i``."""
+
+    outputs = ["key", "id"]
+
+    def items(self):
+        return ([i % 2, i] for i in range(self.conf["count"]))
+
+
+class KeyCounts(SparkBolt):
+    """Counts a batch's ids per key, each row anchored to the inputs of its key; and a row of key 7, which no
+    input has."""
+
+    schema = "key BIGINT, id BIGINT"
+    outputs = ["key", "n"]
+    anchor_by = "key"
+
+    def process(self, df):
+        counts = df.groupBy("key").agg(F.count("*").alias("n"))
+        return counts.unionByName(counts.sparkSession.createDataFrame([(7, 0)], "key BIGINT, n BIGINT"))
+
+
+@pytest.mark.parametrize(("failed_row", "replayed"), [((0, 5), [0, 2, 4, 6, 8]), ((7, 0), list(range(10)))])
+def test_with_anchor_by_a_downstream_fail_replays_the_inputs_of_that_rows_key_only(failed_row, replayed):
+    # Failing the even row fails the even ids' trees alone; the row of a key no input has is anchored to all.
+    builder = TopologyBuilder("spark-keyed")
+    builder.set_spout("spout", KeyedSpout, config={"count": 10})
+    builder.set_bolt("spark", KeyCounts, config={"spark.batch.size": 10, "spark.batch.max.wait.ms": 500}
+                     ).shuffle_grouping("spout")
+    builder.set_bolt("sink", Collect, config={"fail_once": [list(failed_row)]}).global_grouping("spark")
+    with LocalCluster(builder.build(message_timeout_seconds=30)) as cluster:
+        spout, sink = cluster.instance("spout"), cluster.instance("sink")
+        cluster.run_until(lambda: spout.done() and cluster.pending() == 0, seconds=DEADLINE)
+
+        assert sorted(spout.failed) == replayed
+        assert sorted(spout.acked) == list(range(10))
+        assert failed_row in sink.rows  # from the replay's batch
+
+
 def test_a_job_longer_than_the_message_timeout_keeps_its_trees_alive():
     # Trees time out 2 to 4 s after their last reset; the first job takes 5 s, and the second batch
     # waits behind it. Without resets every one of them would time out. (The job timeout, 10 message

@@ -11,9 +11,10 @@ import pytest
 from engine_kit import Numbers
 from squall import ConfigError, TopologyBuilder, TopologyError, direct
 from squall.spark import SparkBolt
-from squall.spark.bolt import Batching
+from squall.spark.bolt import Batching, _Anchoring
 from squall.spark.session import CONF_ENV, DEFAULTS, spark_conf
 from squall.testing import LocalCluster
+from squall.tuples import Fields, Tuple
 
 
 class Counts(SparkBolt):
@@ -29,6 +30,10 @@ class TwoStreams(Counts):
 
 class Direct(Counts):
     outputs = {"default": direct("id")}
+
+
+class KeyedBy(Counts):
+    anchor_by = "id"
 
 
 def start(bolt: type = Counts, *, timeout: int = 30, **config) -> None:
@@ -107,6 +112,34 @@ def test_a_spark_bolt_emits_on_one_stream_only():
         start(TwoStreams)
     with pytest.raises(TopologyError, match="cannot emit on the direct stream 'default'"):
         start(Direct)
+
+
+@pytest.mark.parametrize(("key", "message"), [
+    ("user", r"anchor_by names \(user\), not among its output fields \(id\)"),
+    (("id", "page"), r"anchor_by names \(page\), not among its output fields \(id\)"),
+    (["id"], r"KeyedBy.anchor_by=\['id'\] must be a field name or a tuple of field names"),
+    ((), r"must be a field name or a tuple of field names"),
+])
+def test_an_anchor_key_that_is_not_an_output_field_is_refused(monkeypatch, key, message):
+    monkeypatch.setattr(KeyedBy, "anchor_by", key)
+    with pytest.raises(TopologyError, match=message):
+        start(KeyedBy)
+    monkeypatch.setattr(KeyedBy, "anchor_by", ("id",))
+    KeyedBy.check_config("spark", {}, message_timeout_seconds=30)  # passes, and starts no Spark
+
+
+def test_anchoring_by_key_groups_the_inputs_and_falls_back_to_every_input():
+    fields = Fields(["key", "id"])
+    inputs = [Tuple([i % 2, i], fields, "spout", "default", 1, {100 + i: 1}) for i in range(4)]
+    rows = [[0, 2], [1, 2], [7, 0]]
+    keyed = _Anchoring.by_key(inputs, rows, ("key",), fields, ("key", "n"), component="spark")
+    assert [keyed.anchors(row) for row in rows] == [inputs[0::2], inputs[1::2], inputs]  # 7: no input's key
+    assert [keyed.trees(keyed.anchors(row)) for row in rows] == [2, 2, 4]
+
+    # A key that cannot be hashed (a list) anchors every row to every input, as without anchor_by.
+    listed = [Tuple([[i % 2], i], fields, "spout", "default", 1, {100 + i: 1}) for i in range(4)]
+    unhashable = _Anchoring.by_key(listed, [[[0], 2]], ("key",), fields, ("key", "n"), component="spark")
+    assert unhashable.anchors([[0], 2]) == listed
 
 
 def test_session_properties_are_the_defaults_overlaid_with_the_environment():

@@ -1,11 +1,12 @@
 """``SparkBolt``: input tuples gathered into micro-batches, each processed as a Spark DataFrame.
 
 A batch is acked only when its Spark job succeeded and its result rows were emitted, each row
-anchored to every input of the batch; a job that raises fails every input, so the spouts replay
-them. Jobs run on the task's own background threads (``spark.jobs.in.flight`` of them, so Spark
-runs that many jobs of the task at once), because the executor thread is shared by every executor
-of the worker process; everything that touches the collector is handed back to the executor thread
-with ``call_soon_threadsafe``, and batches are decided there in the order they were cut.
+anchored to every input of the batch (with ``anchor_by``, to the inputs of its key); a job that
+raises fails every input, so the spouts replay them. Jobs run on the task's own background threads
+(``spark.jobs.in.flight`` of them, so Spark runs that many jobs of the task at once), because the
+executor thread is shared by every executor of the worker process; everything that touches the
+collector is handed back to the executor thread with ``call_soon_threadsafe``, and batches are
+decided there in the order they were cut.
 """
 
 from __future__ import annotations
@@ -16,9 +17,10 @@ import math
 import threading
 import time
 from collections import deque
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
-from operator import attrgetter
+from operator import attrgetter, itemgetter
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from squall.api import Bolt, OutputCollector, TopologyContext
@@ -35,6 +37,8 @@ if TYPE_CHECKING:
     from pyspark.sql.types import StructType
 
 log = logging.getLogger(__name__)
+
+Row = tuple[list[Any], list[Tuple]]  # a result row's values, and the inputs it is anchored to
 
 BATCH_SIZE = "spark.batch.size"
 MAX_WAIT_MS = "spark.batch.max.wait.ms"
@@ -105,7 +109,7 @@ class Batch:
     job_group: str  # its Spark job group: a cancel reaches its own job, never the next batch's
     abandoned: bool = False  # failed at its deadline: never started if it has not been yet
     done: bool = False  # its job is over: decided once every batch cut before it is
-    rows: list[list[Any]] | None = None  # its job's result rows, or None if it raised
+    rows: list[Row] | None = None  # its job's result rows, each with its anchors, or None if it raised
     error: BaseException | None = None
 
 
@@ -126,8 +130,9 @@ class SparkBolt(Bolt):
 
     The DataFrame's columns are the input stream's declared fields. Each result row is emitted as
     one tuple (the columns named as the declared output fields, in any order), anchored to every
-    input of the batch; then every input is acked. If ``process`` or the Spark job raises, every
-    input of the batch is failed and the error reported. Config keys (the bolt's ``conf``):
+    input of the batch (with ``anchor_by``, to the inputs of its key); then every input is acked.
+    If ``process`` or the Spark job raises, every input of the batch is failed and the error
+    reported. Config keys (the bolt's ``conf``):
     ``spark.batch.size`` (default 1000), ``spark.batch.max.wait.ms`` (default 1000, and at most
     half the message timeout; a value at or above the message timeout is refused),
     ``spark.batch.target.ms`` (default none: a batch is also cut once its first tuple has waited
@@ -146,16 +151,22 @@ class SparkBolt(Bolt):
     #: batch, which fails on a column that is None in every row of a batch.
     schema: ClassVar[str | None] = None
 
+    #: Optional: a field, or a tuple of fields, both input and output fields, that the result is grouped by:
+    #: each row is then anchored only to the inputs whose values of it equal the row's (a row with values no
+    #: input has, or that cannot be hashed, to every input). Default None: every row to every input.
+    anchor_by: ClassVar[str | tuple[str, ...] | None] = None
+
     def process(self, df: DataFrame) -> DataFrame | None:
         """Return the result DataFrame of one micro-batch (or None to emit nothing, e.g. after a write)."""
         raise NotImplementedError(f"{type(self).__name__} must implement process(df)")
 
     @classmethod
     def check_config(cls, component: str, conf: dict[str, Any], *, message_timeout_seconds: int) -> None:
-        """Refuse misspelled or bad batching keys, more than one output stream, or a worker without PySpark."""
+        """Refuse misspelled or bad batching keys, more than one output stream, an ``anchor_by`` that names no
+        output field, or a worker without PySpark."""
         refuse_misspelled(component, conf, (BATCH_SIZE, MAX_WAIT_MS, JOB_TIMEOUT_MS, JOBS_IN_FLIGHT, TARGET_MS))
         Batching.from_conf(conf, component=component, message_timeout=message_timeout_seconds)
-        _output_stream(cls, component)
+        _anchor_key(cls, component, _output_stream(cls, component)[1])
         if importlib.util.find_spec("pyspark") is None:
             raise ConfigError(f"bolt {component!r} is a SparkBolt, and PySpark is not installed in the "
                               "worker's environment: pip install pyspark")
@@ -167,6 +178,7 @@ class SparkBolt(Bolt):
         component = context.component_id
         self.batching = Batching.from_conf(conf, component=component, message_timeout=context.message_timeout_seconds)
         self._stream, self._out_fields = _output_stream(type(self), component)
+        self._key = _anchor_key(type(self), component, self._out_fields)
         # The message timeout counts from a tree's emit or its last reset; resetting every half timeout,
         # counted from when the batch's first tuple came, keeps its trees alive however long it is held.
         self._reset_every = context.message_timeout_seconds / 2
@@ -300,7 +312,7 @@ class SparkBolt(Bolt):
             self._buffer_reset_due = now + self._reset_every
         self._advance(now)
 
-    def _finish(self, batch: Batch, rows: list[list[Any]] | None, error: BaseException | None,
+    def _finish(self, batch: Batch, rows: list[Row] | None, error: BaseException | None,
                 took: float) -> None:
         """The job of ``batch`` is over (``took`` seconds): decide it, and every batch behind it that waited
         for it, in the order they were cut."""
@@ -319,15 +331,15 @@ class SparkBolt(Bolt):
             batch = in_flight.popleft()
             self._decide(batch, batch.rows, batch.error)
 
-    def _decide(self, batch: Batch, rows: list[list[Any]] | None, error: BaseException | None) -> None:
-        """Emit the batch's rows anchored to every input and ack them, or fail them."""
+    def _decide(self, batch: Batch, rows: list[Row] | None, error: BaseException | None) -> None:
+        """Emit the batch's rows, each anchored to its inputs, and ack every input; or fail them all."""
         collector = self.collector
         try:
             if error is None:
-                anchors, stream, emit = batch.inputs, self._stream, collector.emit
-                for values in rows or ():
+                stream, emit = self._stream, collector.emit
+                for values, anchors in rows or ():
                     emit(values, anchors=anchors, stream=stream)
-                for tup in anchors:
+                for tup in batch.inputs:
                     collector.ack(tup)
             else:
                 for tup in batch.inputs:
@@ -366,8 +378,9 @@ class SparkBolt(Bolt):
                 rows, error = None, exc
             post(partial(self._finish, batch, rows, error, time.monotonic() - began))
 
-    def _run(self, batch: Batch) -> list[list[Any]]:
-        """One Spark job: the batch as a DataFrame, ``process``, and the result rows as checked tuple values."""
+    def _run(self, batch: Batch) -> list[Row]:
+        """One Spark job: the batch as a DataFrame, ``process``, and the result rows as checked tuple values,
+        each with the inputs it is anchored to."""
         from pyspark.sql import DataFrame
 
         spark = get_session()
@@ -387,14 +400,18 @@ class SparkBolt(Bolt):
             raise TopologyError(f"bolt {ctx.component_id!r}: process() returned a DataFrame with columns "
                                 f"({', '.join(out.columns)}), but the bolt {declared}; select or rename its "
                                 "columns to match, or return None to emit nothing")
+        rows = [[_plain(v) for v in row] for row in out.select(*fields).collect()]
+        inputs = batch.inputs
+        anchored = _Anchoring(inputs) if self._key is None else _Anchoring.by_key(
+            inputs, rows, self._key, batch.fields, fields, component=ctx.component_id)
         result = []
-        trees = len({root for tup in batch.inputs for root in tup.roots()})  # each row is anchored to them all
-        for row in out.select(*fields).collect():
-            values = [_plain(v) for v in row]
+        for values in rows:
+            anchors = anchored.anchors(values)
             # Checked here, so a bad value fails the whole batch before any of its rows is emitted.
             check_values(values, fields=fields, component=ctx.component_id, stream=self._stream,
-                         max_bytes=ctx.max_value_bytes, max_frame=ctx.max_frame_bytes, anchors=trees)
-            result.append(values)
+                         max_bytes=ctx.max_value_bytes, max_frame=ctx.max_frame_bytes,
+                         anchors=anchored.trees(anchors))
+            result.append((values, anchors))
         return result
 
     def _dataframe(self, spark: SparkSession, batch: Batch) -> DataFrame:
@@ -462,6 +479,65 @@ class _InputSchema:
         # parallelism, so the first stage of the job uses every core, as the rows' parallelize did.
         table = pa.Table.from_arrays(arrays, schema=self.arrow)
         return pa.Table.from_batches(table.to_batches(max_chunksize=-(-len(inputs) // max(1, slices))))
+
+
+class _Anchoring:
+    """Which inputs of a batch each result row is anchored to, and how many trees they are in: every input,
+    or with ``anchor_by`` those that share the row's key."""
+
+    def __init__(self, inputs: list[Tuple], groups: dict[Any, list[Tuple]] | None = None,
+                 key: Callable[[list[Any]], Any] | None = None) -> None:
+        self._inputs, self._groups, self._key = inputs, groups, key
+        self._trees: dict[int, int] = {}  # per anchors list's id: its distinct trees, counted once
+
+    @classmethod
+    def by_key(cls, inputs: list[Tuple], rows: list[list[Any]], key: tuple[str, ...], fields: Fields,
+               out_fields: tuple[str, ...], *, component: str) -> _Anchoring:
+        """Inputs grouped by their values of ``key``; every input for all rows if a key value cannot be hashed
+        (a list, a dict)."""
+        of_input = itemgetter(*_key_indexes(key, fields.names, component, "input fields"))
+        of_row = itemgetter(*_key_indexes(key, out_fields, component, "output fields"))
+        groups: dict[Any, list[Tuple]] = {}
+        try:
+            for tup in inputs:
+                groups.setdefault(of_input(tup.values), []).append(tup)
+            for values in rows:
+                hash(of_row(values))
+        except TypeError:  # a list or a dict: unhashable
+            return cls(inputs)
+        return cls(inputs, groups, of_row)
+
+    def anchors(self, values: list[Any]) -> list[Tuple]:
+        if self._key is None:
+            return self._inputs
+        return self._groups.get(self._key(values), self._inputs)
+
+    def trees(self, anchors: list[Tuple]) -> int:
+        n = self._trees.get(id(anchors))
+        if n is None:
+            n = self._trees[id(anchors)] = len({root for tup in anchors for root in tup.roots()})
+        return n
+
+
+def _anchor_key(cls: type[SparkBolt], component: str, outputs: tuple[str, ...]) -> tuple[str, ...] | None:
+    """``anchor_by`` as a tuple of field names, each an output field; None without it."""
+    key = cls.anchor_by
+    if key is None:
+        return None
+    names = (key,) if isinstance(key, str) else key
+    if not isinstance(names, tuple) or not names or not all(isinstance(n, str) for n in names):
+        raise TopologyError(f"bolt {component!r}: {cls.__name__}.anchor_by={key!r} must be a field name or a "
+                            "tuple of field names (fields of both its input and its output)")
+    _key_indexes(names, outputs, component, "output fields")
+    return names
+
+
+def _key_indexes(key: tuple[str, ...], fields: Sequence[str], component: str, what: str) -> list[int]:
+    missing = [name for name in key if name not in fields]
+    if missing:
+        raise TopologyError(f"bolt {component!r}: anchor_by names ({', '.join(missing)}), not among its {what} "
+                            f"({', '.join(fields)}); anchor by fields its input and its result rows both have")
+    return [list(fields).index(name) for name in key]
 
 
 # Spark's own row check (``_make_type_verifier``) takes exactly these Python types for these column types.
