@@ -141,6 +141,10 @@ def test_anchoring_by_key_groups_the_inputs_and_falls_back_to_every_input():
     unhashable = _Anchoring.by_key(listed, [[[0], 2]], ("key",), fields, ("key", "n"), component="spark")
     assert unhashable.anchors([[0], 2]) == listed
 
+    # Not an input field: the job raises it, and its batch fails (checked at validation only for the outputs).
+    with pytest.raises(TopologyError, match=r"anchor_by names \(user\), not among its input fields \(key, id\)"):
+        _Anchoring.by_key(inputs, rows, ("user",), fields, ("user", "n"), component="spark")
+
 
 def test_session_properties_are_the_defaults_overlaid_with_the_environment():
     assert spark_conf({}) == DEFAULTS
